@@ -1,0 +1,21 @@
+# Both targets install what they need into ./.venv on first use (Python 3.11+ is all a machine needs).
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+.PHONY: dev test lint
+dev: $(BIN)/.installed  ## start the service on the embedded stack (http://127.0.0.1:8080)
+	$(BIN)/contextd dev
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check app tests migrations benchmarks
+	$(BIN)/ruff format --check app tests benchmarks
+
+test: lint  ## every test, against real Postgres+pgvector and Valkey started by the test session
+	$(BIN)/pytest

@@ -1,0 +1,3 @@
+"""contextd: context-as-a-service for LLM agents."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,31 @@
+"""The `CallerDep` alias: every endpoint that touches tenant data depends on it."""
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from app.auth import service
+from app.auth.schemas import Caller
+from app.core.deps import DbDep, SettingsDep
+
+# auto_error=False: our own 401 body, not FastAPI's 403; the scheme still appears in OpenAPI.
+bearer_scheme = HTTPBearer(auto_error=False, description="API key from `contextd keys create`")
+
+
+async def get_caller(
+    request: Request,
+    db: DbDep,
+    settings: SettingsDep,
+    _: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+) -> Caller:
+    if settings.auth_disabled:
+        cached: Caller | None = getattr(request.app.state, "dev_caller", None)
+        if cached is None:
+            cached = await service.dev_caller(db)
+            request.app.state.dev_caller = cached
+        return cached
+    return await service.authenticate(db, request.headers.get("Authorization"))
+
+
+CallerDep = Annotated[Caller, Depends(get_caller)]

@@ -1,0 +1,36 @@
+"""SQL for tenants and API keys."""
+
+import uuid
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import ApiKey, Tenant
+
+
+async def get_or_create_tenant(db: AsyncSession, name: str) -> Tenant:
+    await db.execute(
+        insert(Tenant).values(name=name).on_conflict_do_nothing(index_elements=["name"])
+    )
+    return (await db.execute(select(Tenant).where(Tenant.name == name))).scalar_one()
+
+
+async def add_key(
+    db: AsyncSession, tenant_id: uuid.UUID, key_prefix: str, key_hash: str, scopes: list[str]
+) -> ApiKey:
+    key = ApiKey(tenant_id=tenant_id, key_prefix=key_prefix, key_hash=key_hash, scopes=scopes)
+    db.add(key)
+    await db.flush()
+    return key
+
+
+async def find_active_key(db: AsyncSession, key_hash: str) -> tuple[ApiKey, Tenant] | None:
+    row = (
+        await db.execute(
+            select(ApiKey, Tenant)
+            .join(Tenant, Tenant.id == ApiKey.tenant_id)
+            .where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
+        )
+    ).first()
+    return (row[0], row[1]) if row else None

@@ -1,0 +1,188 @@
+"""The `contextd` command: dev, serve, worker, migrate, keys, openapi."""
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from app.core.config import Settings, load_settings
+
+OPENAPI_PATH = Path(__file__).resolve().parents[1] / "openapi" / "openapi.json"
+
+
+def _configure_logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+
+
+def cmd_migrate(settings: Settings) -> None:
+    from app.core.migrate import upgrade
+
+    assert settings.database_url, "DATABASE_URL is not set"
+    upgrade(settings.database_url)
+    print("migrations applied")
+
+
+async def _serve(
+    settings: Settings,
+    with_worker: bool,
+    with_api: bool = True,
+    server_box: dict[str, object] | None = None,
+) -> None:
+    """Serve the API and/or a worker in this loop; `server_box` exposes the server to stop it."""
+    import uvicorn
+
+    from app.core.context import AppContext
+    from app.jobs.worker import run_worker
+    from app.main import create_app
+
+    tasks: list[asyncio.Task[None]] = []
+    worker_context = AppContext.create(settings) if with_worker else None
+    if worker_context is not None:
+        tasks.append(asyncio.create_task(run_worker(settings, worker_context)))
+    try:
+        if with_api:
+            config = uvicorn.Config(
+                create_app(settings),
+                host=settings.host,
+                port=settings.port,
+                log_level=settings.log_level.lower(),
+                access_log=False,
+            )
+            server = uvicorn.Server(config)
+            if server_box is not None:
+                server_box["server"] = server
+            await server.serve()
+        else:
+            await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if worker_context is not None:
+            await worker_context.aclose()
+
+
+def cmd_dev(args: argparse.Namespace) -> None:
+    from app.embedded import EmbeddedStack
+
+    started = time.monotonic()
+    base = load_settings()
+    stack = None
+    overrides: dict[str, object] = {"auth_disabled": not args.auth}
+    if args.port:
+        overrides["port"] = args.port
+    if not base.database_url or not base.redis_url:
+        stack = EmbeddedStack(base.data_dir).start()
+        overrides["database_url"] = base.database_url or stack.database_url
+        overrides["redis_url"] = base.redis_url or stack.redis_url
+    settings = load_settings(**overrides)
+    _configure_logging(settings)
+    cmd_migrate(settings)
+    url = f"http://{settings.host}:{settings.port}"
+    print(f"contextd dev ready in {time.monotonic() - started:.1f}s")
+    print(f"  API   {url}/v1   docs {url}/docs   data {base.data_dir.resolve()}")
+    if settings.auth_disabled:
+        print("  auth  DISABLED (dev on loopback): no Authorization header needed")
+    else:
+        print("  auth  send 'Authorization: Bearer <key>' (create one: contextd keys create)")
+    sys.stdout.flush()
+    try:
+        asyncio.run(_serve(settings, with_worker=True))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if stack is not None:
+            stack.stop()
+        print("contextd dev stopped")
+
+
+def cmd_keys_create(settings: Settings, tenant: str, scopes: list[str]) -> None:
+    from app.auth.schemas import DEFAULT_SCOPES
+    from app.auth.service import create_key
+    from app.core.context import AppContext
+    from app.core.db import unit_of_work
+
+    async def _create() -> tuple[str, str]:
+        context = AppContext.create(settings)
+        try:
+            async with unit_of_work(context.sessionmaker) as db:
+                return await create_key(db, tenant, scopes or [s.value for s in DEFAULT_SCOPES])
+        finally:
+            await context.aclose()
+
+    key, key_id = asyncio.run(_create())
+    print(json.dumps({"key": key, "key_id": key_id, "tenant": tenant}))
+    print("store this key now: it is not shown again", file=sys.stderr)
+
+
+def cmd_openapi(check: bool) -> int:
+    from app.main import create_app
+
+    spec = json.dumps(create_app(load_settings()).openapi(), indent=2, ensure_ascii=False) + "\n"
+    if check:
+        same = OPENAPI_PATH.exists() and OPENAPI_PATH.read_text() == spec
+        print(
+            "openapi.json is up to date" if same else "openapi.json differs: run contextd openapi"
+        )
+        return 0 if same else 1
+    OPENAPI_PATH.parent.mkdir(exist_ok=True)
+    OPENAPI_PATH.write_text(spec)
+    print(f"wrote {OPENAPI_PATH}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="contextd", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    dev = sub.add_parser("dev", help="embedded Postgres+Valkey, migrations, API and worker")
+    dev.add_argument("--port", type=int, help="API port (default CONTEXTD_PORT or 8080)")
+    dev.add_argument("--auth", action="store_true", help="keep API-key auth on")
+    sub.add_parser("serve", help="serve the API (DATABASE_URL, REDIS_URL)")
+    worker = sub.add_parser("worker", help="run a job worker (DATABASE_URL, REDIS_URL)")
+    worker.add_argument("--concurrency", type=int, default=2)
+    sub.add_parser("migrate", help="apply database migrations")
+    keys = sub.add_parser("keys", help="manage API keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_sub.add_parser("create", help="create a key and print it once")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--scope", action="append", default=[], help="repeatable")
+    sub.add_parser("config", help="print the configuration reference (Markdown)")
+    openapi = sub.add_parser("openapi", help="write openapi/openapi.json")
+    openapi.add_argument("--check", action="store_true", help="only compare, exit 1 on drift")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "dev":
+        cmd_dev(args)
+        return 0
+    if args.command == "openapi":
+        return cmd_openapi(args.check)
+    if args.command == "config":
+        from app.core.config import settings_table
+
+        print(settings_table())
+        return 0
+    settings = load_settings()
+    _configure_logging(settings)
+    if args.command == "migrate":
+        cmd_migrate(settings)
+    elif args.command == "serve":
+        asyncio.run(_serve(settings, with_worker=False))
+    elif args.command == "worker":
+        asyncio.run(_serve(settings, with_worker=True, with_api=False))
+    elif args.command == "keys":
+        cmd_keys_create(settings, args.tenant, args.scope)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

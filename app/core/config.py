@@ -1,0 +1,122 @@
+"""Typed settings, read from the environment by `load_settings()` (never at import time).
+
+Variables use the `CONTEXTD_` prefix and `__` between a group and its field, e.g.
+`CONTEXTD_SESSION_DEFAULTS__CONTEXT_LIMIT=32000`. `DATABASE_URL` and `REDIS_URL` are read without
+the prefix, as every hosting platform names them.
+"""
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import AliasChoices, BaseModel, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SessionDefaults(BaseModel):
+    """The budget and recall configuration a new session starts with (overridable per session)."""
+
+    context_limit: int = Field(128_000, gt=0, description="model context window C, tokens")
+    reserve_tokens: int = Field(8_192, ge=0, description="reserve r: output + tool jitter + margin")
+    trigger_ratio: float = Field(0.80, gt=0, le=1, description="θ: offload when u/(C-r) reaches it")
+    emergency_ratio: float = Field(0.95, gt=0, le=1, description="build-prompt offloads inline")
+    target_ratio: float = Field(0.65, gt=0, le=1, description="ratio an offload brings usage to")
+    min_recent_turns: int = Field(12, ge=0, description="C1 floor in turns")
+    min_recent_tokens: int = Field(6_000, ge=0, description="C1 floor in tokens")
+    c0_tokens: int = Field(0, ge=0, description="system prompt size until build-prompt reports it")
+    recall_top_k: int = Field(5, ge=0, description="recalled chunks per build")
+    recall_budget_tokens: int = Field(1_000, ge=0, description="B: tokens for recalled history")
+    recall_candidates: int = Field(30, ge=1, description="R: wide-recall candidates per arm")
+
+
+class Limits(BaseModel):
+    max_turn_bytes: int = Field(262_144, gt=0, description="largest turn content (413 above)")
+    max_turns_per_request: int = Field(100, gt=0, description="turns in one append call")
+    max_page_size: int = Field(500, gt=0, description="largest page of a list endpoint")
+
+
+class CacheSettings(BaseModel):
+    key_prefix: str = Field("contextd", description="prefix of every Redis key")
+    ttl_seconds: int = Field(300, gt=0, description="lifetime of cached session state")
+    retry_after_seconds: float = Field(
+        5.0, ge=0, description="after a Redis error, go straight to Postgres for this long"
+    )
+    socket_timeout_seconds: float = Field(0.5, gt=0, description="Redis connect/read timeout")
+
+
+class DatabaseSettings(BaseModel):
+    pool_size: int = Field(10, gt=0, description="SQLAlchemy pool size per process")
+    max_overflow: int = Field(10, ge=0, description="extra connections above the pool")
+    idempotency_ttl_hours: int = Field(
+        24, gt=0, description="how long Idempotency-Key replays hold"
+    )
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="CONTEXTD_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    database_url: str | None = Field(
+        None,
+        validation_alias=AliasChoices("DATABASE_URL", "CONTEXTD_DATABASE_URL"),
+        description="PostgreSQL with pgvector; unset under `contextd dev` (embedded server)",
+    )
+    redis_url: str | None = Field(
+        None,
+        validation_alias=AliasChoices("REDIS_URL", "CONTEXTD_REDIS_URL"),
+        description="Redis/Valkey; unset under `contextd dev` (embedded server)",
+    )
+    host: str = Field("127.0.0.1", description="address the API binds to")
+    port: int = Field(8080, description="port the API binds to")
+    data_dir: Path = Field(Path(".contextd"), description="embedded stack data (`contextd dev`)")
+    auth_disabled: bool = Field(False, description="serve without API keys (dev on loopback only)")
+    log_level: str = Field("INFO", description="root log level")
+
+    session_defaults: SessionDefaults = SessionDefaults()
+    limits: Limits = Limits()
+    cache: CacheSettings = CacheSettings()
+    db: DatabaseSettings = DatabaseSettings()
+
+    @model_validator(mode="after")
+    def _refuse_unsafe_auth(self) -> "Settings":
+        if self.auth_disabled and self.host not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError("auth_disabled is only allowed when binding to a loopback address")
+        return self
+
+    @cached_property
+    def sqlalchemy_url(self) -> str:
+        if not self.database_url:
+            raise RuntimeError(
+                "DATABASE_URL is not set (use `contextd dev` for the embedded stack)"
+            )
+        return to_sqlalchemy_url(self.database_url)
+
+
+def to_sqlalchemy_url(url: str) -> str:
+    """Accept plain `postgresql://` URLs and select the psycopg 3 driver."""
+    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    raise ValueError(f"unsupported database URL scheme: {url.split(':', 1)[0]}")
+
+
+def load_settings(**overrides: object) -> Settings:
+    return Settings(**overrides)  # type: ignore[arg-type]
+
+
+def settings_table() -> str:
+    """The configuration reference as a Markdown table (kept in the README; a test compares)."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            annotation = field.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                walk(annotation, f"{prefix}{name.upper()}__")
+                continue
+            env = name.upper() if name in ("database_url", "redis_url") else prefix + name.upper()
+            default = "(unset)" if field.default is None else f"`{field.default}`"
+            rows.append(f"| `{env}` | {default} | {field.description} |")
+
+    walk(Settings, "CONTEXTD_")
+    return "\n".join(rows)

@@ -1,0 +1,43 @@
+"""`Annotated` dependency aliases used by every endpoint."""
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.cache import Cache
+from app.core.config import Settings
+from app.core.context import AppContext
+from app.core.db import commit
+
+
+def get_context(request: Request) -> AppContext:
+    return request.app.state.context
+
+
+ContextDep = Annotated[AppContext, Depends(get_context)]
+
+
+def get_settings(context: ContextDep) -> Settings:
+    return context.settings
+
+
+def get_cache(context: ContextDep) -> Cache:
+    return context.cache
+
+
+async def get_db(context: ContextDep) -> AsyncIterator[AsyncSession]:
+    """One transaction per request, committed before the response is sent (scope="function")."""
+    async with context.sessionmaker() as db:
+        try:
+            yield db
+        except BaseException:
+            await db.rollback()
+            raise
+        await commit(db)
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+CacheDep = Annotated[Cache, Depends(get_cache)]
+DbDep = Annotated[AsyncSession, Depends(get_db, scope="function")]

@@ -1,0 +1,245 @@
+"""The relational model of spec §2. Every row carries `tenant_id`, so the store can shard by it."""
+
+import uuid
+from datetime import datetime
+from typing import Any, ClassVar
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy import (
+    text as sql_text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR, UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        dict[str, Any]: JSONB,
+        list[str]: ARRAY(String),
+    }
+
+
+def _uuid_pk() -> Mapped[uuid.UUID]:
+    return mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
+
+
+def _created_at() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+
+
+def _tenant_fk() -> Mapped[uuid.UUID]:
+    return mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False)
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+    id: Mapped[uuid.UUID] = _uuid_pk()
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    settings: Mapped[dict[str, Any]] = mapped_column(server_default=sql_text("'{}'::jsonb"))
+    created_at: Mapped[datetime] = _created_at()
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+    id: Mapped[uuid.UUID] = _uuid_pk()
+    tenant_id: Mapped[uuid.UUID] = _tenant_fk()
+    key_prefix: Mapped[str] = mapped_column(String(16), index=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[list[str]] = mapped_column(server_default=sql_text("'{}'"))
+    created_at: Mapped[datetime] = _created_at()
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Session(Base):
+    __tablename__ = "sessions"
+    __table_args__ = (UniqueConstraint("tenant_id", "external_id"),)
+    id: Mapped[uuid.UUID] = _uuid_pk()
+    tenant_id: Mapped[uuid.UUID] = _tenant_fk()
+    external_id: Mapped[str] = mapped_column(String(128))
+    user_id: Mapped[str | None] = mapped_column(String(128))
+    config: Mapped[dict[str, Any]] = mapped_column(server_default=sql_text("'{}'::jsonb"))
+    metadata_: Mapped[dict[str, Any]] = mapped_column(
+        "metadata", server_default=sql_text("'{}'::jsonb")
+    )
+    last_seq: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    # Token counters of the layers, kept current on every write so no request re-tokenises history.
+    c0_tokens: Mapped[int | None] = mapped_column(Integer)
+    c1_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    c1_turns: Mapped[int] = mapped_column(Integer, server_default="0")
+    c2_tokens: Mapped[int] = mapped_column(Integer, server_default="0")
+    turn_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    chunk_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Hysteresis: an offload disarms the trigger until the ratio drops below θ again.
+    offload_armed: Mapped[bool] = mapped_column(Boolean, server_default=sql_text("true"))
+    last_offload_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _created_at()
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
+    )
+
+
+class Turn(Base):
+    __tablename__ = "turns"
+    __table_args__ = (
+        UniqueConstraint("session_id", "seq"),
+        Index(
+            "ix_turns_window", "session_id", "seq", postgresql_where=sql_text("chunk_id IS NULL")
+        ),
+    )
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[uuid.UUID] = _tenant_fk()
+    session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[str] = mapped_column(Text)
+    name: Mapped[str | None] = mapped_column(String(128))
+    tool_calls: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB(none_as_null=True))
+    tool_call_id: Mapped[str | None] = mapped_column(String(128))
+    metadata_: Mapped[dict[str, Any]] = mapped_column(
+        "metadata", server_default=sql_text("'{}'::jsonb")
+    )
+    token_count: Mapped[int] = mapped_column(Integer)
+    trusted: Mapped[bool] = mapped_column(Boolean, server_default=sql_text("true"))
+    created_at: Mapped[datetime] = _created_at()
+    chunk_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True), index=True)
+    forgotten_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class IdempotencyRecord(Base):
+    __tablename__ = "idempotency_keys"
+    tenant_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    session_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64))
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    response: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _created_at()
+
+
+class Chunk(Base):
+    __tablename__ = "chunks"
+    __table_args__ = (
+        Index("ix_chunks_session_range", "session_id", "turn_first"),
+        Index("ix_chunks_lexical", "lexical", postgresql_using="gin"),
+    )
+    id: Mapped[uuid.UUID] = _uuid_pk()
+    tenant_id: Mapped[uuid.UUID] = _tenant_fk()
+    session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    turn_first: Mapped[int] = mapped_column(BigInteger)
+    turn_last: Mapped[int] = mapped_column(BigInteger)
+    part: Mapped[int] = mapped_column(Integer, server_default="0")
+    parts: Mapped[int] = mapped_column(Integer, server_default="1")
+    overlap_tokens: Mapped[int] = mapped_column(Integer, server_default="0")
+    roles: Mapped[list[str]] = mapped_column(server_default=sql_text("'{}'"))
+    ts_first: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ts_last: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    raw_text: Mapped[str] = mapped_column(Text)
+    summary_hint: Mapped[str] = mapped_column(String(200), server_default="")
+    token_count: Mapped[int] = mapped_column(Integer)
+    # Term counts of the normalised text (CJK bigrams included): the BM25 arm's statistics.
+    term_counts: Mapped[dict[str, Any]] = mapped_column(server_default=sql_text("'{}'::jsonb"))
+    term_total: Mapped[int] = mapped_column(Integer, server_default="0")
+    lexical: Mapped[Any] = mapped_column(TSVECTOR)
+    embedding: Mapped[Any | None] = mapped_column(Vector())
+    embedding_model: Mapped[str | None] = mapped_column(String(64))
+    embed_attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    trusted: Mapped[bool] = mapped_column(Boolean, server_default=sql_text("true"))
+    status: Mapped[str] = mapped_column(String(16), server_default="active")
+    created_at: Mapped[datetime] = _created_at()
+
+
+class Scratchpad(Base):
+    __tablename__ = "scratchpads"
+    session_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    tenant_id: Mapped[uuid.UUID] = _tenant_fk()
+    version: Mapped[int] = mapped_column(Integer, server_default="0")
+    covers_until_seq: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    notes: Mapped[dict[str, Any]] = mapped_column(server_default=sql_text("'{}'::jsonb"))
+    token_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    generator: Mapped[str] = mapped_column(String(32), server_default="rules")
+    stale: Mapped[bool] = mapped_column(Boolean, server_default=sql_text("false"))
+    rebuild_pending: Mapped[bool] = mapped_column(Boolean, server_default=sql_text("false"))
+    dropped_items: Mapped[int] = mapped_column(Integer, server_default="0")
+    stale_writes: Mapped[int] = mapped_column(Integer, server_default="0")
+    updated_at: Mapped[datetime] = _created_at()
+
+
+class Memory(Base):
+    __tablename__ = "memories"
+    __table_args__ = (Index("ix_memories_scope", "tenant_id", "scope", "user_id", "session_id"),)
+    id: Mapped[uuid.UUID] = _uuid_pk()
+    tenant_id: Mapped[uuid.UUID] = _tenant_fk()
+    session_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE")
+    )
+    user_id: Mapped[str | None] = mapped_column(String(128))
+    scope: Mapped[str] = mapped_column(String(16))
+    key: Mapped[str | None] = mapped_column(String(128))
+    text: Mapped[str] = mapped_column(Text)
+    tags: Mapped[list[str]] = mapped_column(server_default=sql_text("'{}'"))
+    source: Mapped[str] = mapped_column(String(16))
+    trusted: Mapped[bool] = mapped_column(Boolean, server_default=sql_text("true"))
+    status: Mapped[str] = mapped_column(String(16), server_default="active")
+    version: Mapped[int] = mapped_column(Integer, server_default="1")
+    supersedes: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    lexical: Mapped[Any] = mapped_column(TSVECTOR)
+    created_at: Mapped[datetime] = _created_at()
+
+
+class OffloadEvent(Base):
+    __tablename__ = "offload_events"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[uuid.UUID] = _tenant_fk()
+    session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    trigger: Mapped[str] = mapped_column(String(16))
+    trigger_ratio: Mapped[float] = mapped_column(Float)
+    ratio_after: Mapped[float] = mapped_column(Float)
+    tokens_freed: Mapped[int] = mapped_column(Integer)
+    chunks_offloaded: Mapped[int] = mapped_column(Integer)
+    turn_first: Mapped[int] = mapped_column(BigInteger)
+    turn_last: Mapped[int] = mapped_column(BigInteger)
+    turns: Mapped[int] = mapped_column(Integer)
+    duration_ms: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = _created_at()
+
+
+class PromptBuild(Base):
+    __tablename__ = "prompt_builds"
+    id: Mapped[uuid.UUID] = _uuid_pk()
+    tenant_id: Mapped[uuid.UUID] = _tenant_fk()
+    session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    record: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _created_at()
+
+
+class EraseReceipt(Base):
+    __tablename__ = "erase_receipts"
+    id: Mapped[uuid.UUID] = _uuid_pk()
+    tenant_id: Mapped[uuid.UUID] = _tenant_fk()
+    # No foreign key: a receipt outlives the session it reports on.
+    session_external_id: Mapped[str] = mapped_column(String(128))
+    target: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    status: Mapped[str] = mapped_column(String(16), server_default="pending")
+    stores: Mapped[dict[str, Any]] = mapped_column(server_default=sql_text("'{}'::jsonb"))
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    requested_at: Mapped[datetime] = _created_at()
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

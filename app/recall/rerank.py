@@ -1,0 +1,238 @@
+"""Default deterministic reranker and the final top-k-within-budget selection.
+
+`feature_rerank` is used when no cross-encoder is configured (and its order is what a failed
+cross-encoder falls back from). score = Σ weight · feature, every feature in [0, 1]:
+
+- fused   (`FUSED_WEIGHT` 1.0): fused RRF score / best fused score. The retrieval evidence; the
+  scale every other weight is set against.
+- exact   (`EXACT_WEIGHT` 2.0): share of the query's IDs and quoted strings found verbatim
+  (case-insensitive) in the text. 2.0 exceeds the sum of all other weights (1.65), so a candidate
+  containing every exact key outranks any candidate containing none: an order number or a quoted
+  phrase found verbatim is almost certainly the turn asked about.
+- entity  (`ENTITY_WEIGHT` 0.3): share of the query's names and numbers found verbatim. Names are
+  extracted heuristically and numbers recur, so this only breaks near-ties.
+- cjk     (`CJK_WEIGHT` 0.3): share of the query's CJK bigrams present in the text. Chinese words
+  are mostly two characters; this restores word matching that unigram-heavy lexical scores blur.
+- recency (`RECENCY_WEIGHT` 0.05, half-life `RECENCY_HALF_LIFE_TURNS`): 0.5 ** (age / half-life).
+  Small on purpose: only a tiebreak between equally relevant fragments, preferring the newer
+  (more likely still valid) one.
+
+Pure: no I/O, no settings.
+"""
+
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from app.core.tokens import count_tokens
+from app.recall.rewrite import RewrittenQuery
+
+FUSED_WEIGHT = 1.0
+EXACT_WEIGHT = 2.0
+ENTITY_WEIGHT = 0.3
+CJK_WEIGHT = 0.3
+RECENCY_WEIGHT = 0.05
+RECENCY_HALF_LIFE_TURNS = 50.0
+DEFAULT_TOP_K = 5
+
+_CJK_RUN_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
+
+DropReason = Literal["in_window", "duplicate", "over_budget", "below_k"]
+
+
+@dataclass(frozen=True, slots=True)
+class RerankCandidate:
+    id: str
+    text: str
+    fused_score: float
+    fused_rank: int
+    turn_last: int
+    turn_first: int | None = None  # None: the candidate covers turn_last only
+
+    @property
+    def turn_range(self) -> tuple[int, int]:
+        first = self.turn_last if self.turn_first is None else self.turn_first
+        return (min(first, self.turn_last), max(first, self.turn_last))
+
+
+@dataclass(frozen=True, slots=True)
+class RerankFeatures:
+    fused: float
+    exact: float
+    entity: float
+    cjk: float
+    recency: float
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredCandidate:
+    candidate: RerankCandidate
+    score: float
+    features: RerankFeatures
+
+    @property
+    def id(self) -> str:
+        return self.candidate.id
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The chosen candidates (best first) and, in rank order, every one left out and why."""
+
+    selected: list[ScoredCandidate] = field(default_factory=list)
+    dropped: list[tuple[ScoredCandidate, DropReason]] = field(default_factory=list)
+    tokens: int = 0
+
+
+def _key_pattern(key: str) -> Callable[[str], bool]:
+    """Case-insensitive verbatim match; Latin/digit keys must not sit inside a longer word."""
+    needle = key.casefold()
+    if _CJK_RUN_RE.search(needle):
+        return lambda text: needle in text
+    rx = re.compile(rf"(?<![0-9a-z]){re.escape(needle)}(?![0-9a-z])")
+    return lambda text: rx.search(text) is not None
+
+
+def _matchers(keys: Sequence[str]) -> list[list[Callable[[str], bool]]]:
+    """Per key, its accepted forms: "#4521" also matches a bare 4521."""
+    out: list[list[Callable[[str], bool]]] = []
+    for key in keys:
+        variants = [key, key[1:]] if key.startswith("#") and len(key) > 1 else [key]
+        out.append([_key_pattern(v) for v in variants])
+    return out
+
+
+def _share_found(matchers: Sequence[Sequence[Callable[[str], bool]]], folded_text: str) -> float:
+    if not matchers:
+        return 0.0
+    found = sum(1 for forms in matchers if any(match(folded_text) for match in forms))
+    return found / len(matchers)
+
+
+def cjk_bigrams(text: str) -> set[str]:
+    return {run[i : i + 2] for run in _CJK_RUN_RE.findall(text) for i in range(len(run) - 1)}
+
+
+def recency(turn_last: int, now_seq: int, half_life: float = RECENCY_HALF_LIFE_TURNS) -> float:
+    age = max(0, now_seq - turn_last)
+    return float(0.5 ** (age / half_life)) if half_life > 0 else 0.0
+
+
+def feature_rerank(
+    query: RewrittenQuery,
+    candidates: Sequence[RerankCandidate],
+    now_seq: int,
+    *,
+    fused_weight: float = FUSED_WEIGHT,
+    exact_weight: float = EXACT_WEIGHT,
+    entity_weight: float = ENTITY_WEIGHT,
+    cjk_weight: float = CJK_WEIGHT,
+    recency_weight: float = RECENCY_WEIGHT,
+    half_life_turns: float = RECENCY_HALF_LIFE_TURNS,
+) -> list[ScoredCandidate]:
+    """Score candidates by fused score, exact-key, entity and CJK overlap, and recency; best first.
+
+    Ties keep fused order (fused_rank, then input order).
+    """
+    exact_keys = _matchers([*query.ids, *query.quoted])
+    entity_keys = _matchers([*query.entities, *query.numbers])
+    query_bigrams = cjk_bigrams(query.rewritten)
+    top_fused = max((c.fused_score for c in candidates), default=0.0)
+    scored: list[tuple[tuple[float, int, int], ScoredCandidate]] = []
+    for position, cand in enumerate(candidates):
+        folded = cand.text.casefold()
+        features = RerankFeatures(
+            fused=cand.fused_score / top_fused if top_fused > 0 else 0.0,
+            exact=_share_found(exact_keys, folded),
+            entity=_share_found(entity_keys, folded),
+            cjk=(
+                len(query_bigrams & cjk_bigrams(cand.text)) / len(query_bigrams)
+                if query_bigrams
+                else 0.0
+            ),
+            recency=recency(cand.turn_last, now_seq, half_life_turns),
+        )
+        score = (
+            fused_weight * features.fused
+            + exact_weight * features.exact
+            + entity_weight * features.entity
+            + cjk_weight * features.cjk
+            + recency_weight * features.recency
+        )
+        item = ScoredCandidate(candidate=cand, score=score, features=features)
+        scored.append(((-score, cand.fused_rank, position), item))
+    scored.sort(key=lambda pair: pair[0])
+    return [item for _, item in scored]
+
+
+def _in_window(turn_range: tuple[int, int], window_seqs: Collection[int]) -> bool:
+    first, last = turn_range
+    return bool(window_seqs) and all(seq in window_seqs for seq in range(first, last + 1))
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def select_within_budget(
+    scored: Sequence[ScoredCandidate],
+    k: int = DEFAULT_TOP_K,
+    budget_tokens: int | None = None,
+    token_counts: Mapping[str, int] | None = None,
+    *,
+    window_seqs: Collection[int] = frozenset(),
+    overlap_groups: Mapping[str, str] | None = None,
+) -> Selection:
+    """Take the best `k` candidates whose tokens fit `budget_tokens` together (None: no budget).
+
+    Walking `scored` in order, a candidate is dropped as
+    - "in_window": its whole turn range is already in C1 (`window_seqs`: seqs of the C1 turns);
+    - "duplicate": a kept candidate covers the same content: same `overlap_groups` key (e.g. the
+      pieces of one split turn), same normalised text, or a turn range inside a kept one's;
+    - "below_k": k candidates are already kept;
+    - "over_budget": it does not fit the tokens left; smaller ones further down are still tried.
+    Tokens come from `token_counts` (what injecting the fragment costs, framing included), else
+    `count_tokens(text)`.
+    """
+    groups = overlap_groups or {}
+    selected: list[ScoredCandidate] = []
+    dropped: list[tuple[ScoredCandidate, DropReason]] = []
+    used = 0
+    kept_groups: set[str] = set()
+    kept_texts: set[str] = set()
+    kept_ranges: list[tuple[int, int]] = []
+    for item in scored:
+        cand = item.candidate
+        first, last = cand.turn_range
+        group = groups.get(cand.id)
+        text_key = _normalised(cand.text)
+        if _in_window((first, last), window_seqs):
+            dropped.append((item, "in_window"))
+            continue
+        if (
+            (group is not None and group in kept_groups)
+            or text_key in kept_texts
+            or any(a <= first and last <= b for a, b in kept_ranges)
+        ):
+            dropped.append((item, "duplicate"))
+            continue
+        if len(selected) >= k:
+            dropped.append((item, "below_k"))
+            continue
+        cost = token_counts[cand.id] if token_counts and cand.id in token_counts else None
+        if cost is None:
+            cost = count_tokens(cand.text)
+        if budget_tokens is not None and used + cost > budget_tokens:
+            dropped.append((item, "over_budget"))
+            continue
+        selected.append(item)
+        used += cost
+        kept_texts.add(text_key)
+        kept_ranges.append((first, last))
+        if group is not None:
+            kept_groups.add(group)
+    return Selection(selected=selected, dropped=dropped, tokens=used)

@@ -1,0 +1,299 @@
+"""Query rewrite for recall: extract exact keys and resolve references to the last turns.
+
+Lexical and vector search only see the words of the query. "What was that order number again?"
+has no word that identifies the order; the turn before it does. When the query refers back
+(这个/那个/刚才/之前/上次/前面/它, it/that/this/earlier/before/last time/again) or is too
+short to search on (≤ `SHORT_QUERY_TERMS` content terms and no ID or quoted string), the most
+specific items of the last `CONTEXT_TURNS` turns are appended: IDs, quoted strings, names, numbers,
+then content words and CJK bigrams, at most `MAX_APPENDED_TERMS`. Otherwise rewritten == raw.
+Pure, regex-based; CJK names are only taken in honorific form (王先生) or as katakana runs.
+"""
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from app.core.text import ENGLISH_STOPWORDS, is_cjk, terms
+
+CONTEXT_TURNS = 2
+SHORT_QUERY_TERMS = 3
+MAX_APPENDED_TERMS = 12
+MAX_APPENDED_QUOTE_CHARS = 40
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_CJK_RUN_RE = re.compile(rf"[{_CJK}]+")
+_TRAILING_PUNCT = ".,;:!?)]}'\"。，；：！？）》」』"
+
+_URL_RE = re.compile(r"(?:https?://|www\.)[^\s<>\"'“”「」，。]+", re.IGNORECASE)
+_EMAIL_RE = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
+_HASH_ID_RE = re.compile(r"(?<![\w&])#\d{2,}(?!\d)")
+_KEYWORD_ID_RE = re.compile(
+    r"(?i)(?<![A-Za-z])(?:order|ticket|invoice|case|issue|bug|ref|reference|account|acct|tracking"
+    r"|booking|confirmation|reservation|policy|claim|transaction|txn|serial)"
+    r"\s*(?:no\.?|number|num|id|#)?\s*[:#]?\s*(\d{3,})(?!\d)"
+    r"|(?:订单|工单|单号|编号|票号|账号|账户|尾号|运单|流水号|卡号)号?(?:是|为)?[:：\s]*"
+    r"([A-Za-z0-9][A-Za-z0-9-]{2,})"
+)
+_TOKEN_RE = re.compile(r"(?<![A-Za-z0-9])[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*(?![A-Za-z0-9])")
+_NUMBER_WITH_UNIT_RE = re.compile(r"^\d+(?:\.\d+)?[a-z%]+$")
+_DIGIT_GROUPS_RE = re.compile(
+    r"(?<![\w-])\d{3,}(?:[- ]\d{3,})+(?![\w-])|(?<![\d.,])\d{6,}(?!\d|\.\d)"
+)
+_UNITS = (
+    r"%|percent|bn|kg|mg|lbs?|km|mi|miles?|cm|mm|ms|secs?|seconds?|mins?|minutes?|hrs?|hours?"
+    r"|days?|weeks?|months?|years?|yrs?|am|pm|gb|mb|kb|tb|usd|eur|gbp|cny|rmb|dollars?|euros?"
+    r"|yuan|tokens?|times|people|items?|pages?|[kmgshx]"
+)
+_CJK_UNITS = (
+    "小时|分钟|公里|公斤|千克|万元|亿元|美元|块钱|元|块|个|人|天|年|月|日|号|点|岁|次|万|亿|千|百"
+    "|米|斤|件|张|台|周|秒|分"
+)
+_NUMBER_RE = re.compile(
+    rf"(?:[$€£¥]\s?)?(?<![A-Za-z0-9.])\d+(?:[.,:/-]\d+)*"
+    rf"(?:\s?(?:{_UNITS})(?![A-Za-z])|\s?(?:{_CJK_UNITS}))?",
+    re.IGNORECASE,
+)
+_QUOTE_PAIRS = ('""', "“”", "‘’", "「」", "『』", "《》")
+_QUOTE_RES = (
+    *(re.compile(f"{o}([^{c}\\n]{{1,200}}){c}") for o, c in _QUOTE_PAIRS),
+    re.compile(r"(?<!\w)'([^'\n]{1,200}?)'(?!\w)"),
+)
+_NAME_RE = re.compile(r"(?<![A-Za-z0-9'’])[A-Z][A-Za-z'’]*(?: [A-Z][A-Za-z'’]*)*(?![A-Za-z0-9])")
+_SENTENCE_END = ".!?。！？:：\n"  # a colon ends a speaker label ("Caroline: Wow, ...")
+_CJK_NAME_RE = re.compile(
+    r"[\u4e00-\u9fff](?:先生|女士|小姐|老师|老板|经理|总监|教授|医生|同学|师傅|阿姨)|[\u30a1-\u30fa\u30fc]{2,}"
+)
+
+_ZH_ANAPHORA_RE = re.compile("[这那](?:个|些|件|种|款|次)|刚才|刚刚|之前|上次|前面|上面|先前|它")
+_EN_STRONG_RE = re.compile(
+    r"\b(?:earlier|before|last time|previous(?:ly)?|again|the one|the same|you said|you mentioned"
+    r"|we discussed|remind me)\b",
+    re.IGNORECASE,
+)
+_EN_WEAK_RE = re.compile(r"\b(?:it|that|this|those|these|them)\b", re.IGNORECASE)
+# Function characters that make a CJK bigram useless as a search term.
+_CJK_STOP_CHARS = frozenset(
+    "的了是在我你他她它们这那个吗呢吧啊呀和与就都也还说有要会能一不没很把被给对什么怎样用到得地着过去来上下又"
+)
+# Conversational words that are not stopwords but never identify what a turn was about.
+_GENERIC_WORDS = frozenset(
+    re.findall(
+        r"\w+",
+        "yes yeah yep ok okay oh wow hey hi hello sure thanks thank please also really well just"
+        " like know think said say says tell told ask asked get got make made let need want see go"
+        " going gonna one thing things something anything good great nice right maybe actually lot"
+        " much",
+    )
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RewrittenQuery:
+    raw: str
+    rewritten: str
+    entities: list[str] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    numbers: list[str] = field(default_factory=list)
+    quoted: list[str] = field(default_factory=list)
+    resolved_anaphora: bool = False
+    short_query: bool = False
+    appended: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Extracted:
+    ids: list[str]
+    numbers: list[str]
+    quoted: list[str]
+    names: list[str]
+
+
+def _dedupe(items: Sequence[str]) -> list[str]:
+    seen: set[str] = set()
+    out: list[str] = []
+    for item in items:
+        key = item.casefold()
+        if item and key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
+
+
+def _mask(text: str, start: int, end: int) -> str:
+    return text[:start] + " " * (end - start) + text[end:]
+
+
+def _sentence_start(text: str, pos: int) -> bool:
+    i = pos - 1
+    while i >= 0 and (text[i].isspace() or text[i] in "\"'“‘「(["):
+        i -= 1
+    return i < 0 or text[i] in _SENTENCE_END
+
+
+def _names(text: str) -> list[str]:
+    out: list[str] = []
+    for match in _NAME_RE.finditer(text):
+        words = match.group(0).split(" ")
+        if _sentence_start(text, match.start()):
+            words = words[1:]
+        words = [re.sub(r"['’]s?$", "", w) for w in words]
+        while words and (len(words[0]) < 2 or words[0].lower() in ENGLISH_STOPWORDS):
+            words = words[1:]
+        while words and (len(words[-1]) < 2 or words[-1].lower() in ENGLISH_STOPWORDS):
+            words = words[:-1]
+        if words and not (len(words) == 1 and words[0].lower() in _GENERIC_WORDS):
+            out.append(" ".join(words))
+    out.extend(m[0] for m in _CJK_NAME_RE.finditer(text) if m[0][0] not in _CJK_STOP_CHARS)
+    return out
+
+
+def _extract(text: str) -> _Extracted:
+    """IDs, numbers, quoted strings and names of `text`; IDs are masked before numbers and names."""
+    quoted = [q.strip() for rx in _QUOTE_RES for q in rx.findall(text) if q.strip()]
+    ids: list[tuple[int, str]] = []
+    work = text
+    for rx in (_URL_RE, _EMAIL_RE, _HASH_ID_RE):
+        for m in rx.finditer(work):
+            value = m.group(0).rstrip(_TRAILING_PUNCT)
+            ids.append((m.start(), value))
+            work = _mask(work, m.start(), m.start() + len(value))
+    for m in _KEYWORD_ID_RE.finditer(work):
+        group = 1 if m.group(1) else 2
+        ids.append((m.start(group), m.group(group)))
+        work = _mask(work, m.start(group), m.end(group))
+    for m in _TOKEN_RE.finditer(work):
+        token = m.group(0)  # letters and digits mixed, e.g. INV2024001, gpt-4o; not 100km
+        mixed = any(c.isalpha() for c in token) and any(c.isdigit() for c in token)
+        shaped = "-" in token or "_" in token or len(token) >= 4
+        if mixed and shaped and not _NUMBER_WITH_UNIT_RE.match(token.lower()):
+            ids.append((m.start(), token))
+            work = _mask(work, m.start(), m.end())
+    for m in _DIGIT_GROUPS_RE.finditer(work):
+        ids.append((m.start(), m.group(0)))
+        work = _mask(work, m.start(), m.end())
+    numbers: list[str] = []
+    for m in _NUMBER_RE.finditer(work):
+        numbers.append(m.group(0).strip())
+        work = _mask(work, m.start(), m.end())
+    return _Extracted(
+        ids=_dedupe([value for _, value in sorted(ids)]),
+        numbers=_dedupe(numbers),
+        quoted=_dedupe(quoted),
+        names=_dedupe(_names(work)),
+    )
+
+
+def content_term_count(text: str) -> int:
+    """Content words of `text`, with a CJK run counted as one word per two characters."""
+    words = sum(1 for term in terms(text) if not is_cjk(term))
+    return words + sum(max(1, len(run) // 2) for run in _CJK_RUN_RE.findall(text))
+
+
+def has_anaphora(query: str, *, has_exact_keys: bool) -> bool:
+    """Whether `query` refers back to earlier turns.
+
+    Strong markers (earlier, last time, 刚才, 上次 ...) always count. Bare pronouns (it, that, this)
+    are also used as conjunctions or point inside the query, so they count only when the query
+    has no ID or quoted string of its own.
+    """
+    if _ZH_ANAPHORA_RE.search(query) or _EN_STRONG_RE.search(query):
+        return True
+    return not has_exact_keys and bool(_EN_WEAK_RE.search(query))
+
+
+def _cjk_bigrams(text: str) -> list[str]:
+    pairs = (run[i : i + 2] for run in _CJK_RUN_RE.findall(text) for i in range(len(run) - 1))
+    return [pair for pair in pairs if not (set(pair) & _CJK_STOP_CHARS)]
+
+
+def _content_words(text: str) -> list[str]:
+    return [
+        t
+        for t in terms(text)
+        if len(t) >= 3
+        and not t.isdigit()
+        and t not in _GENERIC_WORDS
+        and not _CJK_RUN_RE.search(t)  # mixed tokens like "用redis缓存": bigrams cover the CJK part
+    ]
+
+
+def salient_terms(
+    recent_turns: Sequence[str],
+    *,
+    context_turns: int = CONTEXT_TURNS,
+    limit: int = MAX_APPENDED_TERMS,
+) -> tuple[list[str], list[str], list[str]]:
+    """(terms, ids, names) worth appending from the last `context_turns` turns, most specific first.
+
+    Order: IDs, short quoted strings, names, numbers, then content words and CJK bigrams by how
+    often they occur (the most recent turn wins ties).
+    """
+    turns = [t for t in recent_turns[-context_turns:] if t][::-1] if context_turns > 0 else []
+    extracted = [_extract(t) for t in turns]
+    ids = _dedupe([i for e in extracted for i in e.ids])
+    names = _dedupe([n for e in extracted for n in e.names])
+    quoted = [q for e in extracted for q in e.quoted if len(q) <= MAX_APPENDED_QUOTE_CHARS]
+    numbers = [n for e in extracted for n in e.numbers]
+    name_terms = {t for n in names for t in terms(n)}
+    words: Counter[str] = Counter()
+    for turn in turns:  # Counter keeps first-insertion order: most recent turn first
+        words.update(w for w in _content_words(turn) if w not in name_terms)
+        words.update(_cjk_bigrams(turn))
+    ranked_words = [w for w, _ in sorted(words.items(), key=lambda kv: -kv[1])]
+    ordered = _dedupe([*ids, *quoted, *names, *numbers, *ranked_words])
+    return ordered[:limit], ids, names
+
+
+def rewrite_query(
+    query: str,
+    recent_turns: Sequence[str],
+    *,
+    context_turns: int = CONTEXT_TURNS,
+    short_query_terms: int = SHORT_QUERY_TERMS,
+    max_appended: int = MAX_APPENDED_TERMS,
+) -> RewrittenQuery:
+    """Extract exact keys from `query` and append context from `recent_turns` when it refers back.
+
+    `recent_turns` is oldest first; only the last `context_turns` are read. IDs and names taken
+    from the context are added to `ids`/`entities` (they are what the query points at), numbers
+    and words only to the rewritten text.
+    """
+    own = _extract(query)
+    exact = bool(own.ids or own.quoted)
+    anaphora = has_anaphora(query, has_exact_keys=exact)
+    short = not exact and content_term_count(query) <= short_query_terms
+    base = RewrittenQuery(
+        raw=query,
+        rewritten=query,
+        entities=own.names,
+        ids=own.ids,
+        numbers=own.numbers,
+        quoted=own.quoted,
+    )
+    if not (anaphora or short):
+        return base
+    candidates, ctx_ids, ctx_names = salient_terms(
+        recent_turns, context_turns=context_turns, limit=max_appended * 2
+    )
+    query_terms = set(terms(query))
+    known = {x.casefold() for x in [*own.ids, *own.names, *own.numbers, *own.quoted]}
+    appended = [
+        c
+        for c in candidates
+        if c.casefold() not in known and not (set(terms(c)) <= query_terms and terms(c))
+    ][:max_appended]
+    if not appended:
+        return base
+    kept = {a.casefold() for a in appended}
+    return RewrittenQuery(
+        raw=query,
+        rewritten=" ".join(part for part in (query.rstrip(), *appended) if part),
+        entities=_dedupe([*own.names, *(n for n in ctx_names if n.casefold() in kept)]),
+        ids=_dedupe([*own.ids, *(i for i in ctx_ids if i.casefold() in kept)]),
+        numbers=own.numbers,
+        quoted=own.quoted,
+        resolved_anaphora=anaphora,
+        short_query=short and not anaphora,
+        appended=appended,
+    )

@@ -1,0 +1,29 @@
+"""Plain value types shared by the pure policy modules (no ORM, no I/O)."""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """One stored conversation turn as the policy code sees it.
+
+    `token_count` is the prompt cost of the turn as a message, framing included
+    (see `app.core.tokens.message_tokens`).
+    """
+
+    seq: int
+    role: str  # user | assistant | tool | system
+    content: str
+    token_count: int
+    created_at: datetime
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def trusted(self) -> bool:
+        """Tool output is data from outside the conversation: it stays labelled untrusted."""
+        return self.role != "tool"

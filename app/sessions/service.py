@@ -1,0 +1,390 @@
+"""Sessions and turns: append (watermark check, offload enqueue), list, configure, delete."""
+
+import base64
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.schemas import Caller
+from app.core.cache import Cache
+from app.core.config import Settings
+from app.core.db import after_commit
+from app.core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
+from app.core.tokens import REPLY_PRIMING_TOKENS, message_tokens
+from app.db.models import Session, Turn
+from app.jobs.queue import TaskName, enqueue
+from app.offload.policy import (
+    WatermarkConfig,
+    next_armed,
+    should_trigger,
+    usage_ratio,
+    watermark_level,
+)
+from app.sessions import repository
+from app.sessions.domain import TurnRecord
+from app.sessions.schemas import (
+    AppendedTurn,
+    AppendTurnsRequest,
+    AppendTurnsResponse,
+    SessionConfig,
+    SessionConfigUpdate,
+    SessionCounts,
+    SessionOut,
+    TurnOut,
+    TurnPage,
+    Usage,
+    Watermark,
+)
+
+CONFIG_FIELDS = tuple(SessionConfig.model_fields)
+
+
+def session_lock(session_pk: uuid.UUID) -> str:
+    """The procrastinate lock shared by all jobs of one session: they run one at a time."""
+    return f"session:{session_pk}"
+
+
+def effective_config(settings: Settings, session: Session) -> SessionConfig:
+    values = settings.session_defaults.model_dump(include=set(CONFIG_FIELDS))
+    values.update({k: v for k, v in session.config.items() if k in CONFIG_FIELDS})
+    return SessionConfig(**values)
+
+
+def watermark_config(config: SessionConfig) -> WatermarkConfig:
+    return WatermarkConfig(
+        context_limit=config.context_limit,
+        reserve_tokens=config.reserve_tokens,
+        trigger_ratio=config.trigger_ratio,
+        emergency_ratio=config.emergency_ratio,
+        target_ratio=config.target_ratio,
+        min_recent_turns=config.min_recent_turns,
+        min_recent_tokens=config.min_recent_tokens,
+    )
+
+
+def c0_tokens(settings: Settings, session: Session) -> int:
+    """The last system-prompt size build-prompt reported, else the configured assumption."""
+    if session.c0_tokens is not None:
+        return session.c0_tokens
+    return int(session.config.get("c0_tokens", settings.session_defaults.c0_tokens))
+
+
+def usage_of(settings: Settings, session: Session) -> tuple[Usage, Watermark, WatermarkConfig]:
+    wm = watermark_config(effective_config(settings, session))
+    c0 = c0_tokens(settings, session)
+    total = c0 + session.c1_tokens + session.c2_tokens + REPLY_PRIMING_TOKENS
+    ratio = usage_ratio(total, wm)
+    usage = Usage(
+        c0=c0, c1=session.c1_tokens, c2=session.c2_tokens, total=total, limit=wm.available
+    )
+    return usage, Watermark(ratio=round(ratio, 4), level=watermark_level(ratio, wm)), wm
+
+
+def to_record(turn: Turn) -> TurnRecord:
+    return TurnRecord(
+        seq=turn.seq,
+        role=turn.role,
+        content=turn.content,
+        token_count=turn.token_count,
+        created_at=turn.created_at,
+        name=turn.name,
+        tool_calls=turn.tool_calls,
+        tool_call_id=turn.tool_call_id,
+        metadata=turn.metadata_,
+    )
+
+
+def _validate_batch(request: AppendTurnsRequest, settings: Settings) -> list[str]:
+    """Checks that need no database. Returns tool_call_ids answered by an earlier stored turn."""
+    if len(request.turns) > settings.limits.max_turns_per_request:
+        raise PayloadTooLarge(
+            f"at most {settings.limits.max_turns_per_request} turns per request",
+            field="turns",
+        )
+    issued: set[str] = set()
+    from_history: list[str] = []
+    for i, turn in enumerate(request.turns):
+        size = len((turn.content or "").encode())
+        if size > settings.limits.max_turn_bytes:
+            raise PayloadTooLarge(
+                f"turn content is {size} bytes; the limit is {settings.limits.max_turn_bytes}",
+                field=f"turns[{i}].content",
+            )
+        if turn.role == "tool":
+            if not turn.tool_call_id:
+                err = InvalidInput(
+                    "a tool turn needs the tool_call_id it answers",
+                    field=f"turns[{i}].tool_call_id",
+                )
+                err.code = "missing_tool_call_id"
+                raise err
+            if turn.tool_call_id not in issued:
+                from_history.append(turn.tool_call_id)
+        elif turn.tool_call_id:
+            raise InvalidInput(
+                "only tool turns carry a tool_call_id", field=f"turns[{i}].tool_call_id"
+            )
+        if turn.tool_calls:
+            if turn.role != "assistant":
+                raise InvalidInput(
+                    "only assistant turns carry tool_calls", field=f"turns[{i}].tool_calls"
+                )
+            issued.update(call.id for call in turn.tool_calls)
+        if turn.content is None and not turn.tool_calls:
+            raise InvalidInput("content is required", field=f"turns[{i}].content")
+    return from_history
+
+
+def _request_hash(request: AppendTurnsRequest) -> str:
+    payload = json.dumps(request.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+@dataclass
+class AppendOutcome:
+    response: AppendTurnsResponse
+    replayed: bool
+
+
+async def append_turns(
+    db: AsyncSession,
+    caller: Caller,
+    settings: Settings,
+    cache: Cache,
+    session_id: str,
+    request: AppendTurnsRequest,
+    idempotency_key: str | None,
+) -> AppendOutcome:
+    answered_earlier = _validate_batch(request, settings)
+    session = await repository.lock_or_create_session(db, caller.tenant_id, session_id)
+
+    if idempotency_key is not None:
+        earlier = await repository.claim_idempotency_key(
+            db, caller.tenant_id, session.id, idempotency_key, _request_hash(request)
+        )
+        if earlier is not None:
+            if earlier.request_hash != _request_hash(request) or earlier.response is None:
+                raise Conflict(
+                    "this Idempotency-Key was used for a different request",
+                    field="Idempotency-Key",
+                )
+            return AppendOutcome(AppendTurnsResponse.model_validate(earlier.response), True)
+
+    if answered_earlier:
+        known = await repository.known_tool_call_ids(db, session.id, answered_earlier)
+        for i, turn in enumerate(request.turns):
+            if turn.role == "tool" and turn.tool_call_id in set(answered_earlier) - known:
+                err = InvalidInput(
+                    f"no assistant turn issued tool call {turn.tool_call_id!r}",
+                    field=f"turns[{i}].tool_call_id",
+                )
+                err.code = "unknown_tool_call"
+                raise err
+
+    rows: list[dict[str, Any]] = []
+    for offset, turn in enumerate(request.turns, start=1):
+        tool_calls = (
+            [c.model_dump(mode="json") for c in turn.tool_calls] if turn.tool_calls else None
+        )
+        content = turn.content or ""
+        rows.append(
+            {
+                "tenant_id": caller.tenant_id,
+                "session_id": session.id,
+                "seq": session.last_seq + offset,
+                "role": turn.role,
+                "content": content,
+                "name": turn.name,
+                "tool_calls": tool_calls,
+                "tool_call_id": turn.tool_call_id,
+                "metadata_": turn.metadata or {},
+                "token_count": message_tokens(
+                    turn.role, content, turn.name, tool_calls, turn.tool_call_id
+                ),
+                "trusted": turn.role != "tool",
+            }
+        )
+    stored = await repository.insert_turns(db, rows)
+    added_tokens = sum(r["token_count"] for r in rows)
+    session.last_seq += len(rows)
+    session.c1_tokens += added_tokens
+    session.c1_turns += len(rows)
+    session.turn_count += len(rows)
+
+    usage, watermark, wm = usage_of(settings, session)
+    fired = should_trigger(watermark.ratio, session.offload_armed, wm)
+    enqueued = False
+    if fired:
+        enqueued = await enqueue(
+            db,
+            TaskName.OFFLOAD,
+            {"session_pk": str(session.id), "trigger": "watermark"},
+            lock=session_lock(session.id),
+            queueing_lock=f"offload:{session.id}",
+        )
+    armed = next_armed(watermark.ratio, session.offload_armed, fired, wm)
+    await repository.update_session(
+        db,
+        session.id,
+        last_seq=session.last_seq,
+        c1_tokens=session.c1_tokens,
+        c1_turns=session.c1_turns,
+        turn_count=session.turn_count,
+        offload_armed=armed,
+    )
+    response = AppendTurnsResponse(
+        turns=[
+            AppendedTurn(seq=t.seq, role=t.role, token_count=t.token_count, created_at=t.created_at)  # type: ignore[arg-type]
+            for t in sorted(stored, key=lambda t: t.seq)
+        ],
+        usage=usage,
+        watermark=watermark,
+        offload_enqueued=enqueued,
+    )
+    if idempotency_key is not None:
+        await repository.store_idempotent_response(
+            db, caller.tenant_id, session.id, idempotency_key, 201, response.model_dump(mode="json")
+        )
+    invalidate_session_cache(db, cache, caller, session_id)
+    return AppendOutcome(response, False)
+
+
+def session_cache_key(cache: Cache, caller: Caller, session_id: str) -> str:
+    return cache.key("session", caller.tenant_id, session_id)
+
+
+def invalidate_session_cache(
+    db: AsyncSession, cache: Cache, caller: Caller, session_id: str
+) -> None:
+    key = session_cache_key(cache, caller, session_id)
+
+    async def _drop() -> None:
+        await cache.delete(key)
+
+    after_commit(db, _drop)
+
+
+async def require_session(db: AsyncSession, caller: Caller, session_id: str) -> Session:
+    session = await repository.get_session(db, caller.tenant_id, session_id)
+    if session is None:
+        raise NotFound(f"session {session_id!r} not found", field="session_id")
+    return session
+
+
+def encode_cursor(seq: int) -> str:
+    return base64.urlsafe_b64encode(f"seq:{seq}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        kind, _, value = raw.partition(":")
+        if kind != "seq":
+            raise ValueError(kind)
+        return int(value)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidInput("malformed cursor", field="cursor") from exc
+
+
+async def list_turns(
+    db: AsyncSession,
+    caller: Caller,
+    session_id: str,
+    *,
+    limit: int,
+    cursor: str | None,
+    since_seq: int | None,
+    role: str | None,
+) -> TurnPage:
+    session = await require_session(db, caller, session_id)
+    after = decode_cursor(cursor) if cursor else (since_seq or 0)
+    turns = await repository.list_turns(db, session.id, after_seq=after, limit=limit + 1, role=role)
+    page = turns[:limit]
+    return TurnPage(
+        turns=[
+            TurnOut(
+                seq=t.seq,
+                role=t.role,  # type: ignore[arg-type]
+                content=t.content,
+                name=t.name,
+                tool_calls=t.tool_calls,
+                tool_call_id=t.tool_call_id,
+                metadata=t.metadata_,
+                token_count=t.token_count,
+                created_at=t.created_at,
+                chunk_id=str(t.chunk_id) if t.chunk_id else None,
+            )
+            for t in page
+        ],
+        next_cursor=encode_cursor(page[-1].seq) if len(turns) > limit else None,
+    )
+
+
+async def session_view(
+    db: AsyncSession, caller: Caller, settings: Settings, cache: Cache, session_id: str
+) -> SessionOut:
+    key = session_cache_key(cache, caller, session_id)
+    cached = await cache.get_json(key)
+    if cached is not None:
+        return SessionOut.model_validate(cached)
+    session = await require_session(db, caller, session_id)
+    view = await _build_view(db, settings, session)
+    await cache.set_json(key, view.model_dump(mode="json"))
+    return view
+
+
+async def _build_view(db: AsyncSession, settings: Settings, session: Session) -> SessionOut:
+    usage, watermark, _ = usage_of(settings, session)
+    return SessionOut(
+        **effective_config(settings, session).model_dump(),
+        session_id=session.external_id,
+        user_id=session.user_id,
+        metadata=session.metadata_,
+        usage=usage,
+        watermark=watermark,
+        counts=SessionCounts(
+            turns=session.turn_count,
+            chunks=await repository.count_chunks(db, session.id),
+            memories=await repository.count_memories(db, session),
+        ),
+        last_offload_at=session.last_offload_at,
+        created_at=session.created_at,
+    )
+
+
+async def update_session(
+    db: AsyncSession,
+    caller: Caller,
+    settings: Settings,
+    cache: Cache,
+    session_id: str,
+    update: SessionConfigUpdate,
+) -> SessionOut:
+    session = await repository.lock_or_create_session(db, caller.tenant_id, session_id)
+    changes = update.model_dump(exclude_none=True)
+    config = dict(session.config)
+    config.update({k: v for k, v in changes.items() if k in CONFIG_FIELDS or k == "c0_tokens"})
+    session.config = config
+    try:
+        watermark_config(effective_config(settings, session))
+    except ValueError as exc:
+        raise InvalidInput(str(exc), field="config") from exc
+    values: dict[str, Any] = {"config": config}
+    if "user_id" in changes:
+        values["user_id"] = session.user_id = changes["user_id"]
+    if "metadata" in changes:
+        values["metadata_"] = session.metadata_ = changes["metadata"]
+    await repository.update_session(db, session.id, **values)
+    invalidate_session_cache(db, cache, caller, session_id)
+    await db.refresh(session)
+    return await _build_view(db, settings, session)
+
+
+async def delete_session(db: AsyncSession, caller: Caller, cache: Cache, session_id: str) -> None:
+    session = await require_session(db, caller, session_id)
+    await repository.delete_session(db, session.id)
+    invalidate_session_cache(db, cache, caller, session_id)

@@ -1,0 +1,31 @@
+"""Alembic environment: runs migrations over the async engine of the configured database."""
+
+import asyncio
+
+from alembic import context
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from app.core.config import to_sqlalchemy_url
+from app.db.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def _run(connection: Connection) -> None:
+    context.configure(connection=connection, target_metadata=target_metadata)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def _run_async() -> None:
+    engine = create_async_engine(to_sqlalchemy_url(config.get_main_option("sqlalchemy.url") or ""))
+    async with engine.connect() as connection:
+        await connection.run_sync(_run)
+    await engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline SQL generation is not supported; run `contextd migrate`")
+asyncio.run(_run_async())

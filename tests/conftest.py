@@ -1,0 +1,81 @@
+"""Session-wide real services: embedded PostgreSQL+pgvector and Valkey, migrated once.
+
+Tests are isolated by tenant: each test gets a fresh tenant and API key, so tests can run in any
+order against the one database.
+"""
+
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from app.auth.schemas import ALL_SCOPES, DEFAULT_SCOPES
+from app.auth.service import create_key
+from app.core.config import Settings, load_settings, to_sqlalchemy_url
+from app.core.db import create_sessionmaker, unit_of_work
+from app.core.migrate import upgrade
+from app.embedded import EmbeddedStack
+from tests.support.server import RunningServer, run_server
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[EmbeddedStack]:
+    with tempfile.TemporaryDirectory(prefix="contextd-test-") as tmp:
+        started = EmbeddedStack(Path(tmp), persist=False).start()
+        upgrade(started.database_url)
+        try:
+            yield started
+        finally:
+            started.stop()
+
+
+@pytest.fixture(scope="session")
+def settings(stack: EmbeddedStack) -> Settings:
+    return load_settings(database_url=stack.database_url, redis_url=stack.redis_url)
+
+
+@pytest.fixture(scope="session")
+def server(settings: Settings) -> Iterator[RunningServer]:
+    with run_server(settings) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+async def engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
+    engine = create_async_engine(to_sqlalchemy_url(settings.database_url or ""))
+    yield engine
+    await engine.dispose()
+
+
+async def new_key(engine: AsyncEngine, tenant: str, scopes: list[str]) -> str:
+    async with unit_of_work(create_sessionmaker(engine)) as db:
+        key, _ = await create_key(db, tenant, scopes)
+    return key
+
+
+@pytest.fixture
+def tenant_name() -> str:
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def api_key(engine: AsyncEngine, tenant_name: str) -> str:
+    return await new_key(engine, tenant_name, [s.value for s in DEFAULT_SCOPES])
+
+
+@pytest.fixture
+async def admin_key(engine: AsyncEngine, tenant_name: str) -> str:
+    """A key of the same tenant with every scope (memory:offload, memory:forget)."""
+    return await new_key(engine, tenant_name, [s.value for s in ALL_SCOPES])
+
+
+@pytest.fixture
+async def client(server: RunningServer, api_key: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(
+        base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30
+    ) as http:
+        yield http

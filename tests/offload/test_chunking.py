@@ -1,0 +1,203 @@
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.core.tokens import count_tokens, message_tokens
+from app.offload.chunking import (
+    ChunkDraft,
+    ChunkingConfig,
+    chunk_turns,
+    render_turn,
+    summary_hint,
+    turn_body,
+)
+from app.offload.policy import atomic_units
+from app.sessions.domain import TurnRecord
+
+T0 = datetime(2024, 5, 1, tzinfo=UTC)
+CFG = ChunkingConfig()
+
+# fmt: off
+EN_WORDS = [
+    "the", "invoice", "ORD-4471", "was", "shipped", "to", "Berlin", "alice@example.com", "refund",
+    "Paris", "budget", "42", "deploy", "server", "cache", "latency", "Docker", "meeting", "Tuesday",
+    ".", "!", "?", ",", "\n", "\n\n",
+]
+ZH_WORDS = [
+    "我们", "决定", "采用", "方案", "预算", "不超过", "五万", "。", "！", "？", "；", "\n\n",
+]
+# fmt: on
+
+
+def make(seq: int, content: str, role: str = "user", seconds: int = 0, **kw: object) -> TurnRecord:
+    tool_calls = kw.get("tool_calls")
+    tokens = message_tokens(role, content, kw.get("name"), tool_calls, kw.get("tool_call_id"))  # type: ignore[arg-type]
+    return TurnRecord(seq, role, content, tokens, T0 + timedelta(seconds=seconds), **kw)  # type: ignore[arg-type]
+
+
+def body_of_piece(chunk: ChunkDraft) -> str:
+    body = chunk.raw_text.split("\n", 1)[1]
+    assert body.startswith(chunk.overlap_prefix)
+    return body[len(chunk.overlap_prefix) :]
+
+
+@st.composite
+def texts(draw: st.DrawFn) -> str:
+    vocab = draw(st.sampled_from([EN_WORDS, ZH_WORDS, EN_WORDS + ZH_WORDS]))
+    size = draw(st.sampled_from([(0, 3), (1, 40), (30, 150), (100, 500)]))
+    words = draw(st.lists(st.sampled_from(vocab), min_size=size[0], max_size=size[1]))
+    sep = "" if vocab is ZH_WORDS else " "
+    return sep.join(words) + draw(st.sampled_from(["", " ", "\n"]))
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[TurnRecord]:
+    turns: list[TurnRecord] = []
+    clock = 0
+    for _ in range(draw(st.integers(0, 25))):
+        clock += draw(st.sampled_from([0, 5, 60, 600, 2000, 7200]))
+        seq = len(turns)
+        if draw(st.integers(0, 4)) == 0:
+            ids = [f"call_{seq}_{k}" for k in range(draw(st.integers(1, 2)))]
+            calls = [{"id": i, "type": "function", "function": {"name": "lookup"}} for i in ids]
+            turns.append(make(seq, draw(texts()), "assistant", clock, tool_calls=calls))
+            for cid in ids:
+                turns.append(make(len(turns), draw(texts()), "tool", clock, tool_call_id=cid))
+        else:
+            role = draw(st.sampled_from(["user", "assistant", "system", "tool"]))
+            name = draw(st.sampled_from([None, None, "bob"]))
+            turns.append(make(seq, draw(texts()), role, clock, name=name))
+    return turns
+
+
+@settings(max_examples=150, deadline=None)
+@given(turns=conversations(), overlap=st.sampled_from([0, 20]))
+def test_chunking_properties(turns: list[TurnRecord], overlap: int) -> None:
+    cfg = ChunkingConfig(split_overlap_tokens=overlap)
+    chunks = chunk_turns(turns, cfg)
+    by_seq = {t.seq: t for t in turns}
+    # In order, non-overlapping, every turn covered once (or by its pieces, numbered 1..n).
+    covered: list[int] = []
+    for c in chunks:
+        seqs = list(range(c.turn_first, c.turn_last + 1))
+        if c.is_piece:
+            assert c.turn_first == c.turn_last
+            if c.part > 1:
+                continue
+        covered.extend(seqs)
+    assert covered == [t.seq for t in turns]
+    for a, b in pairwise(chunks):
+        assert a.turn_last < b.turn_first or (a.turn_first == b.turn_first and b.part == a.part + 1)
+    for i, c in enumerate(chunks):
+        members = [by_seq[s] for s in range(c.turn_first, c.turn_last + 1)]
+        assert c.roles == tuple(sorted({t.role for t in members}))
+        assert c.trusted == all(t.role != "tool" for t in members)
+        assert c.token_count == count_tokens(c.raw_text) <= cfg.max_tokens
+        assert len(c.summary_hint) <= 80
+        # Undersized only at the end, before a time gap, when the next unit did not fit, or a piece.
+        if c.token_count < cfg.min_tokens and i + 1 < len(chunks) and not c.is_piece:
+            nxt = chunks[i + 1]
+            gap = (nxt.ts_first - c.ts_last).total_seconds() > cfg.time_gap_seconds
+            assert gap or nxt.is_piece or c.token_count + nxt.token_count + 2 > cfg.max_tokens
+        if not c.is_piece:
+            for t in members:
+                assert t.content in c.raw_text
+    # Split turns: pieces minus overlaps give back the body verbatim.
+    for seq, turn in by_seq.items():
+        pieces = [c for c in chunks if c.is_piece and c.turn_first == seq]
+        if pieces:
+            assert [p.part for p in pieces] == list(range(1, pieces[0].parts + 1))
+            assert "".join(body_of_piece(p) for p in pieces) == turn_body(turn)
+            assert all(p.overlap_prefix == "" for p in pieces[:1])
+    # Tool groups share a chunk unless the group alone exceeds max_tokens.
+    home = {
+        c.turn_first + k: n
+        for n, c in enumerate(chunks)
+        for k in range(c.turn_last - c.turn_first + 1)
+    }
+    for unit in atomic_units(turns):
+        group = [turns[i] for i in unit]
+        if len({home[t.seq] for t in group}) > 1:
+            assert count_tokens("\n".join(render_turn(t) for t in group)) > cfg.max_tokens
+
+
+def test_render_labels_and_verbatim_content() -> None:
+    calls = [{"id": "c1", "type": "function", "function": {"name": "get", "arguments": "{}"}}]
+    turns = [
+        make(0, "hi there", "user"),
+        make(1, "", "assistant", tool_calls=calls),
+        make(2, '{"ok": true}', "tool", tool_call_id="c1"),
+        make(3, "done", "assistant", name="helper"),
+    ]
+    [chunk] = chunk_turns(turns)
+    assert chunk.raw_text.splitlines() == [
+        "user: hi there",
+        "assistant → tool_calls: "
+        '[{"function":{"arguments":"{}","name":"get"},"id":"c1","type":"function"}]',
+        'tool[c1]: {"ok": true}',
+        "assistant (helper): done",
+    ]
+    assert not chunk.trusted
+    assert chunk.roles == ("assistant", "tool", "user")
+
+
+def test_time_gap_breaks_even_below_min() -> None:
+    turns = [make(0, "short note about Berlin"), make(1, "and Berlin again", seconds=3600)]
+    assert [(c.turn_first, c.turn_last) for c in chunk_turns(turns)] == [(0, 0), (1, 1)]
+
+
+def test_topic_shift_breaks_only_after_min_tokens() -> None:
+    cache = "the cache latency on the deploy server is too high, cache misses on deploy " * 5
+    turns = [
+        make(0, cache),
+        make(1, "cache latency fixed by warming the deploy cache server"),
+        make(2, "Separately, my grandmother bakes wonderful apple pies every autumn."),
+    ]
+    chunks = chunk_turns(turns)
+    assert [(c.turn_first, c.turn_last) for c in chunks] == [(0, 1), (2, 2)]
+    # Below min tokens an unrelated turn still joins the chunk.
+    assert len(chunk_turns([make(0, "cache latency"), turns[2]])) == 1
+
+
+def test_long_chinese_turn_splits_on_sentence_ends_with_marked_overlap() -> None:
+    text = "".join(f"第{i}个决定是采用方案{i}并且预算不超过{i}万元。" for i in range(60))
+    chunks = chunk_turns([make(7, text, "assistant")])
+    assert len(chunks) > 1 and {c.parts for c in chunks} == {len(chunks)}
+    assert all(c.turn_first == c.turn_last == 7 for c in chunks)
+    assert all(body_of_piece(c).endswith("。") for c in chunks)
+    assert all(c.overlap_prefix and text.find(c.overlap_prefix) >= 0 for c in chunks[1:])
+    assert "".join(body_of_piece(c) for c in chunks) == text
+    assert all(c.token_count <= CFG.max_tokens for c in chunks)
+
+
+def test_unbroken_text_is_hard_cut() -> None:
+    text = "x" * 5000
+    chunks = chunk_turns([make(0, text)])
+    assert "".join(body_of_piece(c) for c in chunks) == text
+    assert all(c.token_count <= CFG.max_tokens for c in chunks)
+
+
+def test_summary_hint_prefers_ids_then_first_clause() -> None:
+    assert summary_hint([make(0, "Refund ORD-991 for bob@x.io, ship to Berlin.")]) == (
+        "ORD-991, bob@x.io, Berlin"
+    )
+    assert summary_hint([make(0, "我们决定用方案B，预算不超过五万。")]) == "我们决定用方案B"
+    assert len(summary_hint([make(0, "word " * 100)])) <= 80
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"min_tokens": 0}, "min_tokens"),
+        ({"min_tokens": 200}, "min_tokens"),
+        ({"split_overlap_tokens": 100}, "split_overlap_tokens"),
+        ({"time_gap_seconds": 0}, "time_gap_seconds"),
+        ({"topic_shift_threshold": 1.5}, "topic_shift_threshold"),
+    ],
+)
+def test_config_validation(kwargs: dict[str, float], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        ChunkingConfig(**kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,117 @@
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from app.recall.bm25 import K1, B, BM25Index, bm25_rank, idf
+
+DOCS = [
+    ("d1", ["apple", "banana", "apple"]),
+    ("d2", ["banana", "cherry"]),
+    ("d3", ["cherry", "date", "egg", "fig"]),
+]
+
+
+def test_defaults_match_measured_configuration():
+    assert (K1, B) == (1.2, 0.75)
+
+
+def test_idf_formula():
+    assert idf(3, 1) == pytest.approx(math.log(1 + 2.5 / 1.5))
+    assert idf(10, 10) > 0  # never negative, unlike classic Robertson idf
+
+
+def test_hand_computed_scores_on_three_docs():
+    index = BM25Index(DOCS)
+    assert index.avgdl == pytest.approx(3.0)
+    # apple: df 1, d1 tf 2, dl 3 = avgdl -> weight 2 * 2.2 / (2 + 1.2)
+    [(doc_id, score)] = index.score(["apple"])
+    assert doc_id == "d1"
+    assert score == pytest.approx(math.log(8 / 3) * 4.4 / 3.2)
+
+    ranked = dict(index.score(["banana", "cherry"]))
+    idf_2 = math.log(1 + 1.5 / 2.5)  # df 2 of 3
+    assert ranked["d2"] == pytest.approx(2 * idf_2 * 2.2 / (1 + 1.2 * (0.25 + 0.75 * 2 / 3)))
+    assert ranked["d1"] == pytest.approx(idf_2 * 2.2 / (1 + 1.2))
+    assert ranked["d3"] == pytest.approx(idf_2 * 2.2 / (1 + 1.2 * (0.25 + 0.75 * 4 / 3)))
+    assert [d for d, _ in index.score(["banana", "cherry"])] == ["d2", "d1", "d3"]
+
+
+def test_zero_scores_excluded_and_unknown_terms_ignored():
+    index = BM25Index(DOCS)
+    assert index.score(["zebra"]) == []
+    assert [d for d, _ in index.score(["fig", "zebra"])] == ["d3"]
+    assert BM25Index([]).score(["apple"]) == []
+
+
+def test_repeated_query_term_counts_twice():
+    index = BM25Index(DOCS)
+    once = dict(index.score(["apple"]))["d1"]
+    assert dict(index.score(["apple", "apple"]))["d1"] == pytest.approx(2 * once)
+
+
+def test_top_n_and_tie_order():
+    index = BM25Index([("a", ["x"]), ("b", ["x"]), ("c", ["x"]), ("d", ["y"])])
+    assert [d for d, _ in index.score(["x"])] == ["a", "b", "c"]
+    assert [d for d, _ in index.score(["x"], top_n=2)] == ["a", "b"]
+    assert index.score(["x"], top_n=0) == []
+
+
+def test_from_term_counts_equals_term_lists():
+    by_lists = BM25Index(DOCS).score(["banana", "cherry", "apple"])
+    by_counts = BM25Index.from_term_counts([(d, Counter(t)) for d, t in DOCS]).score(
+        ["banana", "cherry", "apple"]
+    )
+    assert [d for d, _ in by_counts] == [d for d, _ in by_lists]
+    assert [s for _, s in by_counts] == pytest.approx([s for _, s in by_lists])
+
+
+def test_duplicate_ids_rejected():
+    with pytest.raises(ValueError):
+        BM25Index([("a", ["x"]), ("a", ["y"])])
+
+
+def test_english_corpus_ranks_right_doc_first():
+    docs = [
+        ("t1", "We booked the flight to Lisbon for the conference in May."),
+        ("t2", "My order AB-12345 was delayed; the courier lost the parcel."),
+        ("t3", "The cat knocked the plant over again this morning."),
+        ("t4", "Let's review the database migration plan before Friday."),
+    ]
+    assert bm25_rank("what happened to the parcel from my order?", docs)[0][0] == "t2"
+    assert bm25_rank("when is the Lisbon conference", docs)[0][0] == "t1"
+    assert bm25_rank("AB-12345", docs)[0][0] == "t2"
+
+
+def test_chinese_corpus_ranks_right_doc_first():
+    docs = [
+        ("z1", "我们决定用Redis做缓存方案，过期时间设为十分钟。"),
+        ("z2", "明天下午三点在会议室讨论季度预算。"),
+        ("z3", "我的猫最近不爱吃饭，可能需要去看兽医。"),
+        ("z4", "数据库迁移计划推迟到下周。"),
+    ]
+    assert bm25_rank("缓存方案的过期时间是多少", docs)[0][0] == "z1"
+    assert bm25_rank("预算会议几点", docs)[0][0] == "z2"
+    assert bm25_rank("猫不吃饭怎么办", docs)[0][0] == "z3"
+
+
+def test_scoring_5000_docs_is_fast():
+    rng = random.Random(7)
+    vocab = [f"w{i}" for i in range(20_000)]
+    weights = [1 / (i + 1) for i in range(len(vocab))]  # Zipf-like
+    docs = [(f"d{i}", rng.choices(vocab, weights, k=100)) for i in range(5_000)]
+    index = BM25Index(docs)
+    query = [*rng.sample(vocab[:50], 4), *rng.sample(vocab[50:2000], 6)]
+    best = min(_timed(lambda: index.score(query, top_n=30)) for _ in range(5))
+    assert best < 0.010  # generous CI margin; benchmarks/bm25_speed.py has the real figures
+    assert len(index.score(query, top_n=30)) == 30
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start

@@ -1,0 +1,120 @@
+from app.core.tokens import count_tokens
+from app.recall.rerank import (
+    RerankCandidate,
+    ScoredCandidate,
+    feature_rerank,
+    recency,
+    select_within_budget,
+)
+from app.recall.rewrite import RewrittenQuery, rewrite_query
+
+
+def _cand(cid: str, text: str, rank: int, turn: int, first: int | None = None) -> RerankCandidate:
+    return RerankCandidate(
+        id=cid, text=text, fused_score=1 / (60 + rank), fused_rank=rank, turn_last=turn,
+        turn_first=first,
+    )  # fmt: skip
+
+
+def _query(raw: str, **kw: list[str]) -> RewrittenQuery:
+    return RewrittenQuery(raw=raw, rewritten=raw, **kw)  # type: ignore[arg-type]
+
+
+def test_exact_id_match_goes_first():
+    query = rewrite_query("status of ab-12345?", [])
+    assert query.ids == ["ab-12345"]
+    cands = [
+        _cand("c1", "Status update: the order status page is down, status unknown.", 1, 90),
+        _cand("c2", "Order AB-12345 shipped on Monday.", 7, 10),
+        _cand("c3", "Order AB-123456 is a different one.", 2, 95),
+    ]
+    ranked = feature_rerank(query, cands, now_seq=100)
+    assert ranked[0].id == "c2"
+    assert ranked[0].features.exact == 1.0
+    assert next(s for s in ranked if s.id == "c3").features.exact == 0.0  # no partial-token match
+
+
+def test_hash_id_matches_bare_number_and_quoted_strings_count():
+    query = _query("ticket", ids=["#4521"], quoted=["blue banana"])
+    cands = [_cand("a", "ticket 4521 about the Blue Banana bar", 3, 1), _cand("b", "ticket", 1, 1)]
+    ranked = feature_rerank(query, cands, now_seq=5)
+    assert [s.id for s in ranked] == ["a", "b"]
+    assert ranked[0].features.exact == 1.0
+
+
+def test_cjk_bigram_overlap_and_features_reported():
+    query = _query("缓存方案")
+    cands = [_cand("a", "数据库迁移计划", 1, 1), _cand("b", "我们选了缓存方案", 2, 1)]
+    ranked = feature_rerank(query, cands, now_seq=1)
+    assert ranked[0].id == "b"
+    assert ranked[0].features.cjk == 1.0
+    assert set(ranked[0].features.as_dict()) == {"fused", "exact", "entity", "cjk", "recency"}
+
+
+def test_recency_only_breaks_ties():
+    query = _query("plain")
+    tied = [
+        RerankCandidate("old", "x", fused_score=0.5, fused_rank=1, turn_last=10),
+        RerankCandidate("new", "y", fused_score=0.5, fused_rank=2, turn_last=90),
+    ]
+    assert [s.id for s in feature_rerank(query, tied, now_seq=100)] == ["new", "old"]
+    apart = [_cand("old", "x", 1, 10), _cand("new", "y", 5, 99)]
+    assert [s.id for s in feature_rerank(query, apart, now_seq=100)] == ["old", "new"]
+    assert recency(100, 100) == 1.0
+    assert recency(50, 100) == 0.5
+
+
+def _scored(*cands: RerankCandidate) -> list[ScoredCandidate]:
+    return feature_rerank(_query("q"), list(cands), now_seq=100)
+
+
+def test_select_respects_k():
+    scored = _scored(*(_cand(f"c{i}", f"text {i}", i + 1, i * 10) for i in range(6)))
+    sel = select_within_budget(scored, k=3, budget_tokens=None)
+    assert [s.id for s in sel.selected] == ["c0", "c1", "c2"]
+    assert [r for _, r in sel.dropped] == ["below_k"] * 3
+
+
+def test_select_respects_budget_and_tries_smaller_next():
+    scored = _scored(_cand("a", "a", 1, 10), _cand("b", "b", 2, 20), _cand("c", "c", 3, 30))
+    sel = select_within_budget(
+        scored, k=5, budget_tokens=100, token_counts={"a": 60, "b": 50, "c": 40}
+    )
+    assert [s.id for s in sel.selected] == ["a", "c"]
+    assert [(s.id, r) for s, r in sel.dropped] == [("b", "over_budget")]
+    assert sel.tokens == 100
+    assert select_within_budget(scored, k=5, budget_tokens=0).selected == []
+
+
+def test_select_counts_tokens_of_text_when_not_given():
+    scored = _scored(_cand("a", "hello world, this is recalled text", 1, 1))
+    sel = select_within_budget(scored, k=1, budget_tokens=1000)
+    assert sel.tokens == count_tokens("hello world, this is recalled text")
+
+
+def test_select_drops_in_window_and_duplicates():
+    scored = _scored(
+        _cand("in_c1", "recent", 1, 96, first=95),
+        _cand("straddles", "partly recent", 2, 95, first=93),
+        _cand("piece1", "first piece of turn 40", 3, 40),
+        _cand("piece2", "second piece of turn 40", 4, 40),
+        _cand("grouped", "overlap copy", 5, 60),
+        _cand("group_best", "overlap copy, better", 6, 61),
+        _cand("same_text", "first  piece of TURN 40", 7, 70),
+        _cand("inside", "sub-range", 8, 94, first=94),
+    )
+    sel = select_within_budget(
+        scored,
+        k=10,
+        budget_tokens=None,
+        window_seqs=range(95, 101),
+        overlap_groups={"grouped": "g", "group_best": "g"},
+    )
+    assert [s.id for s in sel.selected] == ["straddles", "piece1", "grouped"]
+    assert {s.id: r for s, r in sel.dropped} == {
+        "in_c1": "in_window",
+        "piece2": "duplicate",
+        "group_best": "duplicate",
+        "same_text": "duplicate",
+        "inside": "duplicate",
+    }

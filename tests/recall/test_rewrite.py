@@ -1,0 +1,110 @@
+from app.core.text import terms
+from app.recall.rewrite import content_term_count, has_anaphora, rewrite_query
+
+ORDER_TURNS = [
+    "Hi, I need help with a delivery.",
+    "Sure. Your order AB-12345 ships on Friday from the Berlin warehouse.",
+]
+
+
+def test_that_order_number_again_pulls_the_id_from_the_last_turn():
+    q = rewrite_query("what was that order number again?", ORDER_TURNS)
+    assert q.resolved_anaphora
+    assert q.raw == "what was that order number again?"
+    assert q.rewritten.startswith(q.raw)
+    assert "order" in terms(q.rewritten)
+    assert "ab-12345" in terms(q.rewritten)
+    assert q.ids == ["AB-12345"]
+    assert q.appended[0] == "AB-12345"  # most specific first
+    assert "Berlin" in q.entities
+
+
+def test_chinese_anaphora_appends_context_terms():
+    turns = ["我们讨论了两个方案：A方案用Redis缓存，B方案直接查Postgres。", "好的，先用缓存方案吧"]
+    q = rewrite_query("刚才说的那个方案是什么？", turns)
+    assert q.resolved_anaphora
+    assert q.rewritten.startswith("刚才说的那个方案是什么？")
+    assert {"Redis", "Postgres", "缓存"} <= set(q.appended)
+    assert "方案" not in q.appended  # already in the query
+    assert len(q.appended) <= 12
+
+
+def test_mixed_english_and_chinese():
+    turns = ["We compared Redis and Memcached for caching session data."]
+    q = rewrite_query("上次那个 Redis 方案 again?", turns)
+    assert q.resolved_anaphora
+    assert "Memcached" in q.appended
+    assert "Redis" not in q.appended
+    assert q.entities == ["Redis", "Memcached"]
+
+
+def test_specific_query_is_left_unchanged():
+    query = "How do I configure the embedding model for the staging cluster in Frankfurt?"
+    q = rewrite_query(query, ORDER_TURNS)
+    assert q.rewritten == q.raw == query
+    assert not q.resolved_anaphora and not q.appended
+    assert q.entities == ["Frankfurt"]
+
+
+def test_short_query_is_expanded_without_anaphora():
+    q = rewrite_query("shipping date?", ORDER_TURNS)
+    assert q.short_query and not q.resolved_anaphora
+    assert "AB-12345" in q.appended
+
+
+def test_query_with_own_id_is_not_expanded():
+    q = rewrite_query("AB-99999?", ORDER_TURNS)
+    assert q.rewritten == q.raw
+    assert q.ids == ["AB-99999"]
+
+
+def test_no_recent_turns_means_raw_query():
+    q = rewrite_query("what was it again?", [])
+    assert q.rewritten == q.raw
+    assert q.resolved_anaphora is False
+
+
+def test_only_last_two_turns_are_read():
+    turns = ["Invoice INV-777 was paid.", "ok", "Thanks, noted."]
+    assert "INV-777" not in rewrite_query("that one?", turns).appended
+    assert "INV-777" in rewrite_query("that one?", turns, context_turns=3).appended
+
+
+def test_extracts_ids_numbers_quotes_and_names():
+    q = rewrite_query(
+        'Did Alice email bob@acme.io about ticket #4521, order 998877 and "blue banana" '
+        "at https://acme.io/t/1. It cost $5.50 for 12 kg, 3.5% off, 订单3个, 「方案A」 王先生",
+        [],
+    )
+    assert q.ids == ["bob@acme.io", "#4521", "998877", "https://acme.io/t/1"]
+    assert q.numbers == ["$5.50", "12 kg", "3.5%", "3个"]
+    assert q.quoted == ["blue banana", "方案A"]
+    assert q.entities == ["Alice", "王先生"]
+
+
+def test_names_skip_sentence_starts_and_stopwords():
+    q = rewrite_query("Yesterday I met Bob Smith in New York. The weather was fine", [])
+    assert q.entities == ["Bob Smith", "New York"]
+
+
+def test_anaphora_markers():
+    assert has_anaphora("之前提到的预算", has_exact_keys=False)
+    assert has_anaphora("what did we decide earlier", has_exact_keys=True)
+    assert has_anaphora("is it ready", has_exact_keys=False)
+    assert not has_anaphora("is it ready", has_exact_keys=True)  # "it" likely points at the ID
+    assert not has_anaphora("schedule the database migration", has_exact_keys=False)
+
+
+def test_content_term_count_counts_cjk_words_roughly():
+    assert content_term_count("what is the price") == 1
+    assert content_term_count("缓存方案") == 2
+
+
+def test_speaker_labels_are_not_names_and_cjk_honorifics_are():
+    turns = ["Melanie: I finished the pottery class.", "Caroline: Wow, did you go with Tom?"]
+    q = rewrite_query("what did she say about it?", turns)
+    assert q.entities == ["Tom"]
+    assert "pottery" in q.appended
+    zh = rewrite_query("那个餐厅叫什么名字", ["上周我们去了一家川菜馆，李老板推荐了水煮鱼。"])
+    assert zh.entities == ["李老板"]
+    assert {"川菜", "水煮"} <= set(zh.appended)

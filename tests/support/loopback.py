@@ -1,0 +1,66 @@
+"""A real HTTP server on 127.0.0.1 for tests that exercise remote APIs (LLM, embeddings, rerank).
+
+Each test gives a handler `(method, path, json_body) -> (status, json_body)`; the server records
+every request so tests can assert what the service sent.
+"""
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Handler = Callable[[str, str, Any], tuple[int, Any]]
+
+
+@dataclass
+class LoopbackServer:
+    url: str
+    requests: list[tuple[str, str, Any]] = field(default_factory=list)
+
+
+@contextmanager
+def loopback_server(handler: Handler) -> Iterator[LoopbackServer]:
+    record = LoopbackServer(url="")
+
+    class _RequestHandler(BaseHTTPRequestHandler):
+        def _serve(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            body = json.loads(raw) if raw else None
+            record.requests.append((self.command, self.path, body))
+            status, payload = handler(self.command, self.path, body)
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = _serve
+        do_POST = _serve
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _RequestHandler)
+    record.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield record
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def closed_port_url() -> str:
+    """A loopback URL on which nothing listens (bind, read the port, close)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
