@@ -10,6 +10,8 @@ from app.core.config import Settings, load_settings
 from app.core.context import AppContext
 from app.core.errors import install_error_handlers
 from app.core.tokens import encoding
+from app.notes.endpoints import router as notes_router
+from app.offload.endpoints import router as offload_router
 from app.sessions.endpoints import router as sessions_router
 
 DESCRIPTION = """Context-as-a-service for LLM agents: append turns, build prompts that fit the
@@ -38,4 +40,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(sessions_router)
+    app.include_router(offload_router)
+    app.include_router(notes_router)
     return app

@@ -13,8 +13,17 @@ config = context.config
 target_metadata = Base.metadata
 
 
+def _include_object(
+    obj: object, name: str | None, type_: str, reflected: bool, compare_to: object
+) -> bool:
+    """procrastinate owns its tables; autogenerate must not try to drop them."""
+    return not (type_ == "table" and name is not None and name.startswith("procrastinate_"))
+
+
 def _run(connection: Connection) -> None:
-    context.configure(connection=connection, target_metadata=target_metadata)
+    context.configure(
+        connection=connection, target_metadata=target_metadata, include_object=_include_object
+    )
     with context.begin_transaction():
         context.run_migrations()
 

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.auth.schemas import ALL_SCOPES, DEFAULT_SCOPES
 from app.auth.service import create_key
+from app.core.cache import Cache
 from app.core.config import Settings, load_settings, to_sqlalchemy_url
 from app.core.db import create_sessionmaker, unit_of_work
 from app.core.migrate import upgrade
@@ -35,7 +36,17 @@ def stack() -> Iterator[EmbeddedStack]:
 
 @pytest.fixture(scope="session")
 def settings(stack: EmbeddedStack) -> Settings:
-    return load_settings(database_url=stack.database_url, redis_url=stack.redis_url)
+    """Lexical-only by default (fast); tests about vectors build settings with an embedder."""
+    return load_settings(
+        database_url=stack.database_url,
+        redis_url=stack.redis_url,
+        embedding={"kind": "none"},
+        worker={
+            "heartbeat_seconds": 0.5,
+            "stalled_after_seconds": 2,
+            "maintenance_interval_seconds": 0.5,
+        },
+    )
 
 
 @pytest.fixture(scope="session")
@@ -79,3 +90,10 @@ async def client(server: RunningServer, api_key: str) -> AsyncIterator[httpx.Asy
         base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30
     ) as http:
         yield http
+
+
+@pytest.fixture(scope="session")
+async def cache(settings: Settings) -> AsyncIterator[Cache]:
+    real = Cache(settings.redis_url, settings.cache)
+    yield real
+    await real.aclose()

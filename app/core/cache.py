@@ -19,6 +19,24 @@ logger = logging.getLogger("contextd.cache")
 
 SCHEMA_VERSION = "v1"
 
+# Versioned values: a writer, after its commit, raises the key's floor to its row version and
+# deletes the value; a reader stores what it read only if its version is not below the floor. So a
+# reader that read the row before a write committed can never store that old copy afterwards.
+_SET_IF_NOT_OLDER = """
+local floor = redis.call('GET', KEYS[2])
+if floor and tonumber(floor) > tonumber(ARGV[2]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
+return 1
+"""
+_RAISE_FLOOR_AND_DELETE = """
+local floor = redis.call('GET', KEYS[2])
+if (not floor) or tonumber(floor) < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[2])
+end
+redis.call('DEL', KEYS[1])
+return 1
+"""
+
 
 class Cache:
     def __init__(self, url: str | None, settings: CacheSettings) -> None:
@@ -100,6 +118,47 @@ class Cache:
             await client.delete(*keys)
         except (RedisError, OSError) as exc:
             self._pending_deletes.update(keys)
+            self._failed(exc)
+
+    async def set_versioned(self, key: str, value: Any, version: int) -> None:
+        """Store `value` read at row `version`, unless a newer write has been committed since."""
+        client = await self._available()
+        if client is None:
+            return
+        try:
+            await client.eval(
+                _SET_IF_NOT_OLDER,
+                2,
+                key,
+                f"{key}:floor",
+                json.dumps(value, default=str),
+                version,
+                self._settings.ttl_seconds,
+            )
+        except (RedisError, OSError) as exc:
+            self._failed(exc)
+
+    async def invalidate_versioned(self, key: str, version: int) -> None:
+        """After committing row `version`: drop the value and refuse older copies from now on.
+
+        When Redis cannot be reached the key is queued as an ordinary delete; the floor's TTL
+        outlives the value's, so no copy cached before the outage survives it either.
+        """
+        client = await self._available()
+        if client is None:
+            self._pending_deletes.add(key)
+            return
+        try:
+            await client.eval(
+                _RAISE_FLOOR_AND_DELETE,
+                2,
+                key,
+                f"{key}:floor",
+                version,
+                self._settings.ttl_seconds * 2,
+            )
+        except (RedisError, OSError) as exc:
+            self._pending_deletes.add(key)
             self._failed(exc)
 
     async def incr_window(self, key: str, window_seconds: int) -> int | None:

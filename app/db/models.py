@@ -80,6 +80,13 @@ class Session(Base):
     c1_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
     c1_turns: Mapped[int] = mapped_column(Integer, server_default="0")
     c2_tokens: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Mirrors scratchpads.version, so readers find the cached notes under a versioned key without
+    # an extra query and can never be served an older version than the one committed.
+    notes_version: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Highest offloaded seq: notes are stale while they cover less than this.
+    offloaded_until_seq: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    # Bumped by every update of the row (under its row lock): orders cached copies of the session.
+    version: Mapped[int] = mapped_column(BigInteger, server_default="0")
     turn_count: Mapped[int] = mapped_column(Integer, server_default="0")
     chunk_count: Mapped[int] = mapped_column(Integer, server_default="0")
     # Hysteresis: an offload disarms the trigger until the ratio drops below θ again.
@@ -176,7 +183,6 @@ class Scratchpad(Base):
     notes: Mapped[dict[str, Any]] = mapped_column(server_default=sql_text("'{}'::jsonb"))
     token_count: Mapped[int] = mapped_column(Integer, server_default="0")
     generator: Mapped[str] = mapped_column(String(32), server_default="rules")
-    stale: Mapped[bool] = mapped_column(Boolean, server_default=sql_text("false"))
     rebuild_pending: Mapped[bool] = mapped_column(Boolean, server_default=sql_text("false"))
     dropped_items: Mapped[int] = mapped_column(Integer, server_default="0")
     stale_writes: Mapped[int] = mapped_column(Integer, server_default="0")

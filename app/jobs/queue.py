@@ -6,6 +6,7 @@ with the same `queueing_lock` makes the insert a no-op (one pending offload per 
 """
 
 import json
+import uuid
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -60,6 +61,22 @@ async def enqueue(
     except IntegrityError:
         return False  # queueing lock held by a pending job: the work is already scheduled
     return True
+
+
+def session_lock(session_pk: uuid.UUID) -> str:
+    """The procrastinate lock shared by the jobs of one session: they run one at a time."""
+    return f"session:{session_pk}"
+
+
+async def enqueue_offload(db: AsyncSession, session_pk: uuid.UUID, *, trigger: str) -> bool:
+    """One pending offload per session at most (queueing lock); runs under the session lock."""
+    return await enqueue(
+        db,
+        TaskName.OFFLOAD,
+        {"session_pk": str(session_pk), "trigger": trigger},
+        lock=session_lock(session_pk),
+        queueing_lock=f"offload:{session_pk}",
+    )
 
 
 async def pending_jobs(db: AsyncSession, lock: str) -> int:

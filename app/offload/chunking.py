@@ -7,12 +7,13 @@ Coverage contract: every input turn is covered by exactly one chunk, except a tu
 copy of the end of the previous piece; the pieces joined give back `turn_body(turn)` (the content
 verbatim, then its tool-calls line if any).
 
-Token bounds: `token_count <= max_tokens` always (pieces budget for their header and overlap;
-text with no paragraph or sentence edge is hard-cut on a token edge). A chunk is below `min_tokens`
-only when it ends the input, ends before a time gap, is followed by a unit that did not fit under
-`max_tokens`, or is the last piece of a split turn.
-A tool call and its results share a chunk unless the whole group exceeds `max_tokens`; then the
-group is chunked turn by turn like ordinary turns (still in order, still contiguous).
+Token bounds: `token_count <= max_tokens` (pieces budget for their header and overlap; text with
+no paragraph or sentence edge is hard-cut on a token edge), except a tool-call group, below.
+A chunk is below `min_tokens` only when it ends the input, ends before a time gap, is followed by
+a unit that did not fit under `max_tokens`, or is the last piece of a split turn.
+A tool call and its results always share one chunk, even past `max_tokens`; only when one of
+their turns is itself longer than `max_tokens` (and must be split) is the group chunked turn by
+turn (still in order, still contiguous).
 """
 
 import re
@@ -142,7 +143,9 @@ def chunk_turns(turns: Sequence[TurnRecord], cfg: ChunkingConfig | None = None) 
     units: list[list[TurnRecord]] = []
     for unit in atomic_units(turns):
         group = [turns[i] for i in unit]
-        if len(group) > 1 and _tokens(group) > cfg.max_tokens:
+        # A tool call stays in one chunk with its results even past max_tokens (spec §2); only
+        # when one of its turns must itself be split does the group fall apart turn by turn.
+        if len(group) > 1 and any(count_tokens(render_turn(t)) > cfg.max_tokens for t in group):
             units.extend([t] for t in group)
         else:
             units.append(group)

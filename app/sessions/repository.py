@@ -9,7 +9,7 @@ from sqlalchemy import true as sa_true
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Chunk, IdempotencyRecord, Memory, Session, Turn
+from app.db.models import IdempotencyRecord, Memory, Session, Turn
 
 
 async def get_session(
@@ -106,26 +106,32 @@ async def window_turns(db: AsyncSession, session_pk: uuid.UUID) -> list[Turn]:
     return list((await db.execute(query)).scalars().all())
 
 
-async def update_session(db: AsyncSession, session_pk: uuid.UUID, **values: Any) -> None:
-    await db.execute(update(Session).where(Session.id == session_pk).values(**values))
+async def update_session(db: AsyncSession, session_pk: uuid.UUID, **values: Any) -> int:
+    """Update the row and bump its version; returns the new version (for cache invalidation)."""
+    result = await db.execute(
+        update(Session)
+        .where(Session.id == session_pk)
+        .values(version=Session.version + 1, **values)
+        .returning(Session.version)
+    )
+    return int(result.scalar_one())
 
 
 async def delete_session(db: AsyncSession, session_pk: uuid.UUID) -> None:
     await db.execute(delete(Session).where(Session.id == session_pk))
 
 
-async def count_memories(db: AsyncSession, session: Session) -> int:
-    visible = Memory.session_id == session.id
-    if session.user_id:
-        visible = visible | ((Memory.scope == "user") & (Memory.user_id == session.user_id))
-    query = select(func.count()).where(
-        Memory.tenant_id == session.tenant_id, Memory.status == "active", visible
+async def count_memories(
+    db: AsyncSession, tenant_id: uuid.UUID, session_id: str, user_id: str | None
+) -> int:
+    """Active remembered items visible in a session: its own, and its user's (scope user)."""
+    own = Memory.session_id.in_(
+        select(Session.id).where(Session.tenant_id == tenant_id, Session.external_id == session_id)
     )
-    return int((await db.execute(query)).scalar_one())
-
-
-async def count_chunks(db: AsyncSession, session_pk: uuid.UUID) -> int:
-    query = select(func.count()).where(Chunk.session_id == session_pk, Chunk.status == "active")
+    visible = own | ((Memory.scope == "user") & (Memory.user_id == user_id)) if user_id else own
+    query = select(func.count()).where(
+        Memory.tenant_id == tenant_id, Memory.status == "active", visible
+    )
     return int((await db.execute(query)).scalar_one())
 
 
@@ -170,3 +176,7 @@ async def store_idempotent_response(
         )
         .values(status_code=status_code, response=response)
     )
+
+
+async def get_session_by_pk(db: AsyncSession, session_pk: uuid.UUID) -> Session | None:
+    return await db.get(Session, session_pk, populate_existing=True)

@@ -1,6 +1,5 @@
 """Sessions and turns: append (watermark check, offload enqueue), list, configure, delete."""
 
-import base64
 import hashlib
 import json
 import uuid
@@ -14,9 +13,10 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import after_commit
 from app.core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
+from app.core.pagination import decode_cursor, encode_cursor
 from app.core.tokens import REPLY_PRIMING_TOKENS, message_tokens
 from app.db.models import Session, Turn
-from app.jobs.queue import TaskName, enqueue
+from app.jobs.queue import enqueue_offload
 from app.offload.policy import (
     WatermarkConfig,
     next_armed,
@@ -41,11 +41,6 @@ from app.sessions.schemas import (
 )
 
 CONFIG_FIELDS = tuple(SessionConfig.model_fields)
-
-
-def session_lock(session_pk: uuid.UUID) -> str:
-    """The procrastinate lock shared by all jobs of one session: they run one at a time."""
-    return f"session:{session_pk}"
 
 
 def effective_config(settings: Settings, session: Session) -> SessionConfig:
@@ -219,17 +214,12 @@ async def append_turns(
     fired = should_trigger(watermark.ratio, session.offload_armed, wm)
     enqueued = False
     if fired:
-        enqueued = await enqueue(
-            db,
-            TaskName.OFFLOAD,
-            {"session_pk": str(session.id), "trigger": "watermark"},
-            lock=session_lock(session.id),
-            queueing_lock=f"offload:{session.id}",
-        )
+        enqueued = await enqueue_offload(db, session.id, trigger="watermark")
     armed = next_armed(watermark.ratio, session.offload_armed, fired, wm)
-    await repository.update_session(
+    await write_session(
         db,
-        session.id,
+        cache,
+        session,
         last_seq=session.last_seq,
         c1_tokens=session.c1_tokens,
         c1_turns=session.c1_turns,
@@ -249,23 +239,26 @@ async def append_turns(
         await repository.store_idempotent_response(
             db, caller.tenant_id, session.id, idempotency_key, 201, response.model_dump(mode="json")
         )
-    invalidate_session_cache(db, cache, caller, session_id)
     return AppendOutcome(response, False)
 
 
-def session_cache_key(cache: Cache, caller: Caller, session_id: str) -> str:
-    return cache.key("session", caller.tenant_id, session_id)
+def session_cache_key(cache: Cache, tenant_id: uuid.UUID, session_id: str) -> str:
+    return cache.key("session", tenant_id, session_id)
 
 
-def invalidate_session_cache(
-    db: AsyncSession, cache: Cache, caller: Caller, session_id: str
-) -> None:
-    key = session_cache_key(cache, caller, session_id)
+async def write_session(db: AsyncSession, cache: Cache, session: Session, **values: Any) -> int:
+    """Update the session row (bumping its version) and, once committed, retire cached copies.
 
-    async def _drop() -> None:
-        await cache.delete(key)
+    Every change of a session goes through here, so the cached view is never older than the
+    committed row (see `Cache.set_versioned`)."""
+    version = await repository.update_session(db, session.id, **values)
+    key = session_cache_key(cache, session.tenant_id, session.external_id)
 
-    after_commit(db, _drop)
+    async def _invalidate() -> None:
+        await cache.invalidate_versioned(key, version)
+
+    after_commit(db, _invalidate)
+    return version
 
 
 async def require_session(db: AsyncSession, caller: Caller, session_id: str) -> Session:
@@ -273,21 +266,6 @@ async def require_session(db: AsyncSession, caller: Caller, session_id: str) -> 
     if session is None:
         raise NotFound(f"session {session_id!r} not found", field="session_id")
     return session
-
-
-def encode_cursor(seq: int) -> str:
-    return base64.urlsafe_b64encode(f"seq:{seq}".encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> int:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        kind, _, value = raw.partition(":")
-        if kind != "seq":
-            raise ValueError(kind)
-        return int(value)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidInput("malformed cursor", field="cursor") from exc
 
 
 async def list_turns(
@@ -301,7 +279,7 @@ async def list_turns(
     role: str | None,
 ) -> TurnPage:
     session = await require_session(db, caller, session_id)
-    after = decode_cursor(cursor) if cursor else (since_seq or 0)
+    after = decode_cursor(cursor, 1)[0] if cursor else (since_seq or 0)
     turns = await repository.list_turns(db, session.id, after_seq=after, limit=limit + 1, role=role)
     page = turns[:limit]
     return TurnPage(
@@ -327,17 +305,20 @@ async def list_turns(
 async def session_view(
     db: AsyncSession, caller: Caller, settings: Settings, cache: Cache, session_id: str
 ) -> SessionOut:
-    key = session_cache_key(cache, caller, session_id)
+    key = session_cache_key(cache, caller.tenant_id, session_id)
     cached = await cache.get_json(key)
     if cached is not None:
-        return SessionOut.model_validate(cached)
-    session = await require_session(db, caller, session_id)
-    view = await _build_view(db, settings, session)
-    await cache.set_json(key, view.model_dump(mode="json"))
-    return view
+        view = SessionOut.model_validate(cached)
+    else:
+        session = await require_session(db, caller, session_id)
+        view = _build_view(settings, session, memories=0)
+        await cache.set_versioned(key, view.model_dump(mode="json"), session.version)
+    # Remembered items of the user's other sessions change without touching this row: count live.
+    memories = await repository.count_memories(db, caller.tenant_id, view.session_id, view.user_id)
+    return view.model_copy(update={"counts": view.counts.model_copy(update={"memories": memories})})
 
 
-async def _build_view(db: AsyncSession, settings: Settings, session: Session) -> SessionOut:
+def _build_view(settings: Settings, session: Session, memories: int) -> SessionOut:
     usage, watermark, _ = usage_of(settings, session)
     return SessionOut(
         **effective_config(settings, session).model_dump(),
@@ -347,9 +328,7 @@ async def _build_view(db: AsyncSession, settings: Settings, session: Session) ->
         usage=usage,
         watermark=watermark,
         counts=SessionCounts(
-            turns=session.turn_count,
-            chunks=await repository.count_chunks(db, session.id),
-            memories=await repository.count_memories(db, session),
+            turns=session.turn_count, chunks=session.chunk_count, memories=memories
         ),
         last_offload_at=session.last_offload_at,
         created_at=session.created_at,
@@ -378,13 +357,19 @@ async def update_session(
         values["user_id"] = session.user_id = changes["user_id"]
     if "metadata" in changes:
         values["metadata_"] = session.metadata_ = changes["metadata"]
-    await repository.update_session(db, session.id, **values)
-    invalidate_session_cache(db, cache, caller, session_id)
+    await write_session(db, cache, session, **values)
     await db.refresh(session)
-    return await _build_view(db, settings, session)
+    memories = await repository.count_memories(db, caller.tenant_id, session_id, session.user_id)
+    return _build_view(settings, session, memories)
 
 
 async def delete_session(db: AsyncSession, caller: Caller, cache: Cache, session_id: str) -> None:
     session = await require_session(db, caller, session_id)
+    version = await repository.update_session(db, session.id)  # the last version of the row
     await repository.delete_session(db, session.id)
-    invalidate_session_cache(db, cache, caller, session_id)
+    key = session_cache_key(cache, caller.tenant_id, session_id)
+
+    async def _invalidate() -> None:
+        await cache.invalidate_versioned(key, version)
+
+    after_commit(db, _invalidate)

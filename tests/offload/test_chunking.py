@@ -95,7 +95,12 @@ def test_chunking_properties(turns: list[TurnRecord], overlap: int) -> None:
         members = [by_seq[s] for s in range(c.turn_first, c.turn_last + 1)]
         assert c.roles == tuple(sorted({t.role for t in members}))
         assert c.trusted == all(t.role != "tool" for t in members)
-        assert c.token_count == count_tokens(c.raw_text) <= cfg.max_tokens
+        assert c.token_count == count_tokens(c.raw_text)
+        # Only a whole tool-call group (call + results, none needing a split) may exceed max.
+        if c.token_count > cfg.max_tokens:
+            assert len(members) > 1
+            assert any(t.tool_calls for t in members)
+            assert all(count_tokens(render_turn(t)) <= cfg.max_tokens for t in members)
         assert len(c.summary_hint) <= 80
         # Undersized only at the end, before a time gap, when the next unit did not fit, or a piece.
         if c.token_count < cfg.min_tokens and i + 1 < len(chunks) and not c.is_piece:
@@ -112,7 +117,7 @@ def test_chunking_properties(turns: list[TurnRecord], overlap: int) -> None:
             assert [p.part for p in pieces] == list(range(1, pieces[0].parts + 1))
             assert "".join(body_of_piece(p) for p in pieces) == turn_body(turn)
             assert all(p.overlap_prefix == "" for p in pieces[:1])
-    # Tool groups share a chunk unless the group alone exceeds max_tokens.
+    # Tool groups share a chunk unless one of their turns had to be split.
     home = {
         c.turn_first + k: n
         for n, c in enumerate(chunks)
@@ -121,7 +126,7 @@ def test_chunking_properties(turns: list[TurnRecord], overlap: int) -> None:
     for unit in atomic_units(turns):
         group = [turns[i] for i in unit]
         if len({home[t.seq] for t in group}) > 1:
-            assert count_tokens("\n".join(render_turn(t) for t in group)) > cfg.max_tokens
+            assert any(count_tokens(render_turn(t)) > cfg.max_tokens for t in group)
 
 
 def test_render_labels_and_verbatim_content() -> None:

@@ -1,9 +1,6 @@
 import math
 import random
-import time
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -99,19 +96,14 @@ def test_chinese_corpus_ranks_right_doc_first():
     assert bm25_rank("猫不吃饭怎么办", docs)[0][0] == "z3"
 
 
-def test_scoring_5000_docs_is_fast():
+def test_scoring_5000_zipf_docs_returns_top_n():
     rng = random.Random(7)
     vocab = [f"w{i}" for i in range(20_000)]
     weights = [1 / (i + 1) for i in range(len(vocab))]  # Zipf-like
     docs = [(f"d{i}", rng.choices(vocab, weights, k=100)) for i in range(5_000)]
     index = BM25Index(docs)
     query = [*rng.sample(vocab[:50], 4), *rng.sample(vocab[50:2000], 6)]
-    best = min(_timed(lambda: index.score(query, top_n=30)) for _ in range(5))
-    assert best < 0.010  # generous CI margin; benchmarks/bm25_speed.py has the real figures
-    assert len(index.score(query, top_n=30)) == 30
-
-
-def _timed(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+    # Speed is measured by benchmarks/bm25_speed.py, not asserted here.
+    top = index.score(query, top_n=30)
+    assert len(top) == 30
+    assert [s for _, s in top] == sorted((s for _, s in top), reverse=True)

@@ -1,0 +1,85 @@
+"""The one interface every embedding provider implements.
+
+An `Embedder` turns texts into L2-normalised float32 row vectors of a fixed size (`dim`). Queries
+and passages are embedded separately because asymmetric models (e5) prefix them differently.
+Every input is cut to `max_chars` before encoding: encoding time grows linearly with input
+length, and contextd's chunks are far shorter than the cap, so it only bounds pathological inputs.
+
+Any provider failure (model missing, server down, bad response) surfaces as `EmbedderUnavailable`,
+which the recall chain turns into the `vector_unavailable` fallback.
+"""
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import numpy as np
+
+DEFAULT_MAX_CHARS = 2048
+
+
+class EmbedderUnavailable(Exception):
+    """The embedding provider cannot produce vectors right now (or is misconfigured)."""
+
+
+def prepare_text(text: str, max_chars: int) -> str:
+    """`text` made safe to encode: cut to `max_chars` code points, NUL → space, lone UTF-16
+    surrogates (valid in JSON, not in UTF-8) → U+FFFD, so one odd input never fails a batch."""
+    head = text if len(text) <= max_chars else text[:max_chars]
+    head = head.replace("\x00", " ")
+    try:
+        head.encode("utf-8")
+    except UnicodeEncodeError:
+        head = head.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return head
+
+
+def l2_normalise(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length as float32; an all-zero row stays zero."""
+    matrix = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.where(norms > 1e-12, norms, 1.0)
+
+
+class Embedder(ABC):
+    """Async text → vector interface; see the module docstring for the contract."""
+
+    name: str
+    dim: int
+    max_chars: int = DEFAULT_MAX_CHARS
+
+    async def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """`(len(texts), dim)` float32, L2-normalised, for search queries."""
+        return await self._embed(texts, query=True)
+
+    async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        """`(len(texts), dim)` float32, L2-normalised, for stored documents (chunks, memories)."""
+        return await self._embed(texts, query=False)
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook; most providers hold nothing
+        """Release what the provider holds (HTTP connections); the default holds nothing."""
+
+    @abstractmethod
+    async def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
+        """Provider-specific encoding of already capped, non-empty `texts`: `(n, dim)` floats."""
+
+    async def _embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
+        if isinstance(texts, str):
+            raise TypeError("embed_queries/embed_passages take a sequence of strings, not a str")
+        items = [prepare_text(text, self.max_chars) for text in texts]
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        try:
+            raw = await self._encode(items, query=query)
+        except EmbedderUnavailable:
+            raise
+        except Exception as exc:  # any provider failure degrades recall, never crashes it
+            raise EmbedderUnavailable(f"embedder {self.name!r} failed: {exc!r}") from exc
+        matrix = np.asarray(raw, dtype=np.float32)
+        if matrix.shape != (len(items), self.dim):
+            raise EmbedderUnavailable(
+                f"embedder {self.name!r} returned shape {matrix.shape}, "
+                f"expected ({len(items)}, {self.dim})"
+            )
+        if not np.isfinite(matrix).all():
+            raise EmbedderUnavailable(f"embedder {self.name!r} returned non-finite values")
+        return l2_normalise(matrix)

@@ -1,0 +1,77 @@
+"""HTTP endpoints of the scratchpad (C2)."""
+
+from fastapi import APIRouter, status
+from pydantic import BaseModel, Field
+
+from app.auth.deps import CallerDep
+from app.auth.schemas import Scope
+from app.auth.service import require_scope
+from app.core.deps import DbDep
+from app.core.errors import COMMON_ERRORS
+from app.jobs.queue import TaskName, enqueue, session_lock
+from app.notes.repository import get_scratchpad
+from app.notes.schemas import Notes
+from app.sessions.endpoints import SessionIdPath
+from app.sessions.service import require_session
+
+router = APIRouter(prefix="/v1/sessions", tags=["notes"], responses=COMMON_ERRORS)
+
+
+class ScratchpadOut(BaseModel):
+    version: int = Field(description="0 until the first notes are written")
+    covers_until_seq: int = Field(description="offloaded turns up to this seq are reflected")
+    notes: Notes
+    token_count: int
+    generator: str
+    stale: bool = Field(description="turns were offloaded since these notes were written")
+    rebuild_pending: bool = Field(description="the last generation failed; a rebuild is due")
+    dropped_items: int = Field(description="items left out to respect the notes token cap")
+
+
+class RebuildAccepted(BaseModel):
+    enqueued: bool
+
+
+@router.get(
+    "/{session_id}/scratchpad",
+    operation_id="get_scratchpad",
+    summary="Read the notes",
+    description="Structured notes (goal, done, open, constraints, decisions, facts, remembered), "
+    "each item with the turn it came from.",
+)
+async def read_scratchpad(session_id: SessionIdPath, caller: CallerDep, db: DbDep) -> ScratchpadOut:
+    require_scope(caller, Scope.READ)
+    session = await require_session(db, caller, session_id)
+    pad = await get_scratchpad(db, session.id)
+    covers = pad.covers_until_seq if pad else 0
+    return ScratchpadOut(
+        version=pad.version if pad else 0,
+        covers_until_seq=covers,
+        notes=Notes.model_validate(pad.notes if pad else {}),
+        token_count=pad.token_count if pad else 0,
+        generator=pad.generator if pad else "rules",
+        stale=session.offloaded_until_seq > covers,
+        rebuild_pending=pad.rebuild_pending if pad else False,
+        dropped_items=pad.dropped_items if pad else 0,
+    )
+
+
+@router.post(
+    "/{session_id}/scratchpad/rebuild",
+    operation_id="rebuild_scratchpad",
+    summary="Rebuild the notes from raw turns",
+    description="Enqueue a regeneration from every offloaded raw turn (no summary of a summary).",
+    status_code=status.HTTP_202_ACCEPTED,
+)
+async def rebuild_scratchpad(
+    session_id: SessionIdPath, caller: CallerDep, db: DbDep
+) -> RebuildAccepted:
+    require_scope(caller, Scope.WRITE)
+    session = await require_session(db, caller, session_id)
+    enqueued = await enqueue(
+        db,
+        TaskName.REFRESH_NOTES,
+        {"session_pk": str(session.id), "rebuild": True},
+        lock=session_lock(session.id),
+    )
+    return RebuildAccepted(enqueued=enqueued)

@@ -1,0 +1,77 @@
+"""SQL for the scratchpad (C2): read, compare-and-set write, stale-write counting."""
+
+import uuid
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import Memory, Scratchpad, Session, Turn
+
+
+async def get_scratchpad(db: AsyncSession, session_pk: uuid.UUID) -> Scratchpad | None:
+    return await db.get(Scratchpad, session_pk, populate_existing=True)
+
+
+async def ensure_scratchpad(db: AsyncSession, session: Session) -> None:
+    await db.execute(
+        insert(Scratchpad)
+        .values(session_id=session.id, tenant_id=session.tenant_id)
+        .on_conflict_do_nothing(index_elements=["session_id"])
+    )
+
+
+async def offloaded_turns(db: AsyncSession, session_pk: uuid.UUID, after_seq: int) -> list[Turn]:
+    query = (
+        select(Turn)
+        .where(
+            Turn.session_id == session_pk,
+            Turn.seq > after_seq,
+            Turn.chunk_id.is_not(None),
+            Turn.forgotten_at.is_(None),
+        )
+        .order_by(Turn.seq)
+    )
+    return list((await db.execute(query)).scalars().all())
+
+
+async def visible_memories(db: AsyncSession, session: Session) -> list[Memory]:
+    """Active remembered items of the session, and of its user when the session has one."""
+    visible = Memory.session_id == session.id
+    if session.user_id:
+        visible = visible | ((Memory.scope == "user") & (Memory.user_id == session.user_id))
+    query = (
+        select(Memory)
+        .where(Memory.tenant_id == session.tenant_id, Memory.status == "active", visible)
+        .order_by(Memory.created_at)
+    )
+    return list((await db.execute(query)).scalars().all())
+
+
+async def compare_and_set(
+    db: AsyncSession, session_pk: uuid.UUID, base_version: int, values: dict[str, Any]
+) -> bool:
+    """Write version base+1 only if the row is still at `base_version`."""
+    result = await db.execute(
+        update(Scratchpad)
+        .where(Scratchpad.session_id == session_pk, Scratchpad.version == base_version)
+        .values(version=base_version + 1, **values)
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def count_stale_write(db: AsyncSession, session_pk: uuid.UUID) -> None:
+    await db.execute(
+        update(Scratchpad)
+        .where(Scratchpad.session_id == session_pk)
+        .values(stale_writes=Scratchpad.stale_writes + 1)
+    )
+
+
+async def flag_rebuild_pending(db: AsyncSession, session_pk: uuid.UUID, base_version: int) -> None:
+    await db.execute(
+        update(Scratchpad)
+        .where(Scratchpad.session_id == session_pk, Scratchpad.version == base_version)
+        .values(rebuild_pending=True)
+    )

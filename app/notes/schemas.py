@@ -1,0 +1,81 @@
+"""Notes (C2 scratchpad) value types: the JSON stored in `scratchpads.notes` and sent to the LLM.
+
+`NoteItem.subject` is the normalised key that lets a later item replace an earlier one in the same
+section (a corrected budget, a changed decision); items without a subject are only de-duplicated.
+"""
+
+from collections.abc import Iterator
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Source = Literal["user", "assistant", "tool", "memory", "system"]
+SectionName = Literal["goal", "done", "open", "constraints", "decisions", "facts", "remembered"]
+SECTION_NAMES: tuple[SectionName, ...] = (
+    "goal",
+    "done",
+    "open",
+    "constraints",
+    "decisions",
+    "facts",
+    "remembered",
+)
+
+
+class NoteItem(BaseModel):
+    """One line of notes, with the turn it came from (`seq`, None for memory items)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str = Field(min_length=1)
+    seq: int | None = None
+    subject: str | None = None
+    source: Source
+    trusted: bool = True
+
+
+class Notes(BaseModel):
+    """Structured notes: every section is an ordered list of items (oldest first)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    goal: list[NoteItem] = Field(default_factory=list)
+    done: list[NoteItem] = Field(default_factory=list)
+    open: list[NoteItem] = Field(default_factory=list)
+    constraints: list[NoteItem] = Field(default_factory=list)
+    decisions: list[NoteItem] = Field(default_factory=list)
+    facts: list[NoteItem] = Field(default_factory=list)
+    remembered: list[NoteItem] = Field(default_factory=list)
+
+    def section(self, name: SectionName) -> list[NoteItem]:
+        items: list[NoteItem] = getattr(self, name)
+        return items
+
+    def sections(self) -> Iterator[tuple[SectionName, list[NoteItem]]]:
+        """(name, items) for every section, in template order, empty ones included."""
+        for name in SECTION_NAMES:
+            yield name, self.section(name)
+
+    def items(self) -> list[NoteItem]:
+        return [item for _, items in self.sections() for item in items]
+
+    def is_empty(self) -> bool:
+        return not any(items for _, items in self.sections())
+
+    def with_section(self, name: SectionName, items: list[NoteItem]) -> "Notes":
+        """A copy with one section replaced (notes are treated as values)."""
+        return self.model_copy(update={name: list(items)})
+
+    def max_seq(self) -> int | None:
+        """The newest source turn any item cites (None when no item cites a turn)."""
+        seqs = [item.seq for item in self.items() if item.seq is not None]
+        return max(seqs) if seqs else None
+
+
+class NotesResult(BaseModel):
+    """Notes fitted to a token cap, with what had to go and which generator produced them."""
+
+    notes: Notes
+    token_count: int
+    dropped: list[NoteItem] = Field(default_factory=list)
+    generator: str

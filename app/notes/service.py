@@ -1,0 +1,190 @@
+"""Notes (C2) regeneration behind a version check, and reads through a versioned cache key.
+
+`compute_notes` reads scratchpad version v and the turns offloaded since it was written;
+`write_notes` stores v+1 only if the row is still at v. A slower job that lost the race discards
+its result and is counted (`stale_writes`), never written over newer notes.
+"""
+
+import uuid
+from dataclasses import dataclass
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.cache import Cache
+from app.core.config import Settings
+from app.core.tokens import message_tokens
+from app.db.models import Memory, Session
+from app.notes import repository
+from app.notes.llm import NotesGenerationError, llm_extract
+from app.notes.policy import cap, merge, render_notes_block
+from app.notes.rules import extract
+from app.notes.schemas import NoteItem, Notes, NotesResult
+from app.sessions import repository as sessions_repository
+from app.sessions.service import to_record, write_session
+
+
+@dataclass(frozen=True)
+class NotesDraft:
+    session: Session
+    base_version: int
+    covers_until_seq: int
+    result: NotesResult | None  # None: generation failed, keep the previous notes
+    generator: str
+
+
+def memory_items(memories: list[Memory]) -> list[NoteItem]:
+    return [
+        NoteItem(text=m.text, seq=None, subject=m.key, source="memory", trusted=m.trusted)
+        for m in memories
+    ]
+
+
+def notes_message_tokens(notes: Notes) -> int:
+    """C2 as the prompt pays for it: the rendered block as one system message, framing included."""
+    block = render_notes_block(notes)
+    return message_tokens("system", block) if block else 0
+
+
+async def compute_notes(
+    db: AsyncSession,
+    settings: Settings,
+    session: Session,
+    *,
+    rebuild: bool = False,
+    llm_client: httpx.AsyncClient | None = None,
+) -> NotesDraft:
+    """New notes from the previous ones plus the turns offloaded since (or from all raw turns)."""
+    await repository.ensure_scratchpad(db, session)
+    pad = await repository.get_scratchpad(db, session.id)
+    assert pad is not None
+    # Every so often, and after a failed generation, start again from the raw turns so that
+    # notes never drift as a summary of a summary.
+    every = settings.notes.rebuild_every_versions
+    rebuild = rebuild or pad.rebuild_pending or (every > 0 and (pad.version + 1) % every == 0)
+    previous = Notes() if rebuild else Notes.model_validate(pad.notes or {})
+    after = 0 if rebuild else pad.covers_until_seq
+    turns = [to_record(t) for t in await repository.offloaded_turns(db, session.id, after)]
+    covers = max([after, *(t.seq for t in turns)])
+    generator = settings.notes.generator
+    try:
+        if generator == "llm" and turns:
+            if llm_client is None or not settings.notes.llm_base_url:
+                raise NotesGenerationError(
+                    "the llm notes generator needs CONTEXTD_NOTES__LLM_BASE_URL"
+                )
+            notes = await llm_extract(
+                llm_client,
+                settings.notes.llm_base_url,
+                settings.notes.llm_model,
+                settings.notes.llm_api_key,
+                previous,
+                turns,
+                settings.notes.llm_timeout_seconds,
+            )
+        else:
+            notes = merge(previous, extract(turns, previous))
+    except NotesGenerationError:
+        return NotesDraft(session, pad.version, pad.covers_until_seq, None, generator)
+    notes = notes.with_section(
+        "remembered", memory_items(await repository.visible_memories(db, session))
+    )
+    return NotesDraft(
+        session, pad.version, covers, cap(notes, settings.notes.max_tokens, generator), generator
+    )
+
+
+async def write_notes(db: AsyncSession, cache: Cache, draft: NotesDraft) -> bool:
+    """Compare-and-set v -> v+1. False when another writer got there first (counted as stale)."""
+    session_pk = draft.session.id
+    if draft.result is None:
+        await repository.flag_rebuild_pending(db, session_pk, draft.base_version)
+        return False
+    written = await repository.compare_and_set(
+        db,
+        session_pk,
+        draft.base_version,
+        {
+            "covers_until_seq": draft.covers_until_seq,
+            "notes": draft.result.notes.model_dump(mode="json"),
+            "token_count": draft.result.token_count,
+            "generator": draft.generator,
+            "rebuild_pending": False,
+            "dropped_items": len(draft.result.dropped),
+        },
+    )
+    if not written:
+        await repository.count_stale_write(db, session_pk)
+        return False
+    await write_session(
+        db,
+        cache,
+        draft.session,
+        c2_tokens=notes_message_tokens(draft.result.notes),
+        notes_version=draft.base_version + 1,
+    )
+    return True
+
+
+async def refresh_notes(
+    db: AsyncSession,
+    settings: Settings,
+    cache: Cache,
+    session_pk: uuid.UUID,
+    *,
+    rebuild: bool = False,
+    llm_client: httpx.AsyncClient | None = None,
+) -> bool:
+    session = await sessions_repository.get_session_by_pk(db, session_pk)
+    if session is None:
+        return False
+    draft = await compute_notes(db, settings, session, rebuild=rebuild, llm_client=llm_client)
+    return await write_notes(db, cache, draft)
+
+
+@dataclass(frozen=True)
+class NotesSnapshot:
+    """One committed notes version. Versions are immutable, so a copy cached under its version
+    number is always exact."""
+
+    version: int
+    covers_until_seq: int
+    notes: Notes
+    token_count: int
+
+
+def notes_cache_key(cache: Cache, session_pk: uuid.UUID, version: int) -> str:
+    return cache.key("notes", session_pk, f"v{version}")
+
+
+async def current_notes(db: AsyncSession, cache: Cache, session: Session) -> NotesSnapshot:
+    """The notes version the session row names, from the cache when it holds that version."""
+    key = notes_cache_key(cache, session.id, session.notes_version)
+    cached = await cache.get_json(key)
+    if cached is not None:
+        return NotesSnapshot(
+            version=cached["version"],
+            covers_until_seq=cached["covers_until_seq"],
+            notes=Notes.model_validate(cached["notes"]),
+            token_count=cached["token_count"],
+        )
+    pad = await repository.get_scratchpad(db, session.id)
+    if pad is None:
+        return NotesSnapshot(version=0, covers_until_seq=0, notes=Notes(), token_count=0)
+    snapshot = NotesSnapshot(
+        version=pad.version,
+        covers_until_seq=pad.covers_until_seq,
+        notes=Notes.model_validate(pad.notes or {}),
+        token_count=pad.token_count,
+    )
+    if pad.version == session.notes_version:
+        await cache.set_json(
+            key,
+            {
+                "version": snapshot.version,
+                "covers_until_seq": snapshot.covers_until_seq,
+                "notes": snapshot.notes.model_dump(mode="json"),
+                "token_count": snapshot.token_count,
+            },
+        )
+    return snapshot

@@ -1,0 +1,181 @@
+"""The offload: move the oldest window turns into chunks, in one transaction, or not at all.
+
+Chunks written, turns marked, the session's counters (and so the notes' staleness) updated,
+follow-up jobs enqueued and the metrics row written commit together; a crash at any point leaves
+the session as it was, and a rerun (the job is retried) computes the plan afresh, so nothing is
+moved twice.
+"""
+
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.cache import Cache
+from app.core.config import Settings
+from app.core.text import lexical_document, terms
+from app.core.tokens import REPLY_PRIMING_TOKENS, count_tokens, message_tokens
+from app.jobs.queue import TaskName, enqueue, session_lock
+from app.offload import repository
+from app.offload.chunking import ChunkDraft, ChunkingConfig, chunk_turns
+from app.offload.policy import select_offload, usage_ratio
+from app.sessions import repository as sessions_repository
+from app.sessions.service import (
+    c0_tokens,
+    effective_config,
+    to_record,
+    watermark_config,
+    write_session,
+)
+
+
+@dataclass(frozen=True)
+class OffloadResult:
+    session_pk: uuid.UUID
+    turns_moved: int
+    chunks_written: int
+    tokens_freed: int
+    ratio_before: float
+    ratio_after: float
+    floor_limited: bool
+    chunk_ids: tuple[uuid.UUID, ...]
+
+
+def chunking_config(settings: Settings) -> ChunkingConfig:
+    o = settings.offload
+    return ChunkingConfig(
+        min_tokens=o.chunk_min_tokens,
+        max_tokens=o.chunk_max_tokens,
+        split_overlap_tokens=o.chunk_overlap_tokens,
+        time_gap_seconds=o.chunk_time_gap_seconds,
+        topic_shift_threshold=o.topic_shift_threshold,
+    )
+
+
+def chunk_row(
+    draft: ChunkDraft, chunk_id: uuid.UUID, tenant_id: uuid.UUID, session_pk: uuid.UUID
+) -> dict[str, object]:
+    counts = Counter(terms(draft.raw_text))
+    return {
+        "id": chunk_id,
+        "tenant_id": tenant_id,
+        "session_id": session_pk,
+        "turn_first": draft.turn_first,
+        "turn_last": draft.turn_last,
+        "part": draft.part,
+        "parts": draft.parts,
+        "overlap_tokens": count_tokens(draft.overlap_prefix),
+        "roles": list(draft.roles),
+        "ts_first": draft.ts_first,
+        "ts_last": draft.ts_last,
+        "raw_text": draft.raw_text,
+        "summary_hint": draft.summary_hint[:200],
+        "token_count": draft.token_count,
+        "term_counts": dict(counts),
+        "term_total": sum(counts.values()),
+        "lexical_source": lexical_document(draft.raw_text),
+        "trusted": draft.trusted,
+    }
+
+
+async def offload_session(
+    db: AsyncSession,
+    settings: Settings,
+    cache: Cache,
+    session_pk: uuid.UUID,
+    *,
+    trigger: str,
+    until_tokens: int | None = None,
+) -> OffloadResult | None:
+    """One offload in the caller's transaction. None when the session is gone or nothing moves."""
+    started = time.perf_counter()
+    session = await sessions_repository.lock_session_by_pk(db, session_pk)
+    if session is None:
+        return None  # deleted since the job was enqueued
+    wm = watermark_config(effective_config(settings, session))
+    ratio_before = usage_ratio(
+        c0_tokens(settings, session) + session.c2_tokens + REPLY_PRIMING_TOKENS + session.c1_tokens,
+        wm,
+    )
+    # Plan as if the notes were already at their cap: the notes job that follows this offload
+    # may grow them, and the session must still be at the target once it has.
+    notes_reserve = max(session.c2_tokens, message_tokens("system", "") + settings.notes.max_tokens)
+    fixed = c0_tokens(settings, session) + notes_reserve + REPLY_PRIMING_TOKENS
+    window = [to_record(t) for t in await sessions_repository.window_turns(db, session.id)]
+    plan = select_offload(window, fixed, wm, until_tokens=until_tokens)
+    if not plan.turns:
+        await write_session(db, cache, session, offload_armed=ratio_before < wm.trigger_ratio)
+        return None
+
+    drafts = chunk_turns(plan.turns, chunking_config(settings))
+    chunk_ids = [uuid.uuid4() for _ in drafts]
+    await repository.insert_chunks(
+        db,
+        [
+            chunk_row(d, cid, session.tenant_id, session.id)
+            for d, cid in zip(drafts, chunk_ids, strict=True)
+        ],
+    )
+    # Pieces of one split turn share its seq: the turn is covered by the first piece; the others
+    # are marked copies (part > 1) that recall deduplicates.
+    marked = 0
+    for draft, chunk_id in zip(drafts, chunk_ids, strict=True):
+        if draft.part == 1:
+            marked += await repository.assign_turns(
+                db, session.id, chunk_id, draft.turn_first, draft.turn_last
+            )
+    if marked != len(plan.turns):
+        raise RuntimeError(f"offload marked {marked} turns, planned {len(plan.turns)}")
+
+    now = datetime.now(UTC)
+    c1_tokens = session.c1_tokens - plan.tokens_freed
+    ratio_after = usage_ratio(
+        c0_tokens(settings, session) + session.c2_tokens + REPLY_PRIMING_TOKENS + c1_tokens, wm
+    )
+    await write_session(
+        db,
+        cache,
+        session,
+        offloaded_until_seq=plan.turns[-1].seq,
+        c1_tokens=c1_tokens,
+        c1_turns=session.c1_turns - len(plan.turns),
+        chunk_count=session.chunk_count + len(drafts),
+        last_offload_at=now,
+        offload_armed=ratio_after < wm.trigger_ratio,
+    )
+    lock = session_lock(session.id)
+    await enqueue(db, TaskName.EMBED_CHUNKS, {"chunk_ids": [str(c) for c in chunk_ids]})
+    await enqueue(
+        db,
+        TaskName.REFRESH_NOTES,
+        {"session_pk": str(session.id)},
+        lock=lock,
+        queueing_lock=f"notes:{session.id}",
+    )
+    await repository.add_offload_event(
+        db,
+        tenant_id=session.tenant_id,
+        session_id=session.id,
+        trigger=trigger,
+        trigger_ratio=ratio_before,
+        ratio_after=ratio_after,
+        tokens_freed=plan.tokens_freed,
+        chunks_offloaded=len(drafts),
+        turn_first=plan.turns[0].seq,
+        turn_last=plan.turns[-1].seq,
+        turns=len(plan.turns),
+        duration_ms=(time.perf_counter() - started) * 1000,
+    )
+    return OffloadResult(
+        session_pk=session.id,
+        turns_moved=len(plan.turns),
+        chunks_written=len(drafts),
+        tokens_freed=plan.tokens_freed,
+        ratio_before=ratio_before,
+        ratio_after=ratio_after,
+        floor_limited=plan.floor_limited,
+        chunk_ids=tuple(chunk_ids),
+    )

@@ -1,0 +1,90 @@
+"""Worker jobs of the write path: offload, chunk embedding, and the periodic sweeper."""
+
+import logging
+import uuid
+
+from procrastinate import Blueprint, JobContext
+
+from app.core.db import unit_of_work
+from app.embeddings.base import EmbedderUnavailable
+from app.jobs.queue import DEFAULT_QUEUE, TaskName, enqueue, enqueue_offload
+from app.jobs.worker import DEFAULT_RETRY, app_context
+from app.offload import repository
+from app.offload.service import offload_session
+
+logger = logging.getLogger("contextd.offload")
+blueprint = Blueprint()
+
+
+@blueprint.task(name="run", queue=DEFAULT_QUEUE, pass_context=True, retry=DEFAULT_RETRY)
+async def run_offload(job_context: JobContext, session_pk: str, trigger: str = "watermark") -> int:
+    context = app_context(job_context)
+    async with unit_of_work(context.sessionmaker) as db:
+        result = await offload_session(
+            db, context.settings, context.cache, uuid.UUID(session_pk), trigger=trigger
+        )
+    if result is None:
+        return 0
+    logger.info(
+        "offloaded %d turns into %d chunks, ratio %.3f -> %.3f",
+        result.turns_moved,
+        result.chunks_written,
+        result.ratio_before,
+        result.ratio_after,
+    )
+    return result.turns_moved
+
+
+@blueprint.task(name="embed_chunks", queue=DEFAULT_QUEUE, pass_context=True, retry=DEFAULT_RETRY)
+async def embed_chunks(job_context: JobContext, chunk_ids: list[str]) -> int:
+    """Embed chunks off the request path. A provider failure counts an attempt and retries later;
+    the chunks stay searchable lexically meanwhile."""
+    context = app_context(job_context)
+    embedder = context.embedder
+    if embedder is None:
+        return 0
+    ids = [uuid.UUID(c) for c in chunk_ids]
+    batch = context.settings.embedding.batch_size
+    done = 0
+    while True:
+        async with unit_of_work(context.sessionmaker) as db:
+            chunks = await repository.chunks_to_embed(db, ids, embedder.name, batch)
+            if not chunks:
+                return done
+            try:
+                vectors = await embedder.embed_passages([c.raw_text for c in chunks])
+            except EmbedderUnavailable:
+                await repository.count_embed_failure(db, [c.id for c in chunks])
+                await db.commit()
+                raise
+            for chunk, vector in zip(chunks, vectors, strict=True):
+                await repository.store_embedding(db, chunk.id, vector.tolist(), embedder.name)
+        done += len(chunks)
+
+
+@blueprint.periodic(cron="* * * * *", periodic_id="sweep")
+@blueprint.task(name="sweep", queue=DEFAULT_QUEUE, pass_context=True)
+async def sweep(job_context: JobContext, timestamp: int) -> dict[str, int]:
+    """Safety net: sessions left over their watermark, and chunks still lacking an embedding."""
+    context = app_context(job_context)
+    defaults = context.settings.session_defaults
+    async with unit_of_work(context.sessionmaker) as db:
+        over = await repository.sessions_over_watermark(
+            db,
+            context_limit=defaults.context_limit,
+            reserve_tokens=defaults.reserve_tokens,
+            trigger_ratio=defaults.trigger_ratio,
+            c0=defaults.c0_tokens,
+        )
+        for session_pk in over:
+            await enqueue_offload(db, session_pk, trigger="sweeper")
+        embedder = context.embedder
+        missing = await repository.chunks_to_embed(db, None, embedder.name, 512) if embedder else []
+        if missing:
+            await enqueue(
+                db,
+                TaskName.EMBED_CHUNKS,
+                {"chunk_ids": [str(c.id) for c in missing]},
+                queueing_lock="embed:sweep",
+            )
+    return {"sessions": len(over), "chunks": len(missing)}

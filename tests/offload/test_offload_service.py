@@ -1,0 +1,215 @@
+"""The offload against the real database: trigger, target, floors, hysteresis, coverage."""
+
+import uuid
+from typing import Any
+
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.core.cache import Cache
+from app.core.config import Settings
+from app.offload.service import offload_session
+from tests.support.factories import append, configure, new_caller, transaction
+
+SMALL = {
+    "context_limit": 4000,
+    "reserve_tokens": 400,
+    "min_recent_turns": 4,
+    "min_recent_tokens": 300,
+}
+WORDS = ["budget", "train", "Lyon", "order", "AB-12345", "hotel", "price", "window", "seat"]
+HANZI = ["预算", "火车", "里昂", "订单", "酒店", "价格", "靠窗", "座位", "不要", "必须"]
+
+
+@st.composite
+def turn_batches(draw: st.DrawFn) -> list[list[dict[str, Any]]]:
+    batches: list[list[dict[str, Any]]] = []
+    for i in range(draw(st.integers(20, 60))):
+        words = draw(st.lists(st.sampled_from(WORDS + HANZI), min_size=1, max_size=60))
+        content = " ".join(words) + f" #{i}"
+        if draw(st.integers(0, 6)) == 0:
+            call_id = f"call_{i}"
+            call = {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            batches.append(
+                [
+                    {"role": "assistant", "content": None, "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": call_id, "content": content},
+                ]
+            )
+        else:
+            role = draw(st.sampled_from(["user", "assistant"]))
+            batches.append([{"role": role, "content": content}])
+    return batches
+
+
+async def session_pk(engine: AsyncEngine, tenant_id: uuid.UUID, sid: str) -> uuid.UUID:
+    async with engine.connect() as conn:
+        return await conn.scalar(
+            text("SELECT id FROM sessions WHERE tenant_id = :t AND external_id = :s"),
+            {"t": tenant_id, "s": sid},
+        )
+
+
+async def check_coverage(engine: AsyncEngine, pk: uuid.UUID) -> tuple[int, int]:
+    """Every turn is in C1 or in exactly one chunk whose raw text holds it verbatim."""
+    async with engine.connect() as conn:
+        turns = (
+            await conn.execute(
+                text(
+                    "SELECT seq, content, chunk_id, role, tool_call_id, tool_calls FROM turns "
+                    "WHERE session_id = :s ORDER BY seq"
+                ),
+                {"s": pk},
+            )
+        ).all()
+        chunks = (
+            await conn.execute(
+                text(
+                    "SELECT id, turn_first, turn_last, part, parts, raw_text FROM chunks "
+                    "WHERE session_id = :s"
+                ),
+                {"s": pk},
+            )
+        ).all()
+    by_id = {c.id: c for c in chunks}
+    in_window = 0
+    call_home: dict[str, Any] = {}
+    for turn in turns:
+        covering = [c for c in chunks if c.part <= 1 and c.turn_first <= turn.seq <= c.turn_last]
+        if turn.chunk_id is None:
+            in_window += 1
+            assert covering == [], f"turn {turn.seq} in C1 and in a chunk"
+        else:
+            assert [c.id for c in covering] == [turn.chunk_id]
+            chunk = by_id[turn.chunk_id]
+            if chunk.parts == 1:
+                assert turn.content in chunk.raw_text
+        for call in turn.tool_calls or []:
+            call_home[call["id"]] = turn.chunk_id
+        if turn.role == "tool":
+            assert call_home[turn.tool_call_id] == turn.chunk_id, "tool pair split"
+    # C1 is a suffix: once a turn is in the window, every later turn is too.
+    window_flags = [t.chunk_id is None for t in turns]
+    assert window_flags == sorted(window_flags)
+    return in_window, len(chunks)
+
+
+@hyp_settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(batches=turn_batches())
+async def test_offload_triggers_reaches_target_keeps_floors_and_covers_every_turn(
+    engine: AsyncEngine, settings: Settings, cache: Cache, batches: list[list[dict[str, Any]]]
+) -> None:
+    caller = await new_caller(engine)
+    sid = "prop"
+    await configure(engine, caller, settings, cache, sid, **SMALL)
+    pk = None
+    offloads = 0
+    ratio = 0.0
+    for batch in batches:
+        before = ratio
+        resp = await append(engine, caller, settings, cache, sid, batch)
+        ratio = resp["watermark"]["ratio"]
+        pk = pk or await session_pk(engine, caller.tenant_id, sid)
+        if resp["offload_enqueued"]:
+            # fires only on a crossing of θ (or in the emergency band), never while disarmed
+            assert ratio >= 0.80
+            assert before < 0.80 or ratio >= 0.95
+            async with transaction(engine) as db:
+                result = await offload_session(db, settings, cache, pk, trigger="test")
+            assert result is not None
+            offloads += 1
+            ratio = result.ratio_after
+            if not result.floor_limited:
+                assert result.ratio_after <= 0.65
+        else:
+            assert ratio < 0.80 or before >= 0.80
+    assert pk is not None
+    in_window, _ = await check_coverage(engine, pk)
+    if offloads:
+        async with engine.connect() as conn:
+            window_tokens = await conn.scalar(
+                text(
+                    "SELECT sum(token_count) FROM turns WHERE session_id = :s AND chunk_id IS NULL"
+                ),
+                {"s": pk},
+            )
+            events = await conn.scalar(
+                text("SELECT count(*) FROM offload_events WHERE session_id = :s"), {"s": pk}
+            )
+        assert in_window >= SMALL["min_recent_turns"]
+        assert window_tokens >= SMALL["min_recent_tokens"]
+        assert events == offloads
+
+
+async def test_offload_is_idempotent_and_records_its_event(
+    engine: AsyncEngine, settings: Settings, cache: Cache
+) -> None:
+    caller = await new_caller(engine)
+    await configure(engine, caller, settings, cache, "idem", **SMALL)
+    resp: dict[str, Any] = {}
+    i = 0
+    while not resp.get("offload_enqueued"):
+        resp = await append(
+            engine,
+            caller,
+            settings,
+            cache,
+            "idem",
+            [{"role": "user", "content": f"message {i}: " + "hotel price budget " * 20}],
+        )
+        i += 1
+    pk = await session_pk(engine, caller.tenant_id, "idem")
+    async with transaction(engine) as db:
+        first = await offload_session(db, settings, cache, pk, trigger="test")
+    async with transaction(engine) as db:
+        again = await offload_session(db, settings, cache, pk, trigger="test")
+    assert first is not None and first.turns_moved > 0
+    assert again is None  # already under target: nothing moves twice
+    in_window, chunks = await check_coverage(engine, pk)
+    assert chunks == first.chunks_written
+    assert in_window == i - first.turns_moved
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT trigger_ratio, ratio_after, tokens_freed, chunks_offloaded, turns "
+                    "FROM offload_events WHERE session_id = :s"
+                ),
+                {"s": pk},
+            )
+        ).one()
+        jobs = (
+            (
+                await conn.execute(
+                    text(
+                        "SELECT task_name FROM procrastinate_jobs WHERE args->>'session_pk' = :s "
+                        "OR args->'chunk_ids' ? :c ORDER BY id"
+                    ),
+                    {"s": str(pk), "c": str(first.chunk_ids[0])},
+                )
+            )
+            .scalars()
+            .all()
+        )
+        offloaded_until, last_offloaded = (
+            await conn.execute(
+                text(
+                    "SELECT offloaded_until_seq, (SELECT max(seq) FROM turns WHERE session_id = :s "
+                    "AND chunk_id IS NOT NULL) FROM sessions WHERE id = :s"
+                ),
+                {"s": pk},
+            )
+        ).one()
+    assert row.trigger_ratio >= 0.80 and row.ratio_after <= 0.65
+    assert (row.tokens_freed, row.chunks_offloaded, row.turns) == (
+        first.tokens_freed,
+        first.chunks_written,
+        first.turns_moved,
+    )
+    assert jobs == ["offload:run", "offload:embed_chunks", "notes:refresh"]
+    assert offloaded_until == last_offloaded == first.turns_moved  # notes now stale

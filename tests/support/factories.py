@@ -1,0 +1,59 @@
+"""Direct service-level setup for tests that exercise a service without HTTP."""
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from app.auth.schemas import ALL_SCOPES, Caller
+from app.core.cache import Cache
+from app.core.config import Settings
+from app.core.db import create_sessionmaker, unit_of_work
+from app.sessions import service as sessions
+from app.sessions.schemas import AppendTurnsRequest, SessionConfigUpdate
+
+
+@asynccontextmanager
+async def transaction(engine: AsyncEngine) -> AsyncIterator[AsyncSession]:
+    async with unit_of_work(create_sessionmaker(engine)) as db:
+        yield db
+
+
+async def new_caller(engine: AsyncEngine, tenant: str | None = None) -> Caller:
+    from app.auth.repository import get_or_create_tenant
+
+    async with transaction(engine) as db:
+        row = await get_or_create_tenant(db, tenant or f"t-{uuid.uuid4().hex[:12]}")
+    return Caller(row.id, row.name, frozenset(s.value for s in ALL_SCOPES), None)
+
+
+async def configure(
+    engine: AsyncEngine, caller: Caller, settings: Settings, cache: Cache, sid: str, **config: Any
+) -> None:
+    async with transaction(engine) as db:
+        await sessions.update_session(
+            db, caller, settings, cache, sid, SessionConfigUpdate(**config)
+        )
+
+
+async def append(
+    engine: AsyncEngine,
+    caller: Caller,
+    settings: Settings,
+    cache: Cache,
+    sid: str,
+    turns: Sequence[dict[str, Any]],
+) -> dict[str, Any]:
+    async with transaction(engine) as db:
+        outcome = await sessions.append_turns(
+            db,
+            caller,
+            settings,
+            cache,
+            sid,
+            AppendTurnsRequest.model_validate({"turns": turns}),
+            None,
+        )
+    return outcome.response.model_dump(mode="json")
