@@ -1,4 +1,4 @@
-"""The `contextd` command: dev, serve, worker, migrate, keys, openapi."""
+"""The `contextd` command: dev, serve, worker, migrate, keys, reembed, openapi."""
 
 import argparse
 import asyncio
@@ -15,8 +15,12 @@ OPENAPI_PATH = Path(__file__).resolve().parents[1] / "openapi" / "openapi.json"
 
 
 def _configure_logging(settings: Settings) -> None:
+    """Root logger to stdout, one JSON object per line (or plain text); uvicorn's loggers
+    propagate here (`log_config=None` in `_serve`), so every line has the same shape."""
+    from app.core.observability import log_handler
+
     logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+        level=settings.log_level, handlers=[log_handler(settings.log_format)], force=True
     )
 
 
@@ -38,20 +42,23 @@ async def _serve(
     import uvicorn
 
     from app.core.context import AppContext
+    from app.core.observability import Metrics
     from app.jobs.worker import run_worker
     from app.main import create_app
 
     tasks: list[asyncio.Task[None]] = []
-    worker_context = AppContext.create(settings) if with_worker else None
+    metrics = Metrics()  # API and worker of this process report into one registry
+    worker_context = AppContext.create(settings, metrics) if with_worker else None
     if worker_context is not None:
         tasks.append(asyncio.create_task(run_worker(settings, worker_context)))
     try:
         if with_api:
             config = uvicorn.Config(
-                create_app(settings),
+                create_app(settings, metrics),
                 host=settings.host,
                 port=settings.port,
                 log_level=settings.log_level.lower(),
+                log_config=None,  # keep our handlers (JSON); our middleware writes the access log
                 access_log=False,
             )
             server = uvicorn.Server(config)
@@ -121,6 +128,20 @@ def cmd_keys_create(settings: Settings, tenant: str, scopes: list[str]) -> None:
     print("store this key now: it is not shown again", file=sys.stderr)
 
 
+def cmd_reembed(settings: Settings, batch_size: int | None) -> None:
+    from app.core.context import AppContext
+    from app.embeddings.reembed import reembed
+
+    async def _run() -> int:
+        context = AppContext.create(settings)
+        try:
+            return await reembed(context, batch_size or settings.embedding.batch_size)
+        finally:
+            await context.aclose()
+
+    asyncio.run(_run())
+
+
 def cmd_openapi(check: bool) -> int:
     from app.main import create_app
 
@@ -151,9 +172,14 @@ def build_parser() -> argparse.ArgumentParser:
     create = keys_sub.add_parser("create", help="create a key and print it once")
     create.add_argument("--tenant", required=True)
     create.add_argument("--scope", action="append", default=[], help="repeatable")
+    reembed = sub.add_parser("reembed", help="re-embed chunks with the configured embedder")
+    reembed.add_argument("--batch-size", type=int, help="default CONTEXTD_EMBEDDING__BATCH_SIZE")
     sub.add_parser("config", help="print the configuration reference (Markdown)")
     openapi = sub.add_parser("openapi", help="write openapi/openapi.json")
     openapi.add_argument("--check", action="store_true", help="only compare, exit 1 on drift")
+    from app.eval import add_parser as add_eval_parser
+
+    add_eval_parser(sub)
     return parser
 
 
@@ -164,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "openapi":
         return cmd_openapi(args.check)
+    if args.command == "eval":
+        from app.eval import run as run_eval
+
+        return run_eval(args)
     if args.command == "config":
         from app.core.config import settings_table
 
@@ -179,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(_serve(settings, with_worker=True, with_api=False))
     elif args.command == "keys":
         cmd_keys_create(settings, args.tenant, args.scope)
+    elif args.command == "reembed":
+        cmd_reembed(settings, args.batch_size)
     return 0
 
 

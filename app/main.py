@@ -9,22 +9,28 @@ from app import __version__, health
 from app.core.config import Settings, load_settings
 from app.core.context import AppContext
 from app.core.errors import install_error_handlers
+from app.core.observability import Metrics, RequestContextMiddleware
+from app.core.observability import router as metrics_router
 from app.core.tokens import encoding
+from app.memory.endpoints import router as memory_router
 from app.notes.endpoints import router as notes_router
 from app.offload.endpoints import router as offload_router
+from app.prompt.endpoints import router as prompt_router
 from app.sessions.endpoints import router as sessions_router
 
 DESCRIPTION = """Context-as-a-service for LLM agents: append turns, build prompts that fit the
 window, recall offloaded history. Authenticate with `Authorization: Bearer <key>`."""
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, metrics: Metrics | None = None) -> FastAPI:
+    """`metrics`: share one registry with a worker running in this process (`contextd dev`)."""
     settings = settings or load_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         encoding()  # load the tokenizer before the first request, not during it
-        context = AppContext.create(settings)
+        context = AppContext.create(settings, metrics)
+        await context.start_embedder()  # queries are embedded on the request path
         app.state.context = context
         try:
             yield
@@ -38,8 +44,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.add_middleware(RequestContextMiddleware)
+    app.include_router(metrics_router)
     app.include_router(health.router)
     app.include_router(sessions_router)
     app.include_router(offload_router)
     app.include_router(notes_router)
+    app.include_router(memory_router)
+    app.include_router(prompt_router)
     return app

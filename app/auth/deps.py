@@ -24,8 +24,11 @@ async def get_caller(
         if cached is None:
             cached = await service.dev_caller(db)
             request.app.state.dev_caller = cached
-        return cached
-    return await service.authenticate(db, request.headers.get("Authorization"))
+        caller = cached
+    else:
+        caller = await service.authenticate(db, request.headers.get("Authorization"))
+    request.state.tenant = caller.tenant_name  # for the access log line
+    return caller
 
 
 CallerDep = Annotated[Caller, Depends(get_caller)]

@@ -90,6 +90,55 @@ class EmbeddingSettings(BaseModel):
     batch_size: int = Field(32, gt=0, description="passages embedded per batch by the worker")
 
 
+class RecallSettings(BaseModel):
+    fusion: Literal["rrf", "relative"] = Field(
+        "relative", description="rank fusion (rrf) or min-max normalised score sum (relative)"
+    )
+    rrf_k: int = Field(60, gt=0, description="reciprocal rank fusion constant")
+    weight_exact: float = Field(3.0, ge=0, description="fusion weight of exact ID/quote hits")
+    weight_lexical: float = Field(1.0, ge=0, description="fusion weight of the BM25 arm")
+    weight_vector: float = Field(1.0, ge=0, description="fusion weight of the vector arm")
+    per_item_max_tokens: int = Field(300, gt=0, description="a recalled item is cut to this")
+    rerank_url: str | None = Field(None, description="HTTP cross-encoder; unset: feature rerank")
+    rerank_style: Literal["tei", "jina", "cohere"] = Field("tei", description="its API style")
+    rerank_model: str | None = Field(None, description="model name (jina, cohere)")
+    rerank_api_key: str | None = Field(None, description="bearer key of the rerank API")
+    rerank_timeout_seconds: float = Field(2.0, gt=0, description="rerank call budget")
+    emergency_offload_timeout_seconds: float = Field(
+        5.0, gt=0, description="an inline offload in build-prompt gives up after this"
+    )
+    lexical_index_cache_sessions: int = Field(
+        256, ge=0, description="per-process BM25 indexes kept (one per session)"
+    )
+    persist_manifests: bool = Field(False, description="store every build's manifest")
+    manifests_kept_per_session: int = Field(50, ge=1, description="retention of stored manifests")
+
+
+class MemorySettings(BaseModel):
+    """The memory tool (`POST /v1/sessions/{id}/memory`): limits and who may offload or forget."""
+
+    remember_max_chars: int = Field(2_000, gt=0, description="longest `remember` text (422 above)")
+    remember_per_minute: int = Field(
+        20, ge=0, description="`remember` calls per session per minute (429 above)"
+    )
+    dedup_jaccard: float = Field(
+        0.85,
+        gt=0,
+        le=1,
+        description="term-set overlap at which `remember` returns the existing item",
+    )
+    recall_item_max_tokens: int = Field(
+        200, gt=0, description="a `recall` result item is cut to this many tokens"
+    )
+    recall_max_top_k: int = Field(20, gt=0, description="largest `top_k` a `recall` may ask for")
+    offload_for_all_keys: bool = Field(
+        False, description="`offload` without the memory:offload scope (tenants.settings can too)"
+    )
+    forget_for_all_keys: bool = Field(
+        False, description="`forget` without the memory:forget scope (tenants.settings can too)"
+    )
+
+
 class WorkerSettings(BaseModel):
     concurrency: int = Field(2, gt=0, description="jobs one worker process runs at once")
     heartbeat_seconds: float = Field(5.0, gt=0, description="worker heartbeat interval")
@@ -121,6 +170,9 @@ class Settings(BaseSettings):
     data_dir: Path = Field(Path(".contextd"), description="embedded stack data (`contextd dev`)")
     auth_disabled: bool = Field(False, description="serve without API keys (dev on loopback only)")
     log_level: str = Field("INFO", description="root log level")
+    log_format: Literal["json", "text"] = Field(
+        "json", description="log lines: one JSON object (with request_id) or plain text"
+    )
 
     session_defaults: SessionDefaults = SessionDefaults()
     limits: Limits = Limits()
@@ -129,6 +181,8 @@ class Settings(BaseSettings):
     offload: OffloadSettings = OffloadSettings()
     notes: NotesSettings = NotesSettings()
     embedding: EmbeddingSettings = EmbeddingSettings()
+    recall: RecallSettings = RecallSettings()
+    memory: MemorySettings = MemorySettings()
     worker: WorkerSettings = WorkerSettings()
 
     @model_validator(mode="after")

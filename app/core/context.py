@@ -13,9 +13,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import create_engine, create_sessionmaker
+from app.core.observability import Metrics
 
 if TYPE_CHECKING:
     from app.embeddings.base import Embedder
+    from app.recall.lexical import LexicalIndexCache
 
 
 @dataclass
@@ -25,10 +27,14 @@ class AppContext:
     sessionmaker: async_sessionmaker[AsyncSession]
     cache: Cache
     http: httpx.AsyncClient  # outbound calls: LLM notes, rerank, query rewrite
+    lexical_indexes: "LexicalIndexCache"  # per-session BM25 indexes of this process
+    metrics: Metrics  # this instance's Prometheus registry (shared by API and worker in `dev`)
     embedder: "Embedder | None" = None  # set by `start_embedder`; None means lexical recall only
 
     @classmethod
-    def create(cls, settings: Settings) -> "AppContext":
+    def create(cls, settings: Settings, metrics: Metrics | None = None) -> "AppContext":
+        from app.recall.lexical import LexicalIndexCache
+
         engine = create_engine(settings)
         return cls(
             settings=settings,
@@ -36,6 +42,8 @@ class AppContext:
             sessionmaker=create_sessionmaker(engine),
             cache=Cache(settings.redis_url, settings.cache),
             http=httpx.AsyncClient(timeout=10.0),
+            lexical_indexes=LexicalIndexCache(settings.recall.lexical_index_cache_sessions),
+            metrics=metrics or Metrics(),
         )
 
     async def start_embedder(self) -> None:
@@ -46,6 +54,7 @@ class AppContext:
         self.embedder = embedder_from_settings(self.settings.embedding)
         if self.embedder is None:
             return
+        self.embedder.observer = self.metrics.observe_embed
         warm_up = getattr(self.embedder, "warm_up", None)
         if warm_up is not None:
             await warm_up()

@@ -9,8 +9,9 @@ Any provider failure (model missing, server down, bad response) surfaces as `Emb
 which the recall chain turns into the `vector_unavailable` fallback.
 """
 
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -46,6 +47,9 @@ class Embedder(ABC):
     name: str
     dim: int
     max_chars: int = DEFAULT_MAX_CHARS
+    # Called with ("query" | "passage", seconds) after every encode, failed ones included; the
+    # owner of the embedder (AppContext) sets it to feed its metrics. None: nobody is listening.
+    observer: Callable[[str, float], None] | None = None
 
     async def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         """`(len(texts), dim)` float32, L2-normalised, for search queries."""
@@ -68,12 +72,16 @@ class Embedder(ABC):
         items = [prepare_text(text, self.max_chars) for text in texts]
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
+        started = time.perf_counter()
         try:
             raw = await self._encode(items, query=query)
         except EmbedderUnavailable:
             raise
         except Exception as exc:  # any provider failure degrades recall, never crashes it
             raise EmbedderUnavailable(f"embedder {self.name!r} failed: {exc!r}") from exc
+        finally:
+            if self.observer is not None:
+                self.observer("query" if query else "passage", time.perf_counter() - started)
         matrix = np.asarray(raw, dtype=np.float32)
         if matrix.shape != (len(items), self.dim):
             raise EmbedderUnavailable(

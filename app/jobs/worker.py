@@ -30,13 +30,15 @@ def plain_postgres_url(url: str) -> str:
 
 
 def create_job_app(settings: Settings) -> App:
+    from app.memory.tasks import blueprint as memory_tasks
     from app.notes.tasks import blueprint as notes_tasks
     from app.offload.tasks import blueprint as offload_tasks
 
     assert settings.database_url
     app = App(connector=PsycopgConnector(conninfo=plain_postgres_url(settings.database_url)))
-    app.add_tasks_from(offload_tasks, namespace="offload")
-    app.add_tasks_from(notes_tasks, namespace="notes")
+    app.add_tasks_from(offload_tasks(), namespace="offload")
+    app.add_tasks_from(notes_tasks(), namespace="notes")
+    app.add_tasks_from(memory_tasks(), namespace="memory")
     return app
 
 

@@ -7,6 +7,7 @@ its result and is counted (`stale_writes`), never written over newer notes.
 
 import uuid
 from dataclasses import dataclass
+from typing import Literal
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -22,6 +23,10 @@ from app.notes.rules import extract
 from app.notes.schemas import NoteItem, Notes, NotesResult
 from app.sessions import repository as sessions_repository
 from app.sessions.service import to_record, write_session
+
+# What a refresh did: "written" (v+1 stored), "stale" (lost the version race, discarded),
+# "failed" (generation failed, rebuild flagged), "gone" (the session was deleted).
+NotesOutcome = Literal["written", "stale", "failed", "gone"]
 
 
 @dataclass(frozen=True)
@@ -94,12 +99,12 @@ async def compute_notes(
     )
 
 
-async def write_notes(db: AsyncSession, cache: Cache, draft: NotesDraft) -> bool:
-    """Compare-and-set v -> v+1. False when another writer got there first (counted as stale)."""
+async def write_notes(db: AsyncSession, cache: Cache, draft: NotesDraft) -> NotesOutcome:
+    """Compare-and-set v -> v+1. "stale" when another writer got there first (counted)."""
     session_pk = draft.session.id
     if draft.result is None:
         await repository.flag_rebuild_pending(db, session_pk, draft.base_version)
-        return False
+        return "failed"
     written = await repository.compare_and_set(
         db,
         session_pk,
@@ -115,7 +120,7 @@ async def write_notes(db: AsyncSession, cache: Cache, draft: NotesDraft) -> bool
     )
     if not written:
         await repository.count_stale_write(db, session_pk)
-        return False
+        return "stale"
     await write_session(
         db,
         cache,
@@ -123,7 +128,7 @@ async def write_notes(db: AsyncSession, cache: Cache, draft: NotesDraft) -> bool
         c2_tokens=notes_message_tokens(draft.result.notes),
         notes_version=draft.base_version + 1,
     )
-    return True
+    return "written"
 
 
 async def refresh_notes(
@@ -134,10 +139,10 @@ async def refresh_notes(
     *,
     rebuild: bool = False,
     llm_client: httpx.AsyncClient | None = None,
-) -> bool:
+) -> NotesOutcome:
     session = await sessions_repository.get_session_by_pk(db, session_pk)
     if session is None:
-        return False
+        return "gone"
     draft = await compute_notes(db, settings, session, rebuild=rebuild, llm_client=llm_client)
     return await write_notes(db, cache, draft)
 

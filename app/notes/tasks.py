@@ -9,14 +9,11 @@ from app.jobs.queue import DEFAULT_QUEUE
 from app.jobs.worker import DEFAULT_RETRY, app_context
 from app.notes.service import refresh_notes
 
-blueprint = Blueprint()
 
-
-@blueprint.task(name="refresh", queue=DEFAULT_QUEUE, pass_context=True, retry=DEFAULT_RETRY)
 async def refresh(job_context: JobContext, session_pk: str, rebuild: bool = False) -> bool:
     context = app_context(job_context)
     async with unit_of_work(context.sessionmaker) as db:
-        return await refresh_notes(
+        outcome = await refresh_notes(
             db,
             context.settings,
             context.cache,
@@ -24,3 +21,12 @@ async def refresh(job_context: JobContext, session_pk: str, rebuild: bool = Fals
             rebuild=rebuild,
             llm_client=context.http,
         )
+    context.metrics.observe_notes_write(outcome)  # after the commit: only what was stored
+    return outcome == "written"
+
+
+def blueprint() -> Blueprint:
+    """A fresh blueprint per job app (see `app.offload.tasks.blueprint`)."""
+    tasks = Blueprint()
+    tasks.task(name="refresh", queue=DEFAULT_QUEUE, pass_context=True, retry=DEFAULT_RETRY)(refresh)
+    return tasks

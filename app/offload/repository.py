@@ -97,6 +97,9 @@ async def ensure_vector_index(conn: AsyncConnection, model: str, dim: int) -> No
     """
     if not re.fullmatch(r"[A-Za-z0-9._:/-]{1,64}", model):
         raise ValueError(f"embedding model name not allowed in an index predicate: {model!r}")
+    # CREATE INDEX IF NOT EXISTS is not safe against a concurrent creator (the loser fails on
+    # pg_class's unique index): API and worker starting together must take turns.
+    await conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('contextd:vector_index'))"))
     await conn.execute(
         text(
             f"CREATE INDEX IF NOT EXISTS {_index_name(model)} ON chunks USING hnsw "

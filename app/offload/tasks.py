@@ -13,10 +13,8 @@ from app.offload import repository
 from app.offload.service import offload_session
 
 logger = logging.getLogger("contextd.offload")
-blueprint = Blueprint()
 
 
-@blueprint.task(name="run", queue=DEFAULT_QUEUE, pass_context=True, retry=DEFAULT_RETRY)
 async def run_offload(job_context: JobContext, session_pk: str, trigger: str = "watermark") -> int:
     context = app_context(job_context)
     async with unit_of_work(context.sessionmaker) as db:
@@ -25,17 +23,18 @@ async def run_offload(job_context: JobContext, session_pk: str, trigger: str = "
         )
     if result is None:
         return 0
+    context.metrics.observe_offload(trigger, result.tokens_freed)  # committed: count it
     logger.info(
         "offloaded %d turns into %d chunks, ratio %.3f -> %.3f",
         result.turns_moved,
         result.chunks_written,
         result.ratio_before,
         result.ratio_after,
+        extra={"session": session_pk, "trigger": trigger, "tokens_freed": result.tokens_freed},
     )
     return result.turns_moved
 
 
-@blueprint.task(name="embed_chunks", queue=DEFAULT_QUEUE, pass_context=True, retry=DEFAULT_RETRY)
 async def embed_chunks(job_context: JobContext, chunk_ids: list[str]) -> int:
     """Embed chunks off the request path. A provider failure counts an attempt and retries later;
     the chunks stay searchable lexically meanwhile."""
@@ -62,8 +61,6 @@ async def embed_chunks(job_context: JobContext, chunk_ids: list[str]) -> int:
         done += len(chunks)
 
 
-@blueprint.periodic(cron="* * * * *", periodic_id="sweep")
-@blueprint.task(name="sweep", queue=DEFAULT_QUEUE, pass_context=True)
 async def sweep(job_context: JobContext, timestamp: int) -> dict[str, int]:
     """Safety net: sessions left over their watermark, and chunks still lacking an embedding."""
     context = app_context(job_context)
@@ -88,3 +85,16 @@ async def sweep(job_context: JobContext, timestamp: int) -> dict[str, int]:
                 queueing_lock="embed:sweep",
             )
     return {"sessions": len(over), "chunks": len(missing)}
+
+
+def blueprint() -> Blueprint:
+    """A fresh blueprint per job app: procrastinate renames a blueprint's tasks in place when an
+    app adds them, so one shared module-level blueprint breaks a second app in the process."""
+    tasks = Blueprint()
+    options = {"queue": DEFAULT_QUEUE, "pass_context": True}
+    tasks.task(name="run", retry=DEFAULT_RETRY, **options)(run_offload)
+    tasks.task(name="embed_chunks", retry=DEFAULT_RETRY, **options)(embed_chunks)
+    tasks.periodic(cron="* * * * *", periodic_id="sweep")(
+        tasks.task(name="sweep", **options)(sweep)
+    )
+    return tasks

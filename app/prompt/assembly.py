@@ -5,7 +5,7 @@ C0 system messages → C2 notes block → recalled-history block → C1 turns ve
 
 Precedence when the budget is short (`budget` = C - r):
 1. x_t and C0 are mandatory. If they alone (plus reply priming and tool schemas) exceed the
-   budget, `BudgetExceeded` is raised with the figures: nothing is ever cut silently.
+   budget, `PromptTooLarge` is raised with the figures: nothing is ever cut silently.
 2. The C2 notes block next, whole or not at all (`notes_dropped`). Notes are a few hundred tokens
    and carry the hard constraints and key facts of offloaded history, which exist nowhere else in
    the prompt; the spec says constraints are never dropped for space before anything else.
@@ -46,7 +46,7 @@ PromptFormat = Literal["openai", "anthropic"]
 Layer = Literal["c0", "c1", "c2", "c3", "query"]
 
 
-class BudgetExceeded(Exception):
+class PromptTooLarge(Exception):
     """The mandatory parts (C0, tool schemas, x_t, reply priming) alone exceed the budget."""
 
     def __init__(self, needed: int, available: int, parts: dict[str, int]) -> None:
@@ -186,7 +186,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     mandatory = system_cost + tools_cost + query_cost + REPLY_PRIMING_TOKENS
     if mandatory > inp.budget:
         parts = {"c0": system_cost, "tools": tools_cost, "query": query_cost}
-        raise BudgetExceeded(mandatory, inp.budget, {**parts, "overhead": REPLY_PRIMING_TOKENS})
+        raise PromptTooLarge(mandatory, inp.budget, {**parts, "overhead": REPLY_PRIMING_TOKENS})
     left = inp.budget - mandatory
 
     notes = inp.notes_block

@@ -108,10 +108,14 @@ class BM25Index:
         posting = self._postings.get(term)
         return 0 if posting is None else posting[1] - posting[0]
 
-    def score_array(self, query_terms: Iterable[str]) -> npt.NDArray[np.float64]:
-        """BM25 score of every document, in build order."""
+    def score_array(
+        self, query_terms: Iterable[str] | Mapping[str, float]
+    ) -> npt.NDArray[np.float64]:
+        """BM25 score of every document, in build order. `query_terms` is a list of terms
+        (a repeated term counts each time) or a mapping of term to weight."""
         scores = np.zeros(len(self._ids), dtype=np.float64)
-        for term, qtf in Counter(query_terms).items():
+        weighted = query_terms if isinstance(query_terms, Mapping) else Counter(query_terms)
+        for term, qtf in weighted.items():
             posting = self._postings.get(term)
             if posting is not None:
                 start, end, term_idf = posting
@@ -119,7 +123,7 @@ class BM25Index:
         return scores
 
     def score(
-        self, query_terms: Iterable[str], top_n: int | None = None
+        self, query_terms: Iterable[str] | Mapping[str, float], top_n: int | None = None
     ) -> list[tuple[str, float]]:
         """(id, score) of documents matching any query term, best first; ties keep build order."""
         scores = self.score_array(query_terms)

@@ -12,11 +12,18 @@ Default weights, and why:
   first"). With 3.0, an exact hit anywhere in the top 30 (3/90 = 0.0333) outranks a candidate that
   is first in both other arms but not an exact hit (2/61 = 0.0328).
 
+Relative score fusion (`method="relative"`) is the alternative: each arm's scores are min-max
+normalised to [0, 1] and summed with the weights. It keeps how far ahead a candidate is in an arm
+(a BM25 score three times the runner-up's), which rank fusion throws away.
+
 Pure: no I/O, no settings.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
+
+FusionMethod = Literal["rrf", "relative"]
 
 RRF_K = 60
 EXACT_WEIGHT = 3.0
@@ -92,6 +99,28 @@ def _ranks(ranked: Sequence[str]) -> dict[str, int]:
     return out
 
 
+def relative_score_fusion(
+    scored_lists: Sequence[Mapping[str, float]], weights: Sequence[float]
+) -> list[tuple[str, float]]:
+    """Σ wᵢ · minmax(scoreᵢ) over the lists an id appears in, best first (ties: first seen).
+
+    A list whose scores are all equal normalises to 1.0 for each of its ids."""
+    if len(weights) != len(scored_lists):
+        raise ValueError(f"{len(weights)} weights for {len(scored_lists)} scored lists")
+    totals: dict[str, float] = {}
+    for scores, weight in zip(scored_lists, weights, strict=True):
+        if not scores:
+            continue
+        low, high = min(scores.values()), max(scores.values())
+        span = high - low
+        for doc_id, score in scores.items():
+            normalised = (score - low) / span if span > 0 else 1.0
+            totals[doc_id] = totals.get(doc_id, 0.0) + weight * normalised
+    first_seen = {doc_id: i for i, doc_id in enumerate(totals)}
+    ordered = sorted(totals, key=lambda d: (-totals[d], first_seen[d]))
+    return [(doc_id, totals[doc_id]) for doc_id in ordered]
+
+
 def fuse_arms(
     *,
     exact: Sequence[str] = (),
@@ -99,10 +128,26 @@ def fuse_arms(
     vector: Sequence[str] = (),
     k: int = RRF_K,
     weights: ArmWeights | None = None,
+    method: FusionMethod = "rrf",
+    lexical_scores: Mapping[str, float] | None = None,
+    vector_scores: Mapping[str, float] | None = None,
 ) -> list[FusedCandidate]:
-    """RRF over the three arms; an arm that is down (e.g. vector_unavailable) is passed empty."""
+    """Fuse the three arms; an arm that is down (e.g. vector_unavailable) is passed empty.
+
+    `method="relative"` needs the arms' scores (BM25 scores, cosine similarities); exact hits
+    count as a full score of 1 each."""
     w = weights or ArmWeights()
-    fused = rrf([exact, lexical, vector], k=k, weights=[w.exact, w.lexical, w.vector])
+    if method == "relative":
+        fused = relative_score_fusion(
+            [
+                dict.fromkeys(exact, 1.0),
+                {d: (lexical_scores or {})[d] for d in lexical},
+                {d: (vector_scores or {})[d] for d in vector},
+            ],
+            [w.exact, w.lexical, w.vector],
+        )
+    else:
+        fused = rrf([exact, lexical, vector], k=k, weights=[w.exact, w.lexical, w.vector])
     exact_r, lexical_r, vector_r = _ranks(exact), _ranks(lexical), _ranks(vector)
     return [
         FusedCandidate(

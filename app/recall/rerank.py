@@ -186,13 +186,15 @@ def select_within_budget(
     *,
     window_seqs: Collection[int] = frozenset(),
     overlap_groups: Mapping[str, str] | None = None,
+    rangeless: Collection[str] = frozenset(),
 ) -> Selection:
     """Take the best `k` candidates whose tokens fit `budget_tokens` together (None: no budget).
 
     Walking `scored` in order, a candidate is dropped as
     - "in_window": its whole turn range is already in C1 (`window_seqs`: seqs of the C1 turns);
     - "duplicate": a kept candidate covers the same content: same `overlap_groups` key (e.g. the
-      pieces of one split turn), same normalised text, or a turn range inside a kept one's;
+      pieces of one split turn), same normalised text, or a turn range inside a kept one's
+      (ids in `rangeless`, e.g. remembered items, have no turns and skip the range checks);
     - "below_k": k candidates are already kept;
     - "over_budget": it does not fit the tokens left; smaller ones further down are still tried.
     Tokens come from `token_counts` (what injecting the fragment costs, framing included), else
@@ -210,14 +212,17 @@ def select_within_budget(
         first, last = cand.turn_range
         group = groups.get(cand.id)
         text_key = _normalised(cand.text)
-        if _in_window((first, last), window_seqs):
+        if cand.id not in rangeless and _in_window((first, last), window_seqs):
             dropped.append((item, "in_window"))
             continue
-        if (
-            (group is not None and group in kept_groups)
-            or text_key in kept_texts
-            or any(a <= first and last <= b for a, b in kept_ranges)
-        ):
+        # Pieces of one split turn (grouped) share a turn range but hold different text: they are
+        # deduplicated by group, not by range. Candidates without turns (remembered items) skip it.
+        range_dup = (
+            group is None
+            and cand.id not in rangeless
+            and (any(a <= first and last <= b for a, b in kept_ranges))
+        )
+        if (group is not None and group in kept_groups) or text_key in kept_texts or range_dup:
             dropped.append((item, "duplicate"))
             continue
         if len(selected) >= k:
@@ -232,7 +237,8 @@ def select_within_budget(
         selected.append(item)
         used += cost
         kept_texts.add(text_key)
-        kept_ranges.append((first, last))
+        if group is None and cand.id not in rangeless:
+            kept_ranges.append((first, last))
         if group is not None:
             kept_groups.add(group)
     return Selection(selected=selected, dropped=dropped, tokens=used)

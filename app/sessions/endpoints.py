@@ -9,6 +9,7 @@ from app.auth.schemas import Scope
 from app.auth.service import require_scope
 from app.core.deps import CacheDep, DbDep, SettingsDep
 from app.core.errors import COMMON_ERRORS, Conflict, PayloadTooLarge, error_responses
+from app.memory.schemas import SessionErased
 from app.sessions import service
 from app.sessions.schemas import (
     SESSION_ID_PATTERN,
@@ -130,11 +131,17 @@ async def configure_session(
     "/{session_id}",
     operation_id="delete_session",
     summary="Delete a session",
-    description="Removes the session and all its turns, chunks, notes and memories.",
-    status_code=status.HTTP_204_NO_CONTENT,
+    description=(
+        "Tombstones the session at once (from then on it is a 404 and its id can be reused) and "
+        "enqueues the job that erases its turns, chunks, embeddings, notes, memories and cached "
+        "copies. 202 with the erase receipt id; follow it at `GET /v1/erase-receipts/{id}`."
+    ),
+    status_code=status.HTTP_202_ACCEPTED,
 )
 async def delete_session(
-    session_id: SessionIdPath, caller: CallerDep, db: DbDep, cache: CacheDep
-) -> None:
+    session_id: SessionIdPath, caller: CallerDep, db: DbDep, cache: CacheDep, response: Response
+) -> SessionErased:
     require_scope(caller, Scope.WRITE)
-    await service.delete_session(db, caller, cache, session_id)
+    receipt_id = await service.delete_session(db, caller, cache, session_id)
+    response.headers["Location"] = f"/v1/erase-receipts/{receipt_id}"
+    return SessionErased(session_id=session_id, erase_receipt_id=receipt_id)

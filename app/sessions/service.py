@@ -79,6 +79,19 @@ def usage_of(settings: Settings, session: Session) -> tuple[Usage, Watermark, Wa
     return usage, Watermark(ratio=round(ratio, 4), level=watermark_level(ratio, wm)), wm
 
 
+async def observe_watermark(
+    db: AsyncSession, settings: Settings, session: Session
+) -> tuple[Usage, Watermark, bool, bool]:
+    """After a change of the session's usage: enqueue an offload on a crossing of θ (hysteresis).
+
+    Returns usage, watermark, whether an offload was enqueued, and the `offload_armed` value the
+    caller stores with its update of the session row."""
+    usage, watermark, wm = usage_of(settings, session)
+    fired = should_trigger(watermark.ratio, session.offload_armed, wm)
+    enqueued = await enqueue_offload(db, session.id, trigger="watermark") if fired else False
+    return usage, watermark, enqueued, next_armed(watermark.ratio, session.offload_armed, fired, wm)
+
+
 def to_record(turn: Turn) -> TurnRecord:
     return TurnRecord(
         seq=turn.seq,
@@ -210,12 +223,7 @@ async def append_turns(
     session.c1_turns += len(rows)
     session.turn_count += len(rows)
 
-    usage, watermark, wm = usage_of(settings, session)
-    fired = should_trigger(watermark.ratio, session.offload_armed, wm)
-    enqueued = False
-    if fired:
-        enqueued = await enqueue_offload(db, session.id, trigger="watermark")
-    armed = next_armed(watermark.ratio, session.offload_armed, fired, wm)
+    usage, watermark, enqueued, armed = await observe_watermark(db, settings, session)
     await write_session(
         db,
         cache,
@@ -363,13 +371,8 @@ async def update_session(
     return _build_view(settings, session, memories)
 
 
-async def delete_session(db: AsyncSession, caller: Caller, cache: Cache, session_id: str) -> None:
-    session = await require_session(db, caller, session_id)
-    version = await repository.update_session(db, session.id)  # the last version of the row
-    await repository.delete_session(db, session.id)
-    key = session_cache_key(cache, caller.tenant_id, session_id)
+async def delete_session(db: AsyncSession, caller: Caller, cache: Cache, session_id: str) -> str:
+    """Tombstone the session now and let the `memory:erase` job erase it; the receipt id."""
+    from app.memory.erase import delete_session as erase_session  # memory builds on sessions
 
-    async def _invalidate() -> None:
-        await cache.invalidate_versioned(key, version)
-
-    after_commit(db, _invalidate)
+    return await erase_session(db, caller, cache, session_id)

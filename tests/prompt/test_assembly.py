@@ -7,7 +7,7 @@ import pytest
 from app.core.tokens import count_tokens, message_tokens, messages_tokens
 from app.prompt.assembly import (
     AssemblyInput,
-    BudgetExceeded,
+    PromptTooLarge,
     assemble_prompt,
     baseline_messages,
     tools_tokens,
@@ -109,7 +109,7 @@ def test_order_c0_notes_recall_turns_query() -> None:
 def test_budget_exceeded_reports_figures() -> None:
     query = "x " * 500
     needed = messages_tokens([*SYSTEM, {"role": "user", "content": query}])
-    with pytest.raises(BudgetExceeded) as caught:
+    with pytest.raises(PromptTooLarge) as caught:
         assemble_prompt(build(query=query, budget=needed - 1))
     assert caught.value.needed == needed
     assert caught.value.available == needed - 1

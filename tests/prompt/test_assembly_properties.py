@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from app.core.tokens import message_tokens, messages_tokens
 from app.prompt.assembly import (
     AssemblyInput,
-    BudgetExceeded,
+    PromptTooLarge,
     assemble_prompt,
     baseline_messages,
     tools_tokens,
@@ -161,7 +161,7 @@ def assert_tool_blocks_paired(messages: list[dict[str, Any]]) -> None:
 def test_assembly_properties(inp: AssemblyInput) -> None:
     try:
         prompt = assemble_prompt(inp)
-    except BudgetExceeded as exc:
+    except PromptTooLarge as exc:
         assert mandatory_total(inp) > inp.budget
         assert exc.needed == mandatory_total(inp)
         return

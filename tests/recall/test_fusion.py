@@ -1,6 +1,13 @@
 import pytest
 
-from app.recall.fusion import RRF_K, ArmWeights, FusedCandidate, fuse_arms, rrf
+from app.recall.fusion import (
+    RRF_K,
+    ArmWeights,
+    FusedCandidate,
+    fuse_arms,
+    relative_score_fusion,
+    rrf,
+)
 
 
 def test_rrf_known_order_and_scores():
@@ -59,3 +66,25 @@ def test_exact_hit_within_wide_recall_beats_double_first_place():
 def test_missing_vector_arm_is_lexical_order():
     fused = fuse_arms(lexical=["a", "b"], vector=[], weights=ArmWeights(vector=0.0))
     assert [f.id for f in fused] == ["a", "b"]
+
+
+def test_relative_score_fusion_keeps_the_margin_that_rank_fusion_drops() -> None:
+    lexical = {"fact": 14.0, "a": 5.0, "b": 4.0}
+    vector = {"a": 0.90, "b": 0.89, "fact": 0.86, "c": 0.50}
+    by_rank = fuse_arms(lexical=list(lexical), vector=list(vector))
+    by_score = fuse_arms(
+        lexical=list(lexical),
+        vector=list(vector),
+        method="relative",
+        lexical_scores=lexical,
+        vector_scores=vector,
+    )
+    assert by_rank[0].id == "a"  # first in one arm, second in the other
+    assert by_score[0].id == "fact"  # 1.0 + 0.9 beats a (0.1 + 1.0) and b (0.0 + 0.975)
+    assert round(by_score[0].score, 6) == 1.9
+    assert [c.id for c in by_score] == ["fact", "a", "b", "c"]
+
+
+def test_relative_score_fusion_normalises_each_list() -> None:
+    fused = relative_score_fusion([{"x": 2.0, "y": 4.0}, {"x": 7.0}], [1.0, 0.5])
+    assert fused == [("y", 1.0), ("x", 0.5)]  # x: 0 + 0.5 * 1 (a one-item list is all 1.0)

@@ -149,7 +149,7 @@ async def test_session_config_round_trip_and_delete(client: httpx.AsyncClient) -
     bad = await client.put("/v1/sessions/cfg", json={"target_ratio": 0.9})
     assert bad.status_code == 422
     assert (await client.get("/v1/sessions/cfg")).json()["target_ratio"] == 0.65
-    assert (await client.delete("/v1/sessions/cfg")).status_code == 204
+    assert (await client.delete("/v1/sessions/cfg")).status_code == 202
     assert (await client.get("/v1/sessions/cfg")).status_code == 404
 
 

@@ -1,0 +1,332 @@
+"""Prometheus metrics, request ids and JSON logs.
+
+`Metrics` owns its own `CollectorRegistry` (one per `AppContext`, never the process-global one), so
+several application instances can live in one process. Code that did work reports it through the
+`observe_*` methods; nothing here reaches into a domain.
+
+The job-queue gauges need a database query. A Prometheus collector runs synchronously inside
+`generate_latest`, so it cannot await one; instead `GET /metrics` awaits `refresh_queue` (one cheap
+aggregate over `procrastinate_jobs`/`procrastinate_events`, bounded by a timeout) and the collector
+only reads that snapshot. Every scrape is fresh, no background task has to be started or stopped,
+and an API with no scraper issues no queries.
+"""
+
+import asyncio
+import contextvars
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import text
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from app.core.context import AppContext
+
+logger = logging.getLogger("contextd.metrics")
+access_logger = logging.getLogger("contextd.access")
+
+REQUEST_ID_HEADER = "X-Request-ID"
+_REQUEST_ID_OK = re.compile(r"[A-Za-z0-9._-]{1,128}")
+request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "contextd_request_id", default=None
+)
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+TOKEN_BUCKETS = (0, 64, 256, 1_024, 4_096, 16_384, 65_536, 262_144, 1_048_576)
+QUEUE_QUERY_TIMEOUT_SECONDS = 2.0
+DEFAULT_JOB_QUEUE = "contextd"  # app.jobs.queue.DEFAULT_QUEUE; not imported to keep core light
+
+# Pending jobs per queue and the age of the oldest one (same definition as /readyz's worker lag).
+_QUEUE_STATS = text(
+    "SELECT j.queue_name, count(*), coalesce(extract(epoch FROM now() - min(e.at)), 0) "
+    "FROM procrastinate_jobs j JOIN procrastinate_events e "
+    "ON e.job_id = j.id AND e.type = 'deferred' WHERE j.status = 'todo' GROUP BY j.queue_name"
+)
+
+
+class _QueueCollector(Collector):
+    """Reads the snapshot `Metrics.refresh_queue` took; never touches the database itself."""
+
+    def __init__(self) -> None:
+        self.snapshot: dict[str, tuple[int, float]] = {}
+
+    def collect(self) -> Iterable[Metric]:
+        depth = GaugeMetricFamily(
+            "contextd_job_queue_depth", "jobs waiting to run (status todo)", labels=["queue"]
+        )
+        oldest = GaugeMetricFamily(
+            "contextd_job_queue_oldest_age_seconds",
+            "age of the oldest waiting job, seconds (0 when none wait)",
+            labels=["queue"],
+        )
+        for queue, (count, age) in sorted(self.snapshot.items()):
+            depth.add_metric([queue], count)
+            oldest.add_metric([queue], age)
+        return [depth, oldest]
+
+
+class Metrics:
+    """The service's Prometheus series, in a registry of its own. See the module docstring."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.http_request_duration = Histogram(
+            "contextd_http_request_duration_seconds",
+            "HTTP request latency by route template, method and status",
+            ["route", "method", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.build_stage = Histogram(
+            "contextd_build_prompt_stage_seconds",
+            "build-prompt latency per stage",
+            ["stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.prompt_tokens = Histogram(
+            "contextd_prompt_tokens",
+            "tokens per prompt layer in a built prompt",
+            ["layer"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.recall = Counter(
+            "contextd_recall",
+            "builds whose recall found something (hit) or nothing (miss)",
+            ["outcome"],
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "contextd_fallbacks", "degraded paths taken, by kind", ["kind"], registry=r
+        )
+        self.offloads = Counter(
+            "contextd_offloads", "offloads committed, by trigger", ["trigger"], registry=r
+        )
+        self.offload_tokens_freed = Counter(
+            "contextd_offload_tokens_freed", "window tokens moved out by offloads", registry=r
+        )
+        self.notes_writes = Counter("contextd_notes_writes", "notes versions written", registry=r)
+        self.notes_stale_writes = Counter(
+            "contextd_notes_stale_writes",
+            "notes results discarded because a newer version was written first",
+            registry=r,
+        )
+        self.embed_seconds = Histogram(
+            "contextd_embed_seconds",
+            "embedder call latency (one batch), by input kind",
+            ["kind"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self._queue = _QueueCollector()
+        r.register(self._queue)
+        # Series that should read 0 rather than be absent before the first event.
+        for outcome in ("hit", "miss"):
+            self.recall.labels(outcome=outcome)
+        for kind in ("query", "passage"):
+            self.embed_seconds.labels(kind=kind)
+
+    # --- reporting, called by the code that did the work ------------------------------------
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        self.http_request_duration.labels(route=route, method=method, status=str(status)).observe(
+            seconds
+        )
+
+    def observe_build(
+        self,
+        stage_timings_ms: Mapping[str, float],
+        usage: Mapping[str, int],
+        fallbacks: Iterable[str],
+        recall_hit: bool | None,
+    ) -> None:
+        """One build-prompt: stage latencies in ms (e.g. `{"recall": 12.5, "rerank": 3.1}`),
+        tokens per layer (e.g. `{"c0": .., "c1": .., "c2": .., "recall": ..}`; non-int values such
+        as a nested dict are skipped), the fallback kinds taken, and whether recall returned
+        anything (None: recall was skipped, counted as neither)."""
+        for stage, ms in stage_timings_ms.items():
+            self.build_stage.labels(stage=stage).observe(max(ms, 0.0) / 1000)
+        for layer, tokens in usage.items():
+            if isinstance(tokens, int | float) and not isinstance(tokens, bool):
+                self.prompt_tokens.labels(layer=layer).observe(tokens)
+        for kind in fallbacks:
+            self.fallbacks.labels(kind=kind).inc()
+        if recall_hit is not None:
+            self.recall.labels(outcome="hit" if recall_hit else "miss").inc()
+
+    def observe_fallback(self, kind: str) -> None:
+        self.fallbacks.labels(kind=kind).inc()
+
+    def observe_offload(self, trigger: str, tokens_freed: int) -> None:
+        """One committed offload (`trigger`: watermark, sweeper, emergency, manual, ...)."""
+        self.offloads.labels(trigger=trigger).inc()
+        self.offload_tokens_freed.inc(max(tokens_freed, 0))
+
+    def observe_notes_write(self, outcome: str) -> None:
+        """`outcome` of a notes refresh: "written", "stale" (lost the version race), other
+        outcomes ("failed", "gone") are not counted here."""
+        if outcome == "written":
+            self.notes_writes.inc()
+        elif outcome == "stale":
+            self.notes_stale_writes.inc()
+
+    def observe_embed(self, kind: str, seconds: float) -> None:
+        """The `Embedder.observer` callback: `kind` is "query" or "passage"."""
+        self.embed_seconds.labels(kind=kind).observe(seconds)
+
+    # --- exposition ---------------------------------------------------------------------------
+
+    async def refresh_queue(self, engine: "AsyncEngine") -> None:
+        """Take the job-queue snapshot the gauges expose. On a database error or timeout the
+        gauges are left out of this scrape (absent, not a misleading 0)."""
+        try:
+            async with asyncio.timeout(QUEUE_QUERY_TIMEOUT_SECONDS):
+                async with engine.connect() as conn:
+                    rows = (await conn.execute(_QUEUE_STATS)).all()
+        except Exception as exc:  # a scrape must answer even when Postgres does not
+            logger.warning("job queue metrics unavailable: %s", type(exc).__name__)
+            self._queue.snapshot = {}
+            return
+        snapshot = {DEFAULT_JOB_QUEUE: (0, 0.0)}
+        snapshot.update({str(q): (int(n), float(age)) for q, n, age in rows})
+        self._queue.snapshot = snapshot
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+router = APIRouter()
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics_endpoint(request: Request) -> Response:
+    context: AppContext = request.app.state.context
+    await context.metrics.refresh_queue(context.engine)
+    return Response(context.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+# --- request ids and the access log ---------------------------------------------------------
+
+
+def accept_request_id(value: str | None) -> str:
+    """The caller's id when it is sane (≤ 128 chars of [A-Za-z0-9._-]), else a new uuid4 hex."""
+    if value and _REQUEST_ID_OK.fullmatch(value):
+        return value
+    return uuid.uuid4().hex
+
+
+class RequestContextMiddleware:
+    """Pure ASGI: request id in (X-Request-ID) and out, bound to `request_id_var` for the logs;
+    latency histogram by route template; one access log line per request.
+
+    The tenant comes from `request.state.tenant`, which the auth dependency sets."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = None
+        for name, value in scope.get("headers", ()):
+            if name == b"x-request-id":
+                header = value.decode("latin-1")
+                break
+        rid = accept_request_id(header)
+        token = request_id_var.set(rid)
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [(k, v) for k, v in message.get("headers", []) if k != b"x-request-id"]
+                headers.append((b"x-request-id", rid.encode("latin-1")))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            seconds = time.perf_counter() - started
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            method = scope.get("method", "")
+            tenant = (scope.get("state") or {}).get("tenant")
+            context = getattr(getattr(scope.get("app"), "state", None), "context", None)
+            if context is not None:
+                context.metrics.observe_request(route, method, status, seconds)
+            access_logger.info(
+                "%s %s %d",
+                method,
+                route,
+                status,
+                extra={
+                    "method": method,
+                    "route": route,
+                    "status": status,
+                    "duration_ms": round(seconds * 1000, 3),
+                    "tenant": tenant,
+                },
+            )
+            request_id_var.reset(token)
+
+
+# --- JSON logs ---------------------------------------------------------------------------------
+
+_RECORD_FIELDS = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, message, request_id, then any `extra=` fields
+    (tenant, session, route, status, duration_ms, ...), then `exc` for a traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": getattr(record, "request_id", None) or request_id_var.get(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _RECORD_FIELDS and key not in out and value is not None:
+                out[key] = value
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            out["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def log_handler(log_format: str) -> logging.Handler:
+    """A stdout handler (what container runtimes collect) with the JSON or the text formatter."""
+    handler = logging.StreamHandler(sys.stdout)
+    formatter = JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    handler.setFormatter(formatter)
+    return handler

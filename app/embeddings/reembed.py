@@ -1,0 +1,76 @@
+"""`contextd reembed`: move every active chunk to the configured embedding model.
+
+After a change of embedder (another model, another dimension) the stored vectors belong to the old
+model and the vector arm ignores them. This re-embeds, oldest first, every active chunk whose
+`embedding_model` is not the configured one (or that has no vector yet), one batch per
+transaction: a batch is committed as soon as it is embedded, so an interrupted run loses at most
+one batch and the next run resumes where it stopped (the selection is "not yet at this model", not
+an offset). Lexical search never depends on vectors, so every chunk stays findable throughout; a
+chunk keeps its old vector until its new one is written. The new model's vector index is created
+first, so each vector is indexed as it is stored.
+"""
+
+from collections.abc import Callable
+
+from sqlalchemy import func, select
+
+from app.core.context import AppContext
+from app.core.db import unit_of_work
+from app.db.models import Chunk
+from app.embeddings.base import EmbedderUnavailable
+from app.offload import repository
+
+
+async def pending_chunks(context: AppContext, model: str) -> int:
+    """Active chunks without a vector of `model`."""
+    async with unit_of_work(context.sessionmaker) as db:
+        query = (
+            select(func.count())
+            .select_from(Chunk)
+            .where(
+                Chunk.status == "active",
+                Chunk.embedding.is_(None) | Chunk.embedding_model.is_distinct_from(model),
+            )
+        )
+        return int((await db.execute(query)).scalar_one())
+
+
+async def reembed(
+    context: AppContext, batch_size: int, progress: Callable[[str], None] = print
+) -> int:
+    """Re-embed every active chunk not at the configured model; returns how many were written.
+
+    Raises `EmbedderUnavailable` when the provider fails (after counting the attempt on the
+    batch); the batches already written stay written and a rerun continues from there.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be positive")
+    if context.embedder is None:
+        await context.start_embedder()  # builds it and ensures its vector index
+    embedder = context.embedder
+    if embedder is None:
+        progress("embedding kind is 'none': nothing to re-embed")
+        return 0
+    async with context.engine.begin() as conn:
+        await repository.ensure_vector_index(conn, embedder.name, embedder.dim)
+    total = await pending_chunks(context, embedder.name)
+    progress(f"re-embedding {total} chunks with {embedder.name} ({embedder.dim}-d)")
+    done = 0
+    while True:
+        async with unit_of_work(context.sessionmaker) as db:
+            chunks = await repository.chunks_to_embed(db, None, embedder.name, batch_size)
+            if not chunks:
+                break
+            try:
+                vectors = await embedder.embed_passages([c.raw_text for c in chunks])
+            except EmbedderUnavailable as exc:
+                await repository.count_embed_failure(db, [c.id for c in chunks])
+                await db.commit()
+                progress(f"stopped after {done}/{total}: {exc}; run again to resume")
+                raise
+            for chunk, vector in zip(chunks, vectors, strict=True):
+                await repository.store_embedding(db, chunk.id, vector.tolist(), embedder.name)
+        done += len(chunks)
+        progress(f"{done}/{total} chunks re-embedded")
+    progress(f"done: {done} chunks now embedded with {embedder.name}")
+    return done

@@ -1,0 +1,93 @@
+"""`contextd eval`: drive a running server over HTTP and write a Markdown report (spec §8)."""
+
+import argparse
+import asyncio
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    ev = sub.add_parser("eval", help="evaluate a running server (writes a Markdown report)")
+    ev_sub = ev.add_subparsers(dest="eval_command", required=True)
+    lo = ev_sub.add_parser("locomo", help="LoCoMo evidence recall vs. BM25 and truncation")
+    lo.add_argument("--data", required=True, help="path to a LoCoMo JSON file")
+    lo.add_argument("--url", default="http://127.0.0.1:8080", help="running contextd")
+    lo.add_argument("--api-key", default=None)
+    lo.add_argument("--out", default="eval-report", help="report directory")
+    lo.add_argument("--conversations", type=int, default=None, help="first N conversations")
+    lo.add_argument("--budgets", type=_ints, default=(500, 1000), help="e.g. 500,1000")
+    lo.add_argument("--k", type=_ints, default=(5, 10), help="e.g. 5,10")
+    lo.add_argument("--context-limit", type=int, default=4000)
+    lo.add_argument("--reserve-tokens", type=int, default=500)
+    lo.add_argument("--min-recent-turns", type=int, default=4)
+    lo.add_argument("--min-recent-tokens", type=int, default=500)
+    lo.add_argument("--target-ratio", type=float, default=0.1)
+    lo.add_argument("--concurrency", type=int, default=1, help="questions in flight")
+    lo.add_argument("--timeout", type=float, default=900.0, help="offload/embedding deadline, s")
+    lo.add_argument(
+        "--no-wait-embedded",
+        action="store_true",
+        help="do not wait for chunk embeddings (servers with embedding kind none)",
+    )
+    lo.add_argument(
+        "--reuse-run",
+        default=None,
+        metavar="RUN_ID",
+        help="evaluate the sessions an earlier run ingested (e.g. after a restart with other "
+        "query-time settings) instead of ingesting again",
+    )
+    lo.add_argument("--label", default="", help="free text shown in the report header")
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.eval.locomo import EvalConfig, load_locomo, run_locomo, summarise
+    from app.eval.report import summary_table, write_report
+
+    if args.eval_command != "locomo":
+        raise SystemExit(f"unknown eval {args.eval_command}")
+    cfg = EvalConfig(
+        url=args.url,
+        api_key=args.api_key,
+        budgets=tuple(args.budgets),
+        ks=tuple(args.k),
+        context_limit=args.context_limit,
+        reserve_tokens=args.reserve_tokens,
+        min_recent_turns=args.min_recent_turns,
+        min_recent_tokens=args.min_recent_tokens,
+        target_ratio=args.target_ratio,
+        wait_embedded=not args.no_wait_embedded,
+        ingest_timeout_s=args.timeout,
+        concurrency=args.concurrency,
+        reuse_run_id=args.reuse_run,
+    )
+    conversations = load_locomo(args.data, args.conversations)
+    result = asyncio.run(run_locomo(conversations, cfg))
+    out = Path(args.out)
+    path = write_report(result, out, args.data, args.label)
+    summaries = {
+        name: summarise(rows, cfg.budgets, cfg.ks)
+        for name, rows in (
+            ("contextd", result.contextd),
+            ("bm25", result.bm25),
+            ("bm25_framed", result.bm25_framed),
+            ("truncation", result.truncation),
+        )
+    }
+    (out / "locomo_results.json").write_text(
+        json.dumps(
+            {
+                "summary": summaries,
+                "sessions": [asdict(c) for c in result.conversations],
+                "questions": [asdict(r) for r in result.contextd],
+            },
+            indent=1,
+        )
+    )
+    print(summary_table(result))
+    print(f"report: {path}")
+    return 0

@@ -1,0 +1,235 @@
+"""Forget, step one: tombstone the target in the request's transaction, so recall, build-prompt,
+notes and every cache stop showing it as soon as the request commits; then enqueue the erase job
+(step two, `app.memory.erase`) with its receipt.
+
+A chunk only partly covered by a forgotten turn range is tombstoned whole (its raw text, terms and
+embedding mix both), and the turns of it that were *not* forgotten are re-chunked into new chunks,
+so every remaining turn stays covered by exactly one active chunk (spec §2) and no kept detail is
+lost.
+"""
+
+import re
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.cache import Cache
+from app.core.config import Settings
+from app.core.errors import InvalidInput, NotFound
+from app.db.models import Session, Turn
+from app.jobs.queue import TaskName, enqueue, session_lock
+from app.memory import repository
+from app.memory.schemas import MemoryRequest
+from app.notes.policy import cap, remove_sources
+from app.notes.repository import visible_memories
+from app.notes.schemas import Notes
+from app.notes.service import NotesDraft, memory_items, write_notes
+from app.offload.chunking import chunk_turns
+from app.offload.repository import insert_chunks
+from app.offload.service import chunk_row, chunking_config
+from app.sessions import repository as sessions_repository
+from app.sessions.service import to_record, write_session
+
+
+def parse_id(value: str, field: str, what: str) -> uuid.UUID:
+    """A malformed id is reported like an unknown one: it names nothing the caller can see."""
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise NotFound(f"{what} {value!r} not found", field=field) from None
+
+
+SHORT_REF = re.compile(r"[0-9a-f]{8,31}")
+
+
+def resolve_ref(value: str, known: Sequence[uuid.UUID], field: str, what: str) -> uuid.UUID:
+    """A full id, or the short form prompts show (`app.prompt.blocks.short_id`): a prefix of at
+    least 8 hex digits naming exactly one of `known`."""
+    if not SHORT_REF.fullmatch(value.lower()):
+        return parse_id(value, field, what)
+    matches = [k for k in known if str(k).startswith(value.lower())]
+    if not matches:
+        raise NotFound(f"{what} {value!r} not found", field=field)
+    if len(matches) > 1:
+        raise InvalidInput(f"{what} {value!r} is ambiguous: give more digits", field=field)
+    return matches[0]
+
+
+async def forget(
+    db: AsyncSession, settings: Settings, cache: Cache, session: Session, request: MemoryRequest
+) -> tuple[str, dict[str, Any]]:
+    if request.memory_id is not None:
+        return await _forget_memory(db, settings, cache, session, request.memory_id)
+    locked = await sessions_repository.lock_session_by_pk(db, session.id)
+    assert locked is not None
+    session = locked
+    if request.chunk_id is not None:
+        chunk_pk = resolve_ref(
+            request.chunk_id,
+            await repository.active_chunk_ids(db, session.id),
+            "chunk_id",
+            "chunk",
+        )
+        chunk = await repository.get_chunk(db, session.id, chunk_pk)
+        if chunk is None or chunk.status != "active":
+            raise NotFound(f"chunk {request.chunk_id!r} not found", field="chunk_id")
+        first, last = chunk.turn_first, chunk.turn_last
+        target: dict[str, Any] = {"kind": "chunk", "chunk_id": str(chunk.id)}
+    else:
+        assert request.turn_range is not None
+        first, last = request.turn_range
+        target = {"kind": "turn_range", "turn_range": [first, last]}
+    turns = await repository.live_turns(db, session.id, first, last)
+    if not turns:
+        raise NotFound(f"no turns {first}-{last} to forget", field="turn_range")
+    return await _forget_turns(db, settings, cache, session, turns, target)
+
+
+async def _forget_turns(
+    db: AsyncSession,
+    settings: Settings,
+    cache: Cache,
+    session: Session,
+    turns: list[Turn],
+    target: dict[str, Any],
+) -> tuple[str, dict[str, Any]]:
+    now = datetime.now(UTC)
+    seqs = {t.seq for t in turns}
+    first, last = min(seqs), max(seqs)
+    chunks = await repository.chunks_overlapping(db, session.id, first, last)
+    dead = [c.id for c in chunks]
+    await repository.forget_turns(db, [t.id for t in turns], now)
+    await repository.tombstone_chunks(db, dead)
+
+    # Re-chunk what the tombstoned chunks held besides the forgotten turns.
+    new_ids: list[uuid.UUID] = []
+    if chunks:
+        span_first = min(c.turn_first for c in chunks)
+        span_last = max(c.turn_last for c in chunks)
+        kept = [
+            t
+            for t in await repository.live_turns(db, session.id, span_first, span_last)
+            if t.chunk_id is not None
+        ]
+        for run in _runs(kept):
+            drafts = chunk_turns([to_record(t) for t in run], chunking_config(settings))
+            ids = [uuid.uuid4() for _ in drafts]
+            await insert_chunks(
+                db,
+                [
+                    chunk_row(d, cid, session.tenant_id, session.id)
+                    for d, cid in zip(drafts, ids, strict=True)
+                ],
+            )
+            for draft, cid in zip(drafts, ids, strict=True):
+                if draft.part == 1:
+                    await repository.reassign_turns(
+                        db, session.id, cid, draft.turn_first, draft.turn_last
+                    )
+            new_ids.extend(ids)
+    window = [t for t in turns if t.chunk_id is None]
+    # chunk_count changes (or offloaded state does): the per-process BM25 indexes are keyed by it.
+    await write_session(
+        db,
+        cache,
+        session,
+        chunk_count=session.chunk_count - len(dead) + len(new_ids),
+        c1_tokens=session.c1_tokens - sum(t.token_count for t in window),
+        c1_turns=session.c1_turns - len(window),
+    )
+    if new_ids:
+        await enqueue(db, TaskName.EMBED_CHUNKS, {"chunk_ids": [str(c) for c in new_ids]})
+    await drop_from_notes(db, settings, cache, session, seqs)
+    receipt_id = await _schedule_erase(
+        db, session, {**target, "turn_seqs": sorted(seqs), "chunk_ids": [str(c) for c in dead]}
+    )
+    data = {
+        "forgotten_turns": sorted(seqs),
+        "tombstoned_chunks": [str(c) for c in dead],
+        "rechunked_into": [str(c) for c in new_ids],
+        "erase_receipt_id": str(receipt_id),
+        "status": "tombstoned",
+    }
+    text = (
+        f"Forgotten: turns {first}-{last} ({len(seqs)} turns, {len(dead)} chunks). They no "
+        "longer appear in recall, notes or prompts; the raw text is being erased in the "
+        f"background (erase receipt {receipt_id})."
+    )
+    return text, data
+
+
+def _runs(turns: list[Turn]) -> list[list[Turn]]:
+    runs: list[list[Turn]] = []
+    for turn in turns:
+        if runs and runs[-1][-1].seq == turn.seq - 1:
+            runs[-1].append(turn)
+        else:
+            runs.append([turn])
+    return runs
+
+
+async def _forget_memory(
+    db: AsyncSession, settings: Settings, cache: Cache, session: Session, memory_id: str
+) -> tuple[str, dict[str, Any]]:
+    pk = resolve_ref(
+        memory_id, await repository.visible_memory_ids(db, session), "memory_id", "memory"
+    )
+    memory = await repository.visible_memory(db, session, pk)
+    if memory is None:
+        raise NotFound(f"memory {memory_id!r} not found", field="memory_id")
+    await repository.set_memory_status(db, [memory.id], "tombstoned")
+    affected = [session]
+    if memory.scope == "user" and memory.user_id:
+        for other_pk in await repository.user_session_ids(
+            db, session.tenant_id, memory.user_id, 50
+        ):
+            other = await sessions_repository.get_session_by_pk(db, other_pk)
+            if other is not None and other.id != session.id:
+                affected.append(other)
+    for each in affected:
+        await drop_from_notes(db, settings, cache, each, set())
+    receipt_id = await _schedule_erase(
+        db, session, {"kind": "memory", "memory_ids": [str(memory.id)]}
+    )
+    text = (
+        f"Forgotten: remembered item {memory.id}. It no longer appears in notes, recall or "
+        f"prompts; its text is being erased in the background (erase receipt {receipt_id})."
+    )
+    return text, {
+        "memory_id": str(memory.id),
+        "erase_receipt_id": str(receipt_id),
+        "status": "tombstoned",
+    }
+
+
+async def drop_from_notes(
+    db: AsyncSession, settings: Settings, cache: Cache, session: Session, seqs: set[int]
+) -> None:
+    """Now, not at the next refresh: notes without items from `seqs` and with the `remembered`
+    section as it stands (a forgotten item gone). A new notes version, so cached copies of the
+    previous one are no longer read (the erase job deletes them)."""
+    pad = await repository.scratchpad(db, session.id)
+    if pad is None or pad.version == 0:
+        return
+    notes = remove_sources(Notes.model_validate(pad.notes or {}), seqs)
+    notes = notes.with_section("remembered", memory_items(await visible_memories(db, session)))
+    result = cap(notes, settings.notes.max_tokens, pad.generator)
+    draft = NotesDraft(session, pad.version, pad.covers_until_seq, result, pad.generator)
+    if not await write_notes(db, cache, draft):
+        raise RuntimeError("notes changed concurrently during forget")  # rolled back: retry
+
+
+async def _schedule_erase(db: AsyncSession, session: Session, target: dict[str, Any]) -> uuid.UUID:
+    receipt = await repository.add_receipt(
+        db, session.tenant_id, session.external_id, {**target, "session_pk": str(session.id)}
+    )
+    await enqueue(
+        db,
+        TaskName.ERASE,
+        {"receipt_id": str(receipt.id)},
+        lock=session_lock(session.id),
+    )
+    return receipt.id

@@ -1,0 +1,173 @@
+"""Pure rules of the memory tool: who may call which type, parameters per type, near-duplicates,
+what counts as a recall match. No I/O, no settings objects.
+"""
+
+import re
+import unicodedata
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.auth.schemas import Caller, Scope
+from app.core.errors import Forbidden, InvalidInput
+from app.core.text import is_cjk, terms
+from app.memory.schemas import MemoryRequest, MemoryType
+
+
+@dataclass(frozen=True)
+class TypeRule:
+    required: tuple[str, ...] = ()  # all of these
+    one_of: tuple[str, ...] = ()  # exactly one of these
+    optional: tuple[str, ...] = ()
+    scope: Scope | None = None  # the key scope the type needs (None: any key)
+    privileged: Scope | None = None  # off unless the key has it or the tenant enables the type
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return (*self.required, *self.one_of, *self.optional)
+
+
+RULES: dict[MemoryType, TypeRule] = {
+    MemoryType.HELP: TypeRule(),
+    MemoryType.RECALL: TypeRule(required=("query",), optional=("top_k",), scope=Scope.READ),
+    MemoryType.REMEMBER: TypeRule(
+        required=("text",), optional=("tags", "key", "scope"), scope=Scope.WRITE
+    ),
+    MemoryType.STATUS: TypeRule(scope=Scope.READ),
+    MemoryType.OFFLOAD: TypeRule(optional=("until_tokens",), privileged=Scope.MEMORY_OFFLOAD),
+    MemoryType.FORGET: TypeRule(
+        one_of=("chunk_id", "turn_range", "memory_id"), privileged=Scope.MEMORY_FORGET
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Enablement:
+    """Privileged types switched on for every key: by the deployment or by the tenant's settings."""
+
+    offload: bool = False
+    forget: bool = False
+
+    @classmethod
+    def of(cls, deployment: "Enablement", tenant_settings: Mapping[str, Any]) -> "Enablement":
+        memory = tenant_settings.get("memory") or {}
+        return cls(
+            offload=deployment.offload or bool(memory.get("offload")),
+            forget=deployment.forget or bool(memory.get("forget")),
+        )
+
+
+def may_call(caller: Caller, kind: MemoryType, enabled: Enablement) -> bool:
+    rule = RULES[kind]
+    if rule.scope is not None and not caller.has(rule.scope):
+        return False
+    if rule.privileged is None or caller.has(rule.privileged):
+        return True
+    tenant_on = enabled.offload if kind is MemoryType.OFFLOAD else enabled.forget
+    return tenant_on and caller.has(Scope.WRITE)
+
+
+def allowed_types(caller: Caller, enabled: Enablement) -> list[MemoryType]:
+    return [kind for kind in MemoryType if may_call(caller, kind, enabled)]
+
+
+def check_allowed(caller: Caller, kind: MemoryType, enabled: Enablement) -> None:
+    if may_call(caller, kind, enabled):
+        return
+    rule = RULES[kind]
+    if rule.privileged is not None and not caller.has(rule.privileged):
+        raise Forbidden(
+            f"memory type {kind.value!r} is off for this API key: it needs the scope "
+            f"{rule.privileged.value!r} (or the tenant setting memory.{kind.value}=true)",
+            field="type",
+        )
+    assert rule.scope is not None
+    raise Forbidden(
+        f"memory type {kind.value!r} needs the scope {rule.scope.value!r}", field="type"
+    )
+
+
+def check_params(request: MemoryRequest) -> None:
+    """422 naming the field: a required parameter missing, or one the type does not take."""
+    rule = RULES[request.type]
+    given = {name for name in MemoryRequest.model_fields if name != "type"}
+    given = {name for name in given if getattr(request, name) is not None}
+    for name in rule.required:
+        if name not in given:
+            _missing(request.type, name)
+    if rule.one_of:
+        chosen = given & set(rule.one_of)
+        if len(chosen) != 1:
+            err = InvalidInput(
+                f"{request.type.value} takes exactly one of {', '.join(rule.one_of)}",
+                field=rule.one_of[0] if not chosen else sorted(chosen)[1],
+            )
+            err.code = "missing_field" if not chosen else "conflicting_fields"
+            raise err
+    for name in sorted(given - set(rule.params)):
+        err = InvalidInput(
+            f"{name!r} is not a parameter of type {request.type.value!r} "
+            f"(it takes: {', '.join(rule.params) or 'nothing'})",
+            field=name,
+        )
+        err.code = "unexpected_field"
+        raise err
+    if request.turn_range is not None:
+        first, last = request.turn_range
+        if first < 1 or last < first:
+            raise InvalidInput(
+                "turn_range is [first, last] with 1 <= first <= last", field="turn_range"
+            )
+
+
+def _missing(kind: MemoryType, name: str) -> None:
+    err = InvalidInput(f"type {kind.value!r} needs the parameter {name!r}", field=name)
+    err.code = "missing_field"
+    raise err
+
+
+# --- remember: near-duplicates ----------------------------------------------------------------
+
+_PUNCT_RE = re.compile(r"[\W_]+", re.UNICODE)
+
+
+def normalise(text: str) -> str:
+    """Case-, width- and punctuation-insensitive form (NFKC folds full-width CJK punctuation)."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return _PUNCT_RE.sub(" ", folded).strip()
+
+
+def term_set(text: str) -> frozenset[str]:
+    """Words and CJK bigrams; single CJK characters only when the text has no bigram."""
+    all_terms = terms(unicodedata.normalize("NFKC", text))
+    multi = {t for t in all_terms if not (is_cjk(t) and len(t) == 1)}
+    return frozenset(multi or all_terms)
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a and not b:
+        return 1.0
+    return len(a & b) / len(a | b)
+
+
+def near_duplicate(text: str, others: Iterable[tuple[str, str]], threshold: float) -> str | None:
+    """The id of the first of `others` (id, text) that says the same as `text`, else None."""
+    norm, terms_of = normalise(text), term_set(text)
+    for other_id, other in others:
+        if normalise(other) == norm or jaccard(terms_of, term_set(other)) >= threshold:
+            return other_id
+    return None
+
+
+# --- recall: what counts as a match -------------------------------------------------------------
+
+
+def is_match(query_terms: Collection[str], text: str, *, exact_hit: bool) -> bool:
+    """A hit is a match when the exact arm found it (ID / quoted string verbatim) or it shares a
+    word or a CJK bigram with the query. Vector similarity alone is not enough: the nearest
+    neighbour of an unrelated question is still someone's nearest neighbour, and an answer of
+    "no match" is better than an invitation to invent."""
+    if exact_hit:
+        return True
+    wanted = {t for t in query_terms if not (is_cjk(t) and len(t) == 1)} or set(query_terms)
+    return bool(wanted & set(terms(text)))

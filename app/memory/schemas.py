@@ -1,0 +1,88 @@
+"""Wire shapes of the memory tool, the memories list and erase receipts."""
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class MemoryType(StrEnum):
+    HELP = "help"
+    RECALL = "recall"
+    REMEMBER = "remember"
+    STATUS = "status"
+    OFFLOAD = "offload"
+    FORGET = "forget"
+
+
+class MemoryRequest(BaseModel):
+    """One call of the memory tool: `type` plus the parameters of that type (others absent/null)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"type": "help"},
+                {"type": "recall", "query": "budget limit for the Lyon trip", "top_k": 3},
+                {"type": "remember", "text": "User prefers window seats", "key": "seat"},
+                {"type": "forget", "turn_range": [4, 6]},
+            ]
+        },
+    )
+
+    type: MemoryType
+    query: str | None = Field(None, min_length=1, max_length=2_000)
+    top_k: int | None = Field(None, ge=1)
+    text: str | None = Field(None, min_length=1)
+    tags: list[str] | None = Field(None, max_length=16)
+    key: str | None = Field(None, min_length=1, max_length=128)
+    scope: Literal["session", "user"] | None = None
+    until_tokens: int | None = Field(None, ge=0)
+    chunk_id: str | None = Field(None, min_length=1, max_length=64)
+    turn_range: list[int] | None = Field(None, min_length=2, max_length=2)
+    memory_id: str | None = Field(None, min_length=1, max_length=64)
+
+
+class MemoryAnswer(BaseModel):
+    """`text` is what the agent puts in its tool-result message; `data` is the same, structured."""
+
+    type: MemoryType
+    text: str
+    data: dict[str, Any]
+
+
+class MemoryOut(BaseModel):
+    memory_id: str
+    text: str
+    tags: list[str]
+    key: str | None
+    scope: Literal["session", "user"]
+    source: str
+    trusted: bool
+    status: str
+    version: int
+    supersedes: str | None
+    session_id: str | None  # the session that wrote it (None once that session is deleted)
+    created_at: datetime
+
+
+class MemoryList(BaseModel):
+    memories: list[MemoryOut]
+
+
+class EraseReceiptOut(BaseModel):
+    receipt_id: str
+    session_id: str
+    target: dict[str, Any]
+    status: Literal["pending", "completed", "failed"]
+    stores: dict[str, Any]
+    attempts: int
+    requested_at: datetime
+    completed_at: datetime | None
+
+
+class SessionErased(BaseModel):
+    session_id: str
+    erase_receipt_id: str
+    status: Literal["pending"] = "pending"

@@ -1,0 +1,66 @@
+"""HTTP endpoints of the read path: build-prompt and stored build manifests."""
+
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path
+
+from app.auth.deps import CallerDep
+from app.auth.schemas import Scope
+from app.auth.service import require_scope
+from app.core.deps import ContextDep, DbDep
+from app.core.errors import COMMON_ERRORS, BudgetExceeded, NotFound, error_responses
+from app.prompt import repository
+from app.prompt.schemas import BuildPromptRequest, BuildPromptResponse
+from app.prompt.service import build_prompt as build_prompt_service
+from app.sessions.endpoints import SessionIdPath
+from app.sessions.service import require_session
+
+router = APIRouter(prefix="/v1/sessions", tags=["prompt"], responses=COMMON_ERRORS)
+
+
+@router.post(
+    "/{session_id}/build-prompt",
+    operation_id="build_prompt",
+    summary="Build a prompt that fits the window",
+    description=(
+        "Returns messages ready to send: system prompt (C0) → notes (C2) → recalled history (C3, "
+        "quoted as data with provenance) → recent turns verbatim (C1) → the query. The total never "
+        "exceeds `context_limit - reserve_tokens`; a query that cannot fit alone is a 422 "
+        "`budget_exceeded` with the figures. The manifest lists every candidate fragment, "
+        "included or not, and why."
+    ),
+    responses=error_responses(BudgetExceeded),
+)
+async def build_prompt(
+    session_id: SessionIdPath,
+    body: BuildPromptRequest,
+    caller: CallerDep,
+    db: DbDep,
+    context: ContextDep,
+) -> BuildPromptResponse:
+    require_scope(caller, Scope.READ)
+    if body.append:
+        require_scope(caller, Scope.WRITE)
+    return await build_prompt_service(db, context, caller, session_id, body)
+
+
+@router.get(
+    "/{session_id}/builds/{build_id}",
+    operation_id="get_build",
+    summary="Read a stored build manifest",
+    description="Builds made with `persist_manifest: true` (or the persist setting), kept up to "
+    "the retention limit per session.",
+)
+async def get_build(
+    session_id: SessionIdPath,
+    build_id: Annotated[uuid.UUID, Path()],
+    caller: CallerDep,
+    db: DbDep,
+) -> dict[str, Any]:
+    require_scope(caller, Scope.READ)
+    session = await require_session(db, caller, session_id)
+    build = await repository.get_build(db, session.id, build_id)
+    if build is None:
+        raise NotFound(f"build {build_id} not found", field="build_id")
+    return {"build_id": str(build.id), "created_at": build.created_at.isoformat(), **build.record}

@@ -1,0 +1,38 @@
+"""SQL for stored build manifests (prompt_builds), with a per-session retention limit."""
+
+import uuid
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import PromptBuild, Session
+
+
+async def store_build(
+    db: AsyncSession, build_id: uuid.UUID, session: Session, record: dict[str, Any], keep: int
+) -> None:
+    db.add(
+        PromptBuild(id=build_id, tenant_id=session.tenant_id, session_id=session.id, record=record)
+    )
+    await db.flush()
+    newest = (
+        select(PromptBuild.id)
+        .where(PromptBuild.session_id == session.id)
+        .order_by(PromptBuild.created_at.desc(), PromptBuild.id.desc())
+        .limit(keep)
+    )
+    await db.execute(
+        delete(PromptBuild).where(
+            PromptBuild.session_id == session.id, PromptBuild.id.not_in(newest)
+        )
+    )
+
+
+async def get_build(
+    db: AsyncSession, session_pk: uuid.UUID, build_id: uuid.UUID
+) -> PromptBuild | None:
+    query = select(PromptBuild).where(
+        PromptBuild.id == build_id, PromptBuild.session_id == session_pk
+    )
+    return (await db.execute(query)).scalar_one_or_none()

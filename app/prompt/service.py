@@ -1,0 +1,347 @@
+"""build-prompt: gather C0, notes, recalled history and the window, then assemble within budget.
+
+The order of work: (append x_t) → remember C0's size → emergency offload when the window no
+longer fits → notes → recall (only once history was offloaded, in auto mode) → pure assembly.
+Short sessions get exactly the baseline prompt and never touch the embedder or the indexes.
+"""
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.schemas import Caller
+from app.core.context import AppContext
+from app.core.errors import BudgetExceeded, InvalidInput
+from app.core.tokens import REPLY_PRIMING_TOKENS, message_tokens
+from app.notes.policy import render_notes_block
+from app.notes.service import current_notes
+from app.offload.service import offload_session
+from app.prompt import repository
+from app.prompt.assembly import AssemblyInput, PromptTooLarge, assemble_prompt, tools_tokens
+from app.prompt.blocks import RecalledItem
+from app.prompt.schemas import (
+    BuildPromptRequest,
+    BuildPromptResponse,
+    ManifestItem,
+    PromptUsage,
+    RecalledItemOut,
+    RecallReport,
+)
+from app.recall.service import MEMORY_PREFIX, RecallOutcome, recall
+from app.sessions import repository as sessions_repository
+from app.sessions.schemas import AppendTurnsRequest, TurnIn
+from app.sessions.service import (
+    append_turns,
+    effective_config,
+    observe_watermark,
+    to_record,
+    usage_of,
+    write_session,
+)
+
+logger = logging.getLogger("contextd.prompt")
+EMERGENCY_TOP_K = 2  # at the emergency ratio recall is tightened to this many items
+
+
+def system_messages(system: BuildPromptRequest) -> list[dict[str, Any]]:
+    if isinstance(system.system, str):
+        return [{"role": "system", "content": system.system}] if system.system else []
+    return [m.model_dump() for m in system.system]
+
+
+async def _inline_offload(
+    db: AsyncSession, context: AppContext, session_pk: uuid.UUID, until_tokens: int
+) -> int | None:
+    """The emergency offload, in this transaction (it may already hold the session lock),
+    bounded in time; on failure or timeout nothing of it remains. Returns the tokens freed."""
+    try:
+        async with asyncio.timeout(context.settings.recall.emergency_offload_timeout_seconds):
+            async with db.begin_nested():
+                result = await offload_session(
+                    db,
+                    context.settings,
+                    context.cache,
+                    session_pk,
+                    trigger="emergency",
+                    until_tokens=until_tokens,
+                )
+    except (TimeoutError, SQLAlchemyError) as exc:
+        logger.warning("emergency offload failed: %s", exc)
+        return None
+    return result.tokens_freed if result is not None else None
+
+
+async def build_prompt(
+    db: AsyncSession, context: AppContext, caller: Caller, session_id: str, req: BuildPromptRequest
+) -> BuildPromptResponse:
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    settings = context.settings
+    fallbacks: list[str] = []
+    if req.append and req.query is None:
+        raise InvalidInput("append needs a query to store", field="query")
+
+    appended_seq: int | None = None
+    if req.append:
+        outcome = await append_turns(
+            db,
+            caller,
+            settings,
+            context.cache,
+            session_id,
+            AppendTurnsRequest(turns=[TurnIn(role="user", content=req.query)]),
+            None,
+        )
+        appended_seq = outcome.response.turns[0].seq
+    # Builds read without locking the session row (they would serialise behind appends); only a
+    # first build of a new session creates it.
+    session = await sessions_repository.get_session(
+        db, caller.tenant_id, session_id
+    ) or await sessions_repository.lock_or_create_session(db, caller.tenant_id, session_id)
+
+    system = system_messages(req)
+    c0 = sum(message_tokens("system", m["content"]) for m in system) + tools_tokens(req.tools)
+    if session.c0_tokens != c0:
+        session.c0_tokens = c0
+        _, _, _, armed = await observe_watermark(db, settings, session)
+        await write_session(db, context.cache, session, c0_tokens=c0, offload_armed=armed)
+        await db.refresh(session)
+
+    config = effective_config(settings, session)
+    limit = req.context_limit or config.context_limit
+    reserve = req.reserve_tokens if req.reserve_tokens is not None else config.reserve_tokens
+    available = limit - reserve
+    if available <= 0:
+        raise InvalidInput(
+            "reserve_tokens must be smaller than context_limit", field="reserve_tokens"
+        )
+    query_tokens = message_tokens("user", req.query) if req.query is not None else 0
+    timings["prepare"] = _ms(started)
+    stage = time.perf_counter()
+
+    notes = await current_notes(db, context.cache, session)
+    notes_block = render_notes_block(notes.notes)
+    notes_tokens = message_tokens("system", notes_block) if notes_block else 0
+    if session.offloaded_until_seq > notes.covers_until_seq:
+        fallbacks.append("notes_stale")
+
+    # The window no longer fits (worker behind) or sits in the emergency band: offload inline.
+    projected = c0 + session.c1_tokens + notes_tokens + query_tokens + REPLY_PRIMING_TOKENS
+    emergency = projected >= config.emergency_ratio * available
+    if emergency and session.c1_turns > 0:
+        target = int(config.target_ratio * available) - c0 - notes_tokens - query_tokens
+        freed = await _inline_offload(db, context, session.id, max(target, 0))
+        if freed is not None:
+            context.metrics.observe_offload("emergency", freed)
+            await db.refresh(session)
+        else:
+            fallbacks.append("emergency_offload_failed")
+    timings["notes_and_offload"] = _ms(stage)
+
+    window = [
+        to_record(t)
+        for t in await sessions_repository.window_turns(db, session.id)
+        if t.seq != appended_seq
+    ]
+    top_k = config.recall_top_k if req.recall.top_k is None else req.recall.top_k
+    if emergency:
+        top_k = min(top_k, EMERGENCY_TOP_K)
+    budget_tokens = (
+        config.recall_budget_tokens
+        if req.recall.budget_tokens is None
+        else req.recall.budget_tokens
+    )
+
+    outcome, skipped = await _recall(db, context, session, req, window, fallbacks)
+    if outcome is not None:
+        timings.update({f"recall_{k}": v for k, v in outcome.timings_ms.items()})
+        fallbacks.extend(f for f in outcome.fallbacks if f not in fallbacks)
+    recalled = [
+        RecalledItem(
+            chunk_id=hit.id.removeprefix(MEMORY_PREFIX),
+            text=hit.text,
+            ts=hit.ts,
+            turn_first=hit.turn_first,
+            turn_last=hit.turn_last,
+            trusted=hit.trusted,
+            score=hit.score,
+            source=hit.source,
+        )
+        for hit in (outcome.hits if outcome else [])
+    ]
+
+    stage = time.perf_counter()
+    try:
+        assembled = assemble_prompt(
+            AssemblyInput(
+                system=system,
+                turns=window,
+                query=req.query,
+                budget=available,
+                recall_budget_tokens=budget_tokens,
+                top_k=top_k,
+                per_item_max_tokens=settings.recall.per_item_max_tokens,
+                tools=req.tools,
+                notes_block=notes_block,
+                recalled=recalled,
+                format=req.format,
+            )
+        )
+    except PromptTooLarge as exc:
+        raise BudgetExceeded(
+            f"{exc}: the system prompt, tools and query alone do not fit",
+            field="query",
+            details={"needed": exc.needed, "available": exc.available, "parts": exc.parts},
+        ) from exc
+    timings["assemble"] = _ms(stage)
+    fallbacks.extend(f for f in assembled.flags if f not in fallbacks)
+    if context.cache.bypassed:
+        fallbacks.append("cache_bypass")
+
+    included = {item.chunk_id for item in assembled.recalled}
+    manifest = [ManifestItem(**entry.as_dict()) for entry in assembled.manifest]
+    if outcome is not None:
+        manifest.extend(
+            ManifestItem(
+                id=hit.id.removeprefix(MEMORY_PREFIX),
+                layer="c3",
+                source=hit.source,
+                tokens=0,
+                score=hit.score,
+                included=False,
+                reason=reason,
+            )
+            for hit, reason in outcome.dropped
+        )
+    items = [
+        RecalledItemOut(
+            chunk_id=e.id,
+            source="memory" if e.source == "memory" else "chunk",
+            turn_range=_turn_range(recalled, e.id),
+            score=e.score or 0.0,
+            tokens=e.tokens,
+        )
+        for e in assembled.manifest
+        if e.layer == "c3" and e.included and e.id in included
+    ]
+    session_usage, watermark, _ = usage_of(settings, session)
+    timings["total"] = _ms(started)
+    build_id = uuid.uuid4()
+    response = BuildPromptResponse(
+        build_id=str(build_id),
+        messages=assembled.messages,
+        system=assembled.system,
+        usage=PromptUsage(
+            c0=assembled.usage["c0"],
+            c1=assembled.usage["c1"],
+            c2=assembled.usage["c2"],
+            recall=assembled.usage["recall"],
+            query=assembled.usage["query"],
+            total=assembled.usage["total"],
+            limit=available,
+        ),
+        watermark=watermark,
+        session_usage=session_usage,
+        recall=RecallReport(
+            query_raw=outcome.query.raw if outcome else None,
+            query_rewritten=outcome.query.rewritten if outcome else None,
+            skipped_reason=skipped,
+            items=items,
+        ),
+        fallbacks=fallbacks,
+        notes_version=notes.version,
+        manifest=manifest,
+        timings_ms=timings,
+    )
+    _log_build(session_id, response, watermark.ratio)
+    context.metrics.observe_build(
+        stage_timings_ms=timings,
+        usage=assembled.usage,
+        fallbacks=fallbacks,
+        recall_hit=None if outcome is None else bool(items),
+    )
+    if req.persist_manifest or settings.recall.persist_manifests:
+        await repository.store_build(
+            db,
+            build_id,
+            session,
+            response.model_dump(mode="json", exclude={"messages", "system"}),
+            keep=settings.recall.manifests_kept_per_session,
+        )
+    return response
+
+
+async def _recall(
+    db: AsyncSession,
+    context: AppContext,
+    session: Any,
+    req: BuildPromptRequest,
+    window: list[Any],
+    fallbacks: list[str],
+) -> tuple[RecallOutcome | None, str | None]:
+    """Run the recall chain when the mode and the session call for it; never fail the build."""
+    if req.recall.mode == "never":
+        return None, "mode_never"
+    if req.recall.mode == "auto" and session.chunk_count == 0:
+        return None, "no_history"
+    query = req.query
+    if query is None:
+        query = next((t.content for t in reversed(window) if t.role == "user"), None)
+    if not query:
+        return None, "no_query"
+    candidates = (
+        req.recall.candidates or effective_config(context.settings, session).recall_candidates
+    )
+    recent = [t.content for t in window[-2:]]
+    try:
+        async with db.begin_nested():
+            outcome = await recall(
+                db,
+                context,
+                session,
+                query,
+                recent_turns=recent,
+                candidates=candidates,
+                window_seqs={t.seq for t in window},
+            )
+    except Exception:  # any failure of the recall chain degrades to C0 + C1 + C2, never a 500
+        logger.exception("recall unavailable")
+        fallbacks.append("recall_unavailable")
+        return None, "recall_unavailable"
+    return outcome, None
+
+
+def _turn_range(items: list[RecalledItem], item_id: str) -> list[int] | None:
+    for item in items:
+        if item.chunk_id == item_id and item.turn_first is not None and item.turn_last is not None:
+            return [item.turn_first, item.turn_last]
+    return None
+
+
+def _ms(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 3)
+
+
+def _log_build(session_id: str, response: BuildPromptResponse, ratio: float) -> None:
+    """One structured line per build with the fields of spec §7."""
+    logger.info(
+        "build_prompt",
+        extra={
+            "session": session_id,
+            "build_id": response.build_id,
+            "trigger_ratio": ratio,
+            "query_raw": response.recall.query_raw,
+            "query_rewritten": response.recall.query_rewritten,
+            "recall_ids": [i.chunk_id for i in response.recall.items],
+            "rerank_scores": [i.score for i in response.recall.items],
+            "final_k": len(response.recall.items),
+            "timings_ms": response.timings_ms,
+            "fallbacks": response.fallbacks,
+            "tokens_total": response.usage.total,
+        },
+    )

@@ -1,0 +1,299 @@
+"""The recall chain: rewrite → exact hits → embed → wide recall (BM25 + vector) → RRF → rerank →
+drop what is already in the window and duplicates. Callers then cut to k and a token budget.
+
+Every arm degrades on its own: an embedder or vector failure leaves lexical recall
+(`vector_unavailable`), a rerank failure the fused order (`rerank_unavailable`).
+"""
+
+import hashlib
+import logging
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.context import AppContext
+from app.core.text import terms
+from app.db.models import Session
+from app.embeddings.base import EmbedderUnavailable
+from app.notes.repository import visible_memories
+from app.recall import repository
+from app.recall.bm25 import BM25Index
+from app.recall.cross_encoder import HttpReranker, RerankUnavailable
+from app.recall.fusion import ArmWeights, FusedCandidate, fuse_arms
+from app.recall.rerank import (
+    RerankCandidate,
+    RerankFeatures,
+    ScoredCandidate,
+    feature_rerank,
+    select_within_budget,
+)
+from app.recall.rewrite import RewrittenQuery, content_term_count, rewrite_query
+
+logger = logging.getLogger("contextd.recall")
+MEMORY_PREFIX = "memory:"
+# Terms the rewrite borrowed from recent turns help resolve "that one", but must not outweigh what
+# the user actually asked (recent small talk would otherwise drown the question).
+BORROWED_TERM_WEIGHT = 0.25
+
+
+def weighted_terms(query: str, rewritten: RewrittenQuery) -> dict[str, float]:
+    """BM25 query weights: the user's own terms at 1 each, borrowed context terms at a quarter."""
+    weights: dict[str, float] = {}
+    for term in terms(query):
+        weights[term] = weights.get(term, 0.0) + 1.0
+    for term in terms(" ".join(rewritten.appended)):
+        if term not in weights or weights[term] < 1.0:
+            weights[term] = weights.get(term, 0.0) + BORROWED_TERM_WEIGHT
+    return weights
+
+
+MIN_OWN_TERMS_TO_EMBED = 2
+
+
+def embedding_query(query: str, rewritten: RewrittenQuery) -> str:
+    """What to embed: the user's words, unless they are too few to mean anything on their own
+    ("and that one?"), then the rewrite with its borrowed context."""
+    return rewritten.rewritten if content_term_count(query) < MIN_OWN_TERMS_TO_EMBED else query
+
+
+@dataclass(frozen=True)
+class RecallHit:
+    id: str  # chunk uuid, or "memory:<uuid>"
+    source: Literal["chunk", "memory"]
+    turn_first: int | None
+    turn_last: int | None
+    ts: datetime
+    text: str
+    trusted: bool
+    score: float
+    fused: FusedCandidate
+    features: RerankFeatures | None
+
+
+@dataclass
+class RecallOutcome:
+    query: RewrittenQuery
+    hits: list[RecallHit]  # ranked, in-window and duplicate candidates removed
+    dropped: list[tuple[RecallHit, str]] = field(default_factory=list)
+    fallbacks: list[str] = field(default_factory=list)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    candidates: int = 0
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.timings[stage] = round(self.timings.get(stage, 0.0) + (now - self._last) * 1000, 3)
+        self._last = now
+
+
+async def _lexical(
+    db: AsyncSession,
+    context: AppContext,
+    session: Session,
+    query_terms: dict[str, float],
+    limit: int,
+) -> dict[str, float]:
+    """BM25 scores of the best `limit` chunks, best first."""
+    key = (str(session.id), session.offloaded_until_seq, session.chunk_count)
+    index = context.lexical_indexes.get(key)
+    if index is None:
+        index = BM25Index.from_term_counts(await repository.term_stats(db, session.id))
+        context.lexical_indexes.put(key, index)
+    return dict(index.score(query_terms, top_n=limit))
+
+
+async def _query_vector(context: AppContext, query: str) -> list[float]:
+    embedder = context.embedder
+    assert embedder is not None
+    digest = hashlib.sha256(query.encode()).hexdigest()
+    key = context.cache.key("qemb", embedder.name, digest)
+    cached = await context.cache.get_json(key)
+    if cached is not None:
+        return list(cached)
+    vector = (await embedder.embed_queries([query]))[0].tolist()
+    await context.cache.set_json(key, vector, ttl=24 * 3600)
+    return vector
+
+
+async def _rerank(
+    context: AppContext,
+    query: RewrittenQuery,
+    candidates: list[RerankCandidate],
+    now_seq: int,
+    fallbacks: list[str],
+) -> list[ScoredCandidate]:
+    """Cross-encoder when configured, else (or when it fails) the deterministic features."""
+    settings = context.settings.recall
+    if settings.rerank_url and candidates:
+        reranker = HttpReranker(
+            settings.rerank_url,
+            settings.rerank_style,
+            model=settings.rerank_model,
+            api_key=settings.rerank_api_key,
+            timeout_s=settings.rerank_timeout_seconds,
+            client=context.http,
+        )
+        try:
+            scores = await reranker.rerank(query.rewritten, [c.text for c in candidates])
+        except RerankUnavailable as exc:
+            logger.warning("rerank unavailable, keeping the fused order: %s", exc)
+            fallbacks.append("rerank_unavailable")
+            return [
+                ScoredCandidate(c, c.fused_score, RerankFeatures(c.fused_score, 0, 0, 0, 0))
+                for c in candidates
+            ]
+        ranked = sorted(zip(candidates, scores, strict=True), key=lambda p: -p[1])
+        return [ScoredCandidate(c, s, RerankFeatures(c.fused_score, 0, 0, 0, 0)) for c, s in ranked]
+    return feature_rerank(query, candidates, now_seq)
+
+
+async def recall(
+    db: AsyncSession,
+    context: AppContext,
+    session: Session,
+    query: str,
+    *,
+    recent_turns: Sequence[str],
+    candidates: int,
+    window_seqs: Collection[int] = frozenset(),
+    include_memories: bool = True,
+) -> RecallOutcome:
+    """Ranked history relevant to `query` (chunks, and remembered items when asked)."""
+    clock = _Clock()
+    fallbacks: list[str] = []
+    rewritten = rewrite_query(query, recent_turns)
+    query_terms = weighted_terms(query, rewritten)
+    clock.lap("rewrite")
+
+    exact = await repository.exact_hits(
+        db, session.id, [*rewritten.ids, *rewritten.quoted], candidates
+    )
+    clock.lap("exact")
+    lexical = await _lexical(db, context, session, query_terms, candidates)
+    clock.lap("lexical")
+
+    vector: dict[str, float] = {}
+    if context.embedder is None:
+        fallbacks.append("vector_unavailable")
+    else:
+        try:
+            qvec = await _query_vector(context, embedding_query(query, rewritten))
+            clock.lap("embed")
+            async with db.begin_nested():
+                vector = await repository.nearest_chunks(
+                    db, session.id, context.embedder.name, context.embedder.dim, qvec, candidates
+                )
+        except (EmbedderUnavailable, SQLAlchemyError) as exc:
+            logger.warning("vector recall unavailable, lexical only: %s", exc)
+            fallbacks.append("vector_unavailable")
+        clock.lap("vector")
+
+    memory_scores: dict[str, float] = {}
+    memories: dict[str, Any] = {}
+    if include_memories:
+        for memory in await visible_memories(db, session):
+            memories[f"{MEMORY_PREFIX}{memory.id}"] = memory
+        memory_index = BM25Index([(mid, terms(m.text)) for mid, m in memories.items()])
+        memory_scores = dict(memory_index.score(query_terms, top_n=candidates))
+        clock.lap("memories")
+
+    weights = ArmWeights(
+        exact=context.settings.recall.weight_exact,
+        lexical=context.settings.recall.weight_lexical,
+        vector=context.settings.recall.weight_vector,
+    )
+    # Remembered items join the lexical arm (they are few; BM25 over them is their recall).
+    lexical_all = {**lexical, **memory_scores}
+    fused = fuse_arms(
+        exact=exact,
+        lexical=sorted(lexical_all, key=lambda d: -lexical_all[d]),
+        vector=list(vector),
+        k=context.settings.recall.rrf_k,
+        weights=weights,
+        method=context.settings.recall.fusion,
+        lexical_scores=lexical_all,
+        vector_scores=vector,
+    )
+    clock.lap("fuse")
+
+    chunks = await repository.chunks_by_id(
+        db, [f.id for f in fused if not f.id.startswith(MEMORY_PREFIX)]
+    )
+    fields: dict[str, dict[str, Any]] = {}
+    for f in fused:
+        if f.id.startswith(MEMORY_PREFIX):
+            m = memories[f.id]
+            fields[f.id] = {
+                "turn_first": None,
+                "turn_last": None,
+                "ts": m.created_at,
+                "text": m.text,
+                "trusted": m.trusted,
+                "part": 1,
+                "parts": 1,
+            }
+        elif f.id in chunks and chunks[f.id].status == "active":
+            fields[f.id] = repository.chunk_fields(chunks[f.id])
+    by_id = {f.id: f for f in fused if f.id in fields}
+    rerank_input = [
+        RerankCandidate(
+            id=f.id,
+            text=fields[f.id]["text"],
+            fused_score=f.score,
+            fused_rank=f.rank,
+            turn_last=fields[f.id]["turn_last"] or 0,
+            turn_first=fields[f.id]["turn_first"] or 0,
+        )
+        for f in fused
+        if f.id in fields
+    ]
+    scored = await _rerank(context, rewritten, rerank_input, session.last_seq, fallbacks)
+    clock.lap("rerank")
+
+    groups = {
+        cid: f"turn:{fields[cid]['turn_first']}" for cid in fields if fields[cid]["parts"] > 1
+    }
+    rangeless = {cid for cid in fields if cid.startswith(MEMORY_PREFIX)}
+    selection = select_within_budget(
+        scored,
+        k=len(scored),
+        budget_tokens=None,
+        window_seqs=window_seqs,
+        overlap_groups=groups,
+        rangeless=rangeless,
+    )
+
+    def hit(item: ScoredCandidate) -> RecallHit:
+        f = fields[item.id]
+        return RecallHit(
+            id=item.id,
+            source="memory" if item.id in rangeless else "chunk",
+            turn_first=f["turn_first"],
+            turn_last=f["turn_last"],
+            ts=f["ts"],
+            text=f["text"],
+            trusted=f["trusted"],
+            score=round(item.score, 6),
+            fused=by_id[item.id],
+            features=item.features,
+        )
+
+    clock.lap("select")
+    return RecallOutcome(
+        query=rewritten,
+        hits=[hit(s) for s in selection.selected],
+        dropped=[(hit(s), reason) for s, reason in selection.dropped],
+        fallbacks=fallbacks,
+        timings_ms=clock.timings,
+        candidates=len(fused),
+    )

@@ -1,0 +1,86 @@
+"""Pure rules of the memory tool: parameters per type, who may call what, duplicates, matches."""
+
+import uuid
+
+import pytest
+
+from app.auth.schemas import Caller, Scope
+from app.core.errors import Forbidden, InvalidInput
+from app.core.text import terms
+from app.memory.policy import (
+    Enablement,
+    allowed_types,
+    check_allowed,
+    check_params,
+    is_match,
+    near_duplicate,
+)
+from app.memory.schemas import MemoryRequest, MemoryType
+from app.memory.tool import parameters_schema
+
+
+def caller(*scopes: Scope) -> Caller:
+    return Caller(uuid.uuid4(), "t", frozenset(s.value for s in scopes), None)
+
+
+def test_privileged_types_need_their_scope_or_the_tenant_switch() -> None:
+    plain = caller(Scope.READ, Scope.WRITE)
+    off = Enablement()
+    assert allowed_types(plain, off) == [
+        MemoryType.HELP,
+        MemoryType.RECALL,
+        MemoryType.REMEMBER,
+        MemoryType.STATUS,
+    ]
+    with pytest.raises(Forbidden, match="memory:forget"):
+        check_allowed(plain, MemoryType.FORGET, off)
+    tenant_on = Enablement.of(off, {"memory": {"forget": True}})
+    assert MemoryType.FORGET in allowed_types(plain, tenant_on)
+    assert MemoryType.OFFLOAD not in allowed_types(plain, tenant_on)
+    forget_only = caller(Scope.READ, Scope.MEMORY_FORGET)
+    assert allowed_types(forget_only, off) == [
+        MemoryType.HELP,
+        MemoryType.RECALL,
+        MemoryType.STATUS,
+        MemoryType.FORGET,
+    ]
+    enum = parameters_schema(allowed_types(forget_only, off))["properties"]["type"]["enum"]
+    assert enum == ["help", "recall", "status", "forget"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "code"),
+    [
+        ({"type": "recall"}, "query", "missing_field"),
+        ({"type": "remember", "tags": ["x"]}, "text", "missing_field"),
+        ({"type": "forget"}, "chunk_id", "missing_field"),
+        ({"type": "forget", "chunk_id": "a", "memory_id": "b"}, "memory_id", "conflicting_fields"),
+        ({"type": "status", "query": "x"}, "query", "unexpected_field"),
+        ({"type": "forget", "turn_range": [5, 2]}, "turn_range", "invalid_input"),
+    ],
+)
+def test_parameters_are_checked_per_type(body: dict, field: str, code: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        check_params(MemoryRequest.model_validate(body))
+    assert (err.value.field, err.value.code) == (field, code)
+
+
+def test_near_duplicates_in_english_and_chinese() -> None:
+    stored = [
+        ("a", "User prefers window seats on trains."),
+        ("b", "发票只寄电子版到 finance@example.com，不要纸质版"),
+    ]
+    assert near_duplicate("user prefers WINDOW seats on trains", stored, 0.85) == "a"
+    assert near_duplicate("发票只寄电子版到 finance@example.com，不要纸质版。", stored, 0.85) == "b"
+    assert near_duplicate("User prefers aisle seats on planes", stored, 0.85) is None
+    assert near_duplicate("发票寄纸质版", stored, 0.85) is None
+
+
+def test_a_match_needs_a_shared_word_or_bigram_or_an_exact_hit() -> None:
+    query = terms("what was the Lyon budget")
+    assert is_match(query, "Budget at most 120 EUR for Lyon.", exact_hit=False)
+    assert not is_match(query, "We talked about the weather.", exact_hit=False)
+    assert is_match(query, "unrelated text", exact_hit=True)
+    cjk = terms("发票邮箱")
+    assert is_match(cjk, "请把发票寄到邮箱", exact_hit=False)
+    assert not is_match(cjk, "发现一个箱子", exact_hit=False)  # shared characters, no bigram

