@@ -91,7 +91,7 @@ def error_responses(*errors: type[ContextdError]) -> dict[int | str, dict[str, A
     return out
 
 
-COMMON_ERRORS = error_responses(Unauthorized, NotFound, InvalidInput)
+COMMON_ERRORS = error_responses(Unauthorized, Forbidden, NotFound, InvalidInput)
 
 
 def _loc_to_field(loc: tuple[Any, ...]) -> str | None:

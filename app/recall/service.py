@@ -132,7 +132,8 @@ async def _rerank(
     now_seq: int,
     fallbacks: list[str],
 ) -> list[ScoredCandidate]:
-    """Cross-encoder when configured, else (or when it fails) the deterministic features."""
+    """The HTTP cross-encoder when configured (its failure keeps the fused order and is flagged),
+    else the deterministic features."""
     settings = context.settings.recall
     if settings.rerank_url and candidates:
         reranker = HttpReranker(
@@ -144,7 +145,9 @@ async def _rerank(
             client=context.http,
         )
         try:
-            scores = await reranker.rerank(query.rewritten, [c.text for c in candidates])
+            scores = await reranker.rerank(
+                embedding_query(query.raw, query), [c.text for c in candidates]
+            )
         except RerankUnavailable as exc:
             logger.warning("rerank unavailable, keeping the fused order: %s", exc)
             fallbacks.append("rerank_unavailable")

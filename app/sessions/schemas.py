@@ -40,7 +40,19 @@ class TurnIn(BaseModel):
 
 
 class AppendTurnsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "turns": [
+                        {"role": "user", "content": "Book the 9:40 to Lyon, at most 120 EUR."},
+                        {"role": "assistant", "content": "Booked: ticket LY-40917, 96 EUR."},
+                    ]
+                }
+            ]
+        },
+    )
     turns: list[TurnIn] = Field(min_length=1)
 
 
@@ -65,6 +77,25 @@ class AppendedTurn(BaseModel):
 
 
 class AppendTurnsResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "turns": [
+                        {
+                            "seq": 1,
+                            "role": "user",
+                            "token_count": 20,
+                            "created_at": "2026-11-29T12:00:00Z",
+                        },
+                    ],
+                    "usage": {"c0": 0, "c1": 20, "c2": 0, "total": 23, "limit": 119808},
+                    "watermark": {"ratio": 0.0002, "level": "normal"},
+                    "offload_enqueued": False,
+                }
+            ]
+        }
+    )
     turns: list[AppendedTurn]
     usage: Usage
     watermark: Watermark
@@ -105,7 +136,12 @@ class SessionConfig(BaseModel):
 class SessionConfigUpdate(BaseModel):
     """Every field optional; `null` leaves a value unchanged."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"context_limit": 16000, "reserve_tokens": 2000, "user_id": "u-42"}]
+        },
+    )
     context_limit: int | None = Field(None, gt=0)
     reserve_tokens: int | None = Field(None, ge=0)
     trigger_ratio: float | None = Field(None, gt=0, le=1)
