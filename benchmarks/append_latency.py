@@ -1,7 +1,7 @@
 """Append latency against a running server: single-turn appends, sequential, several runs.
 
     .venv/bin/contextd dev --port 18100 &          # in another terminal / directory
-    .venv/bin/python benchmarks/append_latency.py --url http://127.0.0.1:18100 [--api-key K]
+    .venv/bin/python -m benchmarks.append_latency --url http://127.0.0.1:18100 [--api-key K]
 
 Prints p50/p95 per run and the median of the runs' p50/p95 (milliseconds, client side, loopback).
 """

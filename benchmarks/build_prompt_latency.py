@@ -6,7 +6,7 @@ Scenarios:
 Each runs at 1 and 16 concurrent clients with a bounded number of requests; every query is
 distinct (no query-embedding cache hits).
 
-    .venv/bin/python benchmarks/build_prompt_latency.py --url http://127.0.0.1:8080 [--api-key K]
+    .venv/bin/python -m benchmarks.build_prompt_latency --url http://127.0.0.1:8080 [--api-key K]
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """The memory tool through HTTP: recall latency and forget → erase completion time.
 
-    .venv/bin/python benchmarks/memory_tool.py [--turns 600] [--queries 200] [--forgets 10]
+    .venv/bin/python -m benchmarks.memory_tool [--turns 600] [--queries 200] [--forgets 10]
 
 Starts an embedded stack, the API and a worker (lexical recall, no embedder), appends N turns with
 planted facts to a small-window session and offloads them with the `offload` type; then times

@@ -1,6 +1,6 @@
 """Offload throughput on a 10,000-turn session (embedded Postgres, 2-core machine).
 
-    .venv/bin/python benchmarks/offload_throughput.py [--turns 10000] [--runs 3]
+    .venv/bin/python -m benchmarks.offload_throughput [--turns 10000] [--runs 3]
 
 Appends N turns with a large window (no trigger), then shrinks the window and times one offload
 (chunking + chunk inserts + turn marking, one transaction). Prints turns/s and chunks/s per run,

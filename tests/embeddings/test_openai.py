@@ -1,6 +1,6 @@
 """OpenAIEmbedder against a real HTTP server on 127.0.0.1."""
 
-import time
+import threading
 from typing import Any
 
 import numpy as np
@@ -116,8 +116,10 @@ async def test_closed_port_is_unavailable() -> None:
 
 
 async def test_slow_server_times_out() -> None:
+    release = threading.Event()
+
     def slow(method: str, path: str, body: Any) -> tuple[int, Any]:
-        time.sleep(0.5)
+        release.wait(timeout=5)  # answers only once the test is done with it
         return embeddings_handler()(method, path, body)
 
     with loopback_server(slow) as srv:
@@ -125,6 +127,7 @@ async def test_slow_server_times_out() -> None:
         with pytest.raises(EmbedderUnavailable, match="ReadTimeout"):
             await client.embed_passages(["hello"])
         await client.aclose()
+        release.set()
 
 
 async def test_wrong_dimension_is_unavailable() -> None:
