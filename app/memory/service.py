@@ -34,7 +34,7 @@ from app.offload.service import offload_session
 from app.prompt.blocks import RecalledItem, cut_text, item_header
 from app.recall.rerank import RerankCandidate, RerankFeatures, ScoredCandidate
 from app.recall.rerank import select_within_budget as select
-from app.recall.service import MEMORY_PREFIX, recall
+from app.recall.service import MEMORY_PREFIX, recall, recalled_item
 from app.sessions import repository as sessions_repository
 from app.sessions.service import effective_config, require_session, usage_of
 
@@ -107,16 +107,7 @@ async def _recall(
     for hit in outcome.hits:
         if not is_match(wanted, hit.text, exact_hit=hit.fused.exact_rank is not None):
             continue
-        item = RecalledItem(
-            chunk_id=hit.id.removeprefix(MEMORY_PREFIX),
-            text=hit.text,
-            ts=hit.ts,
-            turn_first=hit.turn_first,
-            turn_last=hit.turn_last,
-            trusted=hit.trusted,
-            score=hit.score,
-            source="remembered" if hit.source == "memory" else "chunk",
-        )
+        item = recalled_item(hit, memory_source="remembered")
         body = f"{item_header(item)}\n{cut_text(hit.text, per_item)}"
         rendered[hit.id] = (item, body)
         candidate = RerankCandidate(

@@ -32,7 +32,7 @@ from app.prompt.schemas import (
     RecalledItemOut,
     RecallReport,
 )
-from app.recall.service import MEMORY_PREFIX, RecallOutcome, recall
+from app.recall.service import MEMORY_PREFIX, RecallOutcome, recall, recalled_item
 from app.sessions import repository as sessions_repository
 from app.sessions.schemas import AppendTurnsRequest, TurnIn
 from app.sessions.service import (
@@ -161,19 +161,7 @@ async def build_prompt(
     if outcome is not None:
         timings.update({f"recall_{k}": v for k, v in outcome.timings_ms.items()})
         fallbacks.extend(f for f in outcome.fallbacks if f not in fallbacks)
-    recalled = [
-        RecalledItem(
-            chunk_id=hit.id.removeprefix(MEMORY_PREFIX),
-            text=hit.text,
-            ts=hit.ts,
-            turn_first=hit.turn_first,
-            turn_last=hit.turn_last,
-            trusted=hit.trusted,
-            score=hit.score,
-            source=hit.source,
-        )
-        for hit in (outcome.hits if outcome else [])
-    ]
+    recalled = [recalled_item(hit) for hit in (outcome.hits if outcome else [])]
 
     stage = time.perf_counter()
     try:

@@ -21,6 +21,7 @@ from app.core.text import terms
 from app.db.models import Session
 from app.embeddings.base import EmbedderUnavailable
 from app.notes.repository import visible_memories
+from app.prompt.blocks import RecalledItem
 from app.recall import repository
 from app.recall.bm25 import BM25Index
 from app.recall.cross_encoder import HttpReranker, RerankUnavailable
@@ -73,6 +74,20 @@ class RecallHit:
     score: float
     fused: FusedCandidate
     features: RerankFeatures | None
+
+
+def recalled_item(hit: RecallHit, *, memory_source: str = "memory") -> RecalledItem:
+    """A hit as the prompt and the memory tool render it (`[ts | turn a-b | id]` + text)."""
+    return RecalledItem(
+        chunk_id=hit.id.removeprefix(MEMORY_PREFIX),
+        text=hit.text,
+        ts=hit.ts,
+        turn_first=hit.turn_first,
+        turn_last=hit.turn_last,
+        trusted=hit.trusted,
+        score=hit.score,
+        source=memory_source if hit.source == "memory" else "chunk",
+    )
 
 
 @dataclass
