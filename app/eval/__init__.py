@@ -45,7 +45,8 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.eval.locomo import EvalConfig, load_locomo, run_locomo, summarise
+    from app.eval.driver import EvalConfig, run_locomo
+    from app.eval.locomo import load_locomo, summarise
     from app.eval.report import summary_table, write_report
 
     if args.eval_command != "locomo":

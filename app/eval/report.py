@@ -8,13 +8,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from app.eval.driver import BuildSample, LocomoRun
 from app.eval.locomo import (
     CATEGORIES,
     DEGRADED_FLAGS,
     RANKING_LIMIT,
     SCORED_CATEGORIES,
-    BuildSample,
-    LocomoRun,
     percentile,
     summarise,
 )

@@ -1,0 +1,371 @@
+"""The LoCoMo evaluation driver: talks to a *running* contextd over HTTP only (ingest, wait for
+the worker, one build-prompt per question and budget), then scores with `app.eval.locomo`."""
+
+import asyncio
+import statistics
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.eval.locomo import (
+    RANKING_LIMIT,
+    Conversation,
+    Question,
+    QuestionResult,
+    bm25_baseline,
+    coverage,
+    dia_ids_of_range,
+    recall_at_k,
+    truncation_baseline,
+)
+
+
+@dataclass
+class EvalConfig:
+    url: str
+    api_key: str | None = None
+    budgets: tuple[int, ...] = (500, 1000)
+    ks: tuple[int, ...] = (5, 10)
+    context_limit: int = 4000
+    reserve_tokens: int = 500
+    min_recent_turns: int = 4
+    min_recent_tokens: int = 500
+    target_ratio: float = 0.1
+    top_k: int = 50
+    wait_embedded: bool = True
+    ingest_timeout_s: float = 900.0
+    concurrency: int = 1
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    per_item_max_tokens: int = 300  # for the framed BM25 variant (the server's default)
+    reuse_run_id: str | None = None  # evaluate sessions an earlier run ingested (no ingestion)
+
+
+@dataclass
+class BuildSample:
+    """Observations of one build-prompt call."""
+
+    budget: int
+    wall_ms: float
+    timings_ms: dict[str, float]
+    fallbacks: list[str]
+    injected: int
+    items: int
+    error: bool = False  # the server answered 5xx
+
+
+@dataclass
+class ConversationRun:
+    sample_id: str
+    session_id: str
+    turns: int
+    chunks: int
+    chunk_tokens_mean: float
+    window_turns: int
+    ingest_s: float
+    ready_s: float
+
+
+@dataclass
+class LocomoRun:
+    config: EvalConfig
+    conversations: list[ConversationRun]
+    contextd: list[QuestionResult]
+    bm25: list[QuestionResult]
+    bm25_framed: list[QuestionResult]
+    truncation: list[QuestionResult]
+    builds: list[BuildSample]
+    evidence_dropped: list[tuple[str, str, str]]  # (sample_id, raw evidence, dropped part)
+    questions_without_evidence: int
+    elapsed_s: float
+
+
+class EvalError(RuntimeError):
+    pass
+
+
+def _check(resp: Any, what: str) -> Any:
+    if resp.status_code >= 400:
+        raise EvalError(f"{what}: HTTP {resp.status_code} {resp.text[:300]}")
+    return resp.json()
+
+
+async def _ingest(http: Any, cfg: EvalConfig, conv: Conversation) -> tuple[str, dict[int, str]]:
+    sid = f"locomo-{conv.sample_id}-{cfg.run_id}"
+    base = f"/v1/sessions/{sid}"
+    _check(
+        await http.put(
+            base,
+            json={
+                "context_limit": cfg.context_limit,
+                "reserve_tokens": cfg.reserve_tokens,
+                "min_recent_turns": cfg.min_recent_turns,
+                "min_recent_tokens": cfg.min_recent_tokens,
+                "target_ratio": cfg.target_ratio,
+                "metadata": {"eval": "locomo", "sample_id": conv.sample_id},
+            },
+        ),
+        f"configure {sid}",
+    )
+    seq_to_dia: dict[int, str] = {}
+    turns = list(conv.turns)
+    for start in range(0, len(turns), 100):
+        batch = turns[start : start + 100]
+        body = {
+            "turns": [
+                {
+                    "role": "user" if t.speaker == conv.speaker_a else "assistant",
+                    "content": t.content,
+                    "metadata": {"dia_id": t.dia_id, "session_date": t.date},
+                }
+                for t in batch
+            ]
+        }
+        out = _check(await http.post(f"{base}/turns", json=body), f"append to {sid}")
+        for t, stored in zip(batch, out["turns"], strict=True):
+            seq_to_dia[int(stored["seq"])] = t.dia_id
+    return sid, seq_to_dia
+
+
+async def _mapped_session(
+    http: Any, cfg: EvalConfig, conv: Conversation, run_id: str
+) -> tuple[str, dict[int, str]]:
+    """An earlier run's session: seq → dia_id read back from the turns' metadata."""
+    sid = f"locomo-{conv.sample_id}-{run_id}"
+    seq_to_dia: dict[int, str] = {}
+    cursor: str | None = None
+    while True:
+        params: dict[str, Any] = {"limit": 500, **({"cursor": cursor} if cursor else {})}
+        page = _check(await http.get(f"/v1/sessions/{sid}/turns", params=params), f"turns {sid}")
+        for t in page["turns"]:
+            dia = (t.get("metadata") or {}).get("dia_id")
+            if dia is not None:
+                seq_to_dia[int(t["seq"])] = str(dia)
+        cursor = page.get("next_cursor")
+        if not cursor:
+            break
+    if sorted(seq_to_dia.values()) != sorted(t.dia_id for t in conv.turns):
+        raise EvalError(f"session {sid} does not hold conversation {conv.sample_id}")
+    return sid, seq_to_dia
+
+
+async def _list_chunks(http: Any, sid: str) -> list[dict[str, Any]]:
+    chunks: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while True:
+        params: dict[str, Any] = {"limit": 500}
+        if cursor:
+            params["cursor"] = cursor
+        page = _check(await http.get(f"/v1/sessions/{sid}/chunks", params=params), "chunks")
+        chunks.extend(page["chunks"])
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return chunks
+
+
+async def _wait_ready(http: Any, cfg: EvalConfig, sids: Sequence[str]) -> list[dict[str, Any]]:
+    """Poll until every session is offloaded below its trigger, the worker queue is empty and
+    (when asked) every chunk is embedded; raise after the deadline."""
+    deadline = time.monotonic() + cfg.ingest_timeout_s
+    last: Any = None
+    while True:
+        ready = (await http.get("/readyz")).json()  # 503 (worker lag) still reports the queue
+        pending = int((ready.get("worker") or {}).get("pending_jobs", 0))
+        done = pending == 0
+        infos = []
+        for sid in sids:
+            info = _check(await http.get(f"/v1/sessions/{sid}"), f"session {sid}")
+            infos.append(info)
+            if info["counts"]["chunks"] == 0 or info["watermark"]["level"] != "normal":
+                done = False
+        if done and cfg.wait_embedded:
+            for sid in sids:
+                chunks = await _list_chunks(http, sid)
+                if not all(c["embedded"] for c in chunks if c["status"] == "active"):
+                    done = False
+                    last = {"session": sid, "unembedded": sum(not c["embedded"] for c in chunks)}
+                    break
+        if done:
+            return infos
+        last = last or {"pending_jobs": pending}
+        if time.monotonic() > deadline:
+            raise EvalError(f"sessions not ready after {cfg.ingest_timeout_s}s; last: {last}")
+        await asyncio.sleep(0.5)
+
+
+def _window_seqs(resp: Mapping[str, Any]) -> set[int]:
+    return {
+        int(e["id"].removeprefix("turn:"))
+        for e in resp["manifest"]
+        if e["layer"] == "c1" and e["included"] and e["id"].startswith("turn:")
+    }
+
+
+def _item_dias(resp: Mapping[str, Any], seq_to_dia: Mapping[int, str]) -> list[set[str]]:
+    units = []
+    for item in resp["recall"]["items"]:
+        rng = item.get("turn_range")
+        units.append(dia_ids_of_range(rng[0], rng[1], seq_to_dia) if rng else set())
+    return units
+
+
+async def _build(
+    http: Any, sid: str, body: dict[str, Any]
+) -> tuple[dict[str, Any] | None, float, int]:
+    """One build-prompt; a 5xx or a dropped connection is returned as None (a failed build)."""
+    import httpx
+
+    started = time.perf_counter()
+    try:
+        resp = await http.post(f"/v1/sessions/{sid}/build-prompt", json=body)
+    except httpx.TransportError:
+        return None, (time.perf_counter() - started) * 1000, 0
+    wall = (time.perf_counter() - started) * 1000
+    if resp.status_code >= 500:
+        return None, wall, resp.status_code
+    return _check(resp, f"build-prompt {sid}"), wall, resp.status_code
+
+
+async def _evaluate_question(
+    http: Any,
+    cfg: EvalConfig,
+    conv: Conversation,
+    sid: str,
+    seq_to_dia: Mapping[int, str],
+    q: Question,
+    builds: list[BuildSample],
+) -> QuestionResult:
+    r = QuestionResult(conv.sample_id, q.category, len(q.evidence))
+    for b in cfg.budgets:
+        body = {
+            "query": q.question,
+            "recall": {"mode": "always", "budget_tokens": b, "top_k": cfg.top_k},
+        }
+        resp, wall, status = await _build(http, sid, body)
+        if resp is None:
+            r.budget_recall[b] = r.budget_recall_recalled_only[b] = 0.0
+            r.injected[b] = 0
+            builds.append(BuildSample(b, wall, {}, [f"http_{status or 'dropped'}"], 0, 0, True))
+            continue
+        window = set().union(*[dia_ids_of_range(s, s, seq_to_dia) for s in _window_seqs(resp)])
+        recalled = set().union(*_item_dias(resp, seq_to_dia))
+        r.in_window = coverage(q.evidence, window)
+        r.budget_recall[b] = coverage(q.evidence, recalled | window)
+        r.budget_recall_recalled_only[b] = coverage(q.evidence, recalled)
+        r.injected[b] = int(resp["usage"]["recall"])
+        builds.append(
+            BuildSample(
+                budget=b,
+                wall_ms=wall,
+                timings_ms=dict(resp.get("timings_ms") or {}),
+                fallbacks=list(resp.get("fallbacks") or []),
+                injected=int(resp["usage"]["recall"]),
+                items=len(resp["recall"]["items"]),
+            )
+        )
+    if cfg.ks:
+        body = {
+            "query": q.question,
+            "context_limit": RANKING_LIMIT,
+            "reserve_tokens": 0,
+            "recall": {"mode": "always", "budget_tokens": RANKING_LIMIT, "top_k": cfg.top_k},
+        }
+        resp, _, _ = await _build(http, sid, body)
+        units = _item_dias(resp, seq_to_dia) if resp is not None else []
+        for k in cfg.ks:
+            r.at_k[k] = recall_at_k(q.evidence, units, k)
+    return r
+
+
+async def run_locomo(
+    conversations: Sequence[Conversation], cfg: EvalConfig, *, log: Any = print
+) -> LocomoRun:
+    import httpx
+
+    started = time.monotonic()
+    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+    limits = httpx.Limits(max_connections=max(4, cfg.concurrency * 2))
+    async with httpx.AsyncClient(
+        base_url=cfg.url.rstrip("/"), headers=headers, timeout=120, limits=limits
+    ) as http:
+        _check(await http.get("/healthz"), "healthz")
+        ingested: list[tuple[Conversation, str, dict[int, str], float]] = []
+        for conv in conversations:
+            t0 = time.monotonic()
+            if cfg.reuse_run_id:
+                sid, seq_to_dia = await _mapped_session(http, cfg, conv, cfg.reuse_run_id)
+            else:
+                sid, seq_to_dia = await _ingest(http, cfg, conv)
+            ingested.append((conv, sid, seq_to_dia, time.monotonic() - t0))
+            log(f"{'reused' if cfg.reuse_run_id else 'ingested'} {conv.sample_id}: "
+                f"{len(conv.turns)} turns → session {sid}")  # fmt: skip
+        t0 = time.monotonic()
+        await _wait_ready(http, cfg, [sid for _, sid, _, _ in ingested])
+        ready_s = time.monotonic() - t0
+        log(f"offload{' and embedding' if cfg.wait_embedded else ''} done in {ready_s:.1f}s")
+
+        runs: list[ConversationRun] = []
+        results: list[QuestionResult] = []
+        builds: list[BuildSample] = []
+        semaphore = asyncio.Semaphore(cfg.concurrency)
+        for conv, sid, seq_to_dia, ingest_s in ingested:
+            chunks = [c for c in await _list_chunks(http, sid) if c["status"] == "active"]
+            info = _check(await http.get(f"/v1/sessions/{sid}"), f"session {sid}")
+            questions = [q for q in conv.questions if q.evidence]
+
+            async def one(q: Question, sid: str = sid, conv: Conversation = conv,
+                          m: dict[int, str] = seq_to_dia) -> QuestionResult:  # fmt: skip
+                async with semaphore:
+                    return await _evaluate_question(http, cfg, conv, sid, m, q, builds)
+
+            conv_results = await asyncio.gather(*(one(q) for q in questions))
+            results.extend(conv_results)
+            offloaded = sum(c["turn_last"] - c["turn_first"] + 1 for c in chunks)
+            runs.append(
+                ConversationRun(
+                    sample_id=conv.sample_id,
+                    session_id=sid,
+                    turns=len(conv.turns),
+                    chunks=len(chunks),
+                    chunk_tokens_mean=(
+                        statistics.fmean(c["token_count"] for c in chunks) if chunks else 0.0
+                    ),
+                    window_turns=info["counts"]["turns"] - offloaded,
+                    ingest_s=ingest_s,
+                    ready_s=ready_s,
+                )
+            )
+            log(f"evaluated {conv.sample_id}: {len(questions)} questions")
+
+    bm25: list[QuestionResult] = []
+    bm25_framed: list[QuestionResult] = []
+    truncation: list[QuestionResult] = []
+    for conv in conversations:
+        bm25.extend(bm25_baseline(conv, cfg.budgets, cfg.ks))
+        bm25_framed.extend(
+            bm25_baseline(
+                conv, cfg.budgets, (), framed=True, per_item_max_tokens=cfg.per_item_max_tokens
+            )
+        )
+        truncation.extend(truncation_baseline(conv, cfg.context_limit - cfg.reserve_tokens))
+    dropped = [
+        (conv.sample_id, ", ".join(q.raw_evidence), part)
+        for conv in conversations
+        for q in conv.questions
+        for part in q.dropped
+    ]
+    return LocomoRun(
+        config=cfg,
+        conversations=runs,
+        contextd=results,
+        bm25=bm25,
+        bm25_framed=bm25_framed,
+        truncation=truncation,
+        builds=builds,
+        evidence_dropped=dropped,
+        questions_without_evidence=sum(
+            1 for conv in conversations for q in conv.questions if not q.evidence
+        ),
+        elapsed_s=time.monotonic() - started,
+    )
