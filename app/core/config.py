@@ -104,6 +104,14 @@ class RecallSettings(BaseModel):
     rerank_model: str | None = Field(None, description="model name (jina, cohere)")
     rerank_api_key: str | None = Field(None, description="bearer key of the rerank API")
     rerank_timeout_seconds: float = Field(2.0, gt=0, description="rerank call budget")
+    rewrite_llm_base_url: str | None = Field(
+        None, description="OpenAI-compatible chat API for the query rewrite; unset: rules only"
+    )
+    rewrite_llm_model: str = Field("gpt-4o-mini", description="chat model of the query rewrite")
+    rewrite_llm_api_key: str | None = Field(None, description="bearer key of the rewrite API")
+    rewrite_llm_timeout_seconds: float = Field(
+        1.5, gt=0, description="LLM rewrite budget; on expiry the rule rewrite is used"
+    )
     emergency_offload_timeout_seconds: float = Field(
         5.0, gt=0, description="an inline offload in build-prompt gives up after this"
     )

@@ -89,6 +89,9 @@ class Session(Base):
     version: Mapped[int] = mapped_column(BigInteger, server_default="0")
     turn_count: Mapped[int] = mapped_column(Integer, server_default="0")
     chunk_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Bumped whenever the set of active chunks changes (offload, forget, delete): keys the
+    # per-process BM25 indexes, which a count alone cannot (a re-chunk may keep the count).
+    chunks_version: Mapped[int] = mapped_column(BigInteger, server_default="0")
     # Hysteresis: an offload disarms the trigger until the ratio drops below θ again.
     offload_armed: Mapped[bool] = mapped_column(Boolean, server_default=sql_text("true"))
     last_offload_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -42,6 +42,7 @@ DEGRADED_FLAGS = frozenset(
         "rerank_unavailable",
         "cache_bypass",
         "emergency_offload_failed",
+        "rewrite_unavailable",
     }
 )
 RANKING_LIMIT = 1_000_000  # context limit and budget of the build that reads the full ranking

@@ -42,7 +42,13 @@ async def delete_session(db: AsyncSession, caller: Caller, cache: Cache, session
     now = datetime.now(UTC)
     await repository.tombstone_session_rows(db, session.id, now)
     key = session_cache_key(cache, caller.tenant_id, session_id)
-    version = await write_session(db, cache, session, external_id=f"{TOMBSTONE_PREFIX}{session.id}")
+    version = await write_session(
+        db,
+        cache,
+        session,
+        external_id=f"{TOMBSTONE_PREFIX}{session.id}",
+        chunks_version=Session.chunks_version + 1,  # every active chunk was just tombstoned
+    )
 
     async def _retire_cached_view() -> None:  # write_session saw the row's new external id
         await cache.invalidate_versioned(key, version)

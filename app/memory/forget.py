@@ -6,6 +6,10 @@ A chunk only partly covered by a forgotten turn range is tombstoned whole (its r
 embedding mix both), and the turns of it that were *not* forgotten are re-chunked into new chunks,
 so every remaining turn stays covered by exactly one active chunk (spec §2) and no kept detail is
 lost.
+
+A turn range is first widened to whole tool-call groups (`app.offload.policy.atomic_units` over the
+session's live turns), so forgetting a tool call also forgets its results and the other way round:
+no tool result is ever left without its call (spec §2), in the window or in a chunk.
 """
 
 import re
@@ -28,6 +32,7 @@ from app.notes.repository import visible_memories
 from app.notes.schemas import Notes
 from app.notes.service import NotesDraft, memory_items, write_notes
 from app.offload.chunking import chunk_turns
+from app.offload.policy import atomic_units
 from app.offload.repository import insert_chunks
 from app.offload.service import chunk_row, chunking_config
 from app.sessions import repository as sessions_repository
@@ -82,10 +87,26 @@ async def forget(
         assert request.turn_range is not None
         first, last = request.turn_range
         target = {"kind": "turn_range", "turn_range": [first, last]}
+        widened = await _widen_to_tool_groups(db, session, first, last)
+        if widened != (first, last):
+            first, last = widened
+            target["widened_to"] = [first, last]
     turns = await repository.live_turns(db, session.id, first, last)
     if not turns:
         raise NotFound(f"no turns {first}-{last} to forget", field="turn_range")
     return await _forget_turns(db, settings, cache, session, turns, target)
+
+
+async def _widen_to_tool_groups(
+    db: AsyncSession, session: Session, first: int, last: int
+) -> tuple[int, int]:
+    """`[first, last]` grown to the whole tool-call groups its live turns belong to."""
+    live = await repository.live_turns(db, session.id, 1, session.last_seq)
+    lo, hi = first, last
+    for unit in atomic_units([to_record(t) for t in live]):
+        if any(first <= live[i].seq <= last for i in unit):
+            lo, hi = min(lo, live[unit[0]].seq), max(hi, live[unit[-1]].seq)
+    return lo, hi
 
 
 async def _forget_turns(
@@ -131,7 +152,9 @@ async def _forget_turns(
                     )
             new_ids.extend(ids)
     window = [t for t in turns if t.chunk_id is None]
-    # chunk_count changes (or offloaded state does): the per-process BM25 indexes are keyed by it.
+    # The active chunks change (even when their count does not): the per-process BM25 indexes
+    # are keyed by `chunks_version`.
+    chunks_changed = {"chunks_version": Session.chunks_version + 1} if dead or new_ids else {}
     await write_session(
         db,
         cache,
@@ -139,6 +162,7 @@ async def _forget_turns(
         chunk_count=session.chunk_count - len(dead) + len(new_ids),
         c1_tokens=session.c1_tokens - sum(t.token_count for t in window),
         c1_turns=session.c1_turns - len(window),
+        **chunks_changed,
     )
     if new_ids:
         await enqueue(db, TaskName.EMBED_CHUNKS, {"chunk_ids": [str(c) for c in new_ids]})
@@ -146,7 +170,7 @@ async def _forget_turns(
     receipt_id = await _schedule_erase(
         db, session, {**target, "turn_seqs": sorted(seqs), "chunk_ids": [str(c) for c in dead]}
     )
-    data = {
+    data: dict[str, Any] = {
         "forgotten_turns": sorted(seqs),
         "tombstoned_chunks": [str(c) for c in dead],
         "rechunked_into": [str(c) for c in new_ids],
@@ -158,6 +182,13 @@ async def _forget_turns(
         "longer appear in recall, notes or prompts; the raw text is being erased in the "
         f"background (erase receipt {receipt_id})."
     )
+    if "widened_to" in target:
+        asked_first, asked_last = target["turn_range"]
+        data["widened_to"] = target["widened_to"]
+        text = (
+            f"Turn range {asked_first}-{asked_last} was widened to {first}-{last} so that no "
+            f"tool call is kept without its tool result (or a result without its call). {text}"
+        )
     return text, data
 
 

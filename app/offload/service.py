@@ -18,6 +18,7 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.text import lexical_document, terms
 from app.core.tokens import REPLY_PRIMING_TOKENS, count_tokens, message_tokens
+from app.db.models import Session
 from app.jobs.queue import TaskName, enqueue, session_lock
 from app.offload import repository
 from app.offload.chunking import ChunkDraft, ChunkingConfig, chunk_turns
@@ -143,6 +144,7 @@ async def offload_session(
         c1_tokens=c1_tokens,
         c1_turns=session.c1_turns - len(plan.turns),
         chunk_count=session.chunk_count + len(drafts),
+        chunks_version=Session.chunks_version + 1,
         last_offload_at=now,
         offload_armed=ratio_after < wm.trigger_ratio,
     )

@@ -1,15 +1,16 @@
 """Per-process cache of BM25 indexes, one per session, keyed by the session's chunk state.
 
-The key changes whenever the session's chunks change (an offload raises `offloaded_until_seq`, a
-forget lowers `chunk_count`), so a cached index is never stale; building one from stored term
-counts takes ~100 ms for 5,000 chunks, scoring a query well under a millisecond.
+The key is `(session id, sessions.chunks_version)`, which every change of the session's active
+chunks bumps in the same transaction (offload, forget, re-chunk, delete) — also when the chunk
+count stays the same — so a cached index is never stale; building one from stored term counts
+takes ~100 ms for 5,000 chunks, scoring a query well under a millisecond.
 """
 
 from collections import OrderedDict
 
 from app.recall.bm25 import BM25Index
 
-IndexKey = tuple[str, int, int]
+IndexKey = tuple[str, int]
 
 
 class LexicalIndexCache:

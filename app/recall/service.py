@@ -2,14 +2,15 @@
 drop what is already in the window and duplicates. Callers then cut to k and a token budget.
 
 Every arm degrades on its own: an embedder or vector failure leaves lexical recall
-(`vector_unavailable`), a rerank failure the fused order (`rerank_unavailable`).
+(`vector_unavailable`), a rerank failure the fused order (`rerank_unavailable`), an optional LLM
+rewrite failure the rule-based rewrite (`rewrite_unavailable`).
 """
 
 import hashlib
 import logging
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -26,6 +27,7 @@ from app.recall import repository
 from app.recall.bm25 import BM25Index
 from app.recall.cross_encoder import HttpReranker, RerankUnavailable
 from app.recall.fusion import ArmWeights, FusedCandidate, fuse_arms
+from app.recall.llm_rewrite import QueryRewriteUnavailable, llm_rewrite
 from app.recall.rerank import (
     RerankCandidate,
     RerankFeatures,
@@ -42,14 +44,19 @@ MEMORY_PREFIX = "memory:"
 BORROWED_TERM_WEIGHT = 0.25
 
 
-def weighted_terms(query: str, rewritten: RewrittenQuery) -> dict[str, float]:
-    """BM25 query weights: the user's own terms at 1 each, borrowed context terms at a quarter."""
+def weighted_terms(
+    query: str, rewritten: RewrittenQuery, llm_query: str | None = None
+) -> dict[str, float]:
+    """BM25 query weights: the user's own terms at 1 each, borrowed context terms (the rule
+    rewrite's, then those the LLM rewrite added) at a quarter."""
     weights: dict[str, float] = {}
     for term in terms(query):
         weights[term] = weights.get(term, 0.0) + 1.0
     for term in terms(" ".join(rewritten.appended)):
         if term not in weights or weights[term] < 1.0:
             weights[term] = weights.get(term, 0.0) + BORROWED_TERM_WEIGHT
+    for term in terms(llm_query or ""):
+        weights.setdefault(term, BORROWED_TERM_WEIGHT)
     return weights
 
 
@@ -119,7 +126,7 @@ async def _lexical(
     limit: int,
 ) -> dict[str, float]:
     """BM25 scores of the best `limit` chunks, best first."""
-    key = (str(session.id), session.offloaded_until_seq, session.chunk_count)
+    key = (str(session.id), session.chunks_version)
     index = context.lexical_indexes.get(key)
     if index is None:
         index = BM25Index.from_term_counts(await repository.term_stats(db, session.id))
@@ -175,6 +182,29 @@ async def _rerank(
     return feature_rerank(query, candidates, now_seq)
 
 
+async def _llm_query(
+    context: AppContext, query: str, recent_turns: Sequence[str], fallbacks: list[str]
+) -> str | None:
+    """The LLM rewrite of `query` when configured; its failure is flagged and yields None."""
+    settings = context.settings.recall
+    if not settings.rewrite_llm_base_url:
+        return None
+    try:
+        return await llm_rewrite(
+            context.http,
+            settings.rewrite_llm_base_url,
+            settings.rewrite_llm_model,
+            settings.rewrite_llm_api_key,
+            query,
+            recent_turns,
+            settings.rewrite_llm_timeout_seconds,
+        )
+    except QueryRewriteUnavailable as exc:
+        logger.warning("LLM query rewrite unavailable, keeping the rule rewrite: %s", exc)
+        fallbacks.append("rewrite_unavailable")
+        return None
+
+
 async def recall(
     db: AsyncSession,
     context: AppContext,
@@ -192,6 +222,12 @@ async def recall(
     rewritten = rewrite_query(query, recent_turns)
     query_terms = weighted_terms(query, rewritten)
     clock.lap("rewrite")
+    llm_query = await _llm_query(context, query, recent_turns, fallbacks)
+    if llm_query is not None:
+        rewritten = replace(rewritten, rewritten=llm_query)
+        query_terms = weighted_terms(query, rewritten, llm_query)
+    if context.settings.recall.rewrite_llm_base_url:
+        clock.lap("rewrite_llm")
 
     exact = await repository.exact_hits(
         db, session.id, [*rewritten.ids, *rewritten.quoted], candidates
@@ -205,7 +241,7 @@ async def recall(
         fallbacks.append("vector_unavailable")
     else:
         try:
-            qvec = await _query_vector(context, embedding_query(query, rewritten))
+            qvec = await _query_vector(context, llm_query or embedding_query(query, rewritten))
             clock.lap("embed")
             async with db.begin_nested():
                 vector = await repository.nearest_chunks(
