@@ -10,7 +10,6 @@ and its trust (tool output stays untrusted); an item citing an unknown turn is a
 `remembered` section belongs to the memory tool and is carried over from `previous` unchanged.
 """
 
-import asyncio
 import json
 import re
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from typing import Any, cast
 import httpx
 from pydantic import ValidationError
 
+from app.core.chat import ChatUnavailable, chat_json
 from app.notes.schemas import SECTION_NAMES, NoteItem, Notes, Source
 from app.sessions.domain import TurnRecord
 
@@ -51,14 +51,6 @@ Rules:
 
 class NotesGenerationError(Exception):
     """The LLM notes generator failed; the previous notes stay in force."""
-
-
-def chat_completions_url(base_url: str) -> str:
-    """`{base}/v1/chat/completions` whether or not `base_url` already ends in `/v1`."""
-    base = base_url.rstrip("/")
-    if not re.search(r"/v1$", base):
-        base = f"{base}/v1"
-    return f"{base}/chat/completions"
 
 
 def _render_turns(turns: Sequence[TurnRecord]) -> str:
@@ -137,30 +129,17 @@ async def llm_extract(
     timeout_s: float,
 ) -> Notes:
     """Updated notes from the LLM, or `NotesGenerationError` — never partial notes."""
-    url = chat_completions_url(base_url)
-    payload = {
-        "model": model,
-        "messages": build_messages(previous, turns),
-        "response_format": {"type": "json_object"},
-        "temperature": 0,
-    }
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        async with asyncio.timeout(timeout_s):
-            response = await client.post(url, json=payload, headers=headers, timeout=timeout_s)
-    except (TimeoutError, httpx.TimeoutException) as exc:
-        raise NotesGenerationError(f"notes LLM at {url} timed out after {timeout_s}s") from exc
-    except httpx.HTTPError as exc:
-        raise NotesGenerationError(
-            f"notes LLM request to {url} failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    if response.status_code >= 400:
-        raise NotesGenerationError(
-            f"notes LLM at {url} returned HTTP {response.status_code}: {response.text[:200]}"
+        body = await chat_json(
+            client,
+            base_url,
+            model,
+            api_key,
+            build_messages(previous, turns),
+            timeout_s,
+            purpose="notes LLM",
         )
-    try:
-        body = response.json()
-    except ValueError as exc:
-        raise NotesGenerationError(f"notes LLM at {url} returned a non-JSON body") from exc
+    except ChatUnavailable as exc:
+        raise NotesGenerationError(str(exc)) from exc
     notes = _parse_notes(_reply_content(body))
     return _enforce_provenance(notes, previous, turns)

@@ -8,7 +8,6 @@ included, runs under one `asyncio.timeout`. Any failure — timeout, transport e
 `QueryRewriteUnavailable`; the caller keeps the rule-based rewrite.
 """
 
-import asyncio
 import json
 import re
 from collections.abc import Sequence
@@ -16,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from app.notes.llm import chat_completions_url
+from app.core.chat import ChatUnavailable, chat_json
 
 MAX_TURN_CHARS = 2_000
 # A rewrite may add the context it resolves, not an essay: longer than this it is rejected.
@@ -87,29 +86,16 @@ async def llm_rewrite(
     timeout_s: float,
 ) -> str:
     """`query` rewritten to stand alone, or `QueryRewriteUnavailable` within `timeout_s`."""
-    url = chat_completions_url(base_url)
-    payload = {
-        "model": model,
-        "messages": build_messages(query, recent_turns),
-        "response_format": {"type": "json_object"},
-        "temperature": 0,
-    }
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        async with asyncio.timeout(timeout_s):
-            response = await client.post(url, json=payload, headers=headers, timeout=timeout_s)
-    except (TimeoutError, httpx.TimeoutException) as exc:
-        raise QueryRewriteUnavailable(f"rewrite LLM at {url} timed out after {timeout_s}s") from exc
-    except httpx.HTTPError as exc:
-        raise QueryRewriteUnavailable(
-            f"rewrite LLM request to {url} failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    if response.status_code >= 400:
-        raise QueryRewriteUnavailable(
-            f"rewrite LLM at {url} returned HTTP {response.status_code}: {response.text[:200]}"
+        body = await chat_json(
+            client,
+            base_url,
+            model,
+            api_key,
+            build_messages(query, recent_turns),
+            timeout_s,
+            purpose="rewrite LLM",
         )
-    try:
-        body = response.json()
-    except ValueError as exc:
-        raise QueryRewriteUnavailable(f"rewrite LLM at {url} returned a non-JSON body") from exc
+    except ChatUnavailable as exc:
+        raise QueryRewriteUnavailable(str(exc)) from exc
     return parse_reply(body, query)

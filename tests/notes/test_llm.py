@@ -8,8 +8,9 @@ from typing import Any
 import httpx
 import pytest
 
+from app.core.chat import chat_completions_url
 from app.core.tokens import message_tokens
-from app.notes.llm import NotesGenerationError, chat_completions_url, llm_extract
+from app.notes.llm import NotesGenerationError, llm_extract
 from app.notes.schemas import NoteItem, Notes
 from app.sessions.domain import TurnRecord
 from tests.support.loopback import closed_port_url, loopback_server
