@@ -1,10 +1,12 @@
 """One call to an OpenAI-compatible `/v1/chat/completions` endpoint asking for a JSON object.
 
 Shared by the optional LLM notes generator and the optional LLM query rewrite: same URL rule,
-timeout (enforced as a total with `asyncio.timeout`) and error wording; callers parse the reply.
+timeout (enforced as a total with `asyncio.timeout`), reply decoding and error wording; callers
+validate the decoded object against their own schema.
 """
 
 import asyncio
+import json
 import re
 from typing import Any
 
@@ -33,7 +35,7 @@ async def chat_json(
     *,
     purpose: str,
 ) -> Any:
-    """The decoded response body of one JSON-mode chat completion (temperature 0)."""
+    """The JSON value in the reply of one JSON-mode chat completion (temperature 0)."""
     url = chat_completions_url(base_url)
     payload = {
         "model": model,
@@ -56,6 +58,25 @@ async def chat_json(
             f"{purpose} at {url} returned HTTP {response.status_code}: {response.text[:200]}"
         )
     try:
-        return response.json()
+        body = response.json()
     except ValueError as exc:
         raise ChatUnavailable(f"{purpose} at {url} returned a non-JSON body") from exc
+    return decode_reply(body)
+
+
+def decode_reply(body: Any) -> Any:
+    """`choices[0].message.content` parsed as JSON (a ```json fence around it is accepted)."""
+    try:
+        content = body["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ChatUnavailable("reply has no choices[0].message.content") from exc
+    if not isinstance(content, str):
+        raise ChatUnavailable("choices[0].message.content is not a string")
+    text = content.strip()
+    fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, re.DOTALL)
+    if fenced:
+        text = fenced.group(1)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ChatUnavailable(f"reply content is not valid JSON: {exc}") from exc

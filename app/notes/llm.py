@@ -10,8 +10,6 @@ and its trust (tool output stays untrusted); an item citing an unknown turn is a
 `remembered` section belongs to the memory tool and is carried over from `previous` unchanged.
 """
 
-import json
-import re
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -72,25 +70,7 @@ def build_messages(previous: Notes, turns: Sequence[TurnRecord]) -> list[dict[st
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
-def _reply_content(body: Any) -> str:
-    try:
-        content = body["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError) as exc:
-        raise NotesGenerationError("reply has no choices[0].message.content") from exc
-    if not isinstance(content, str):
-        raise NotesGenerationError("choices[0].message.content is not a string")
-    return content
-
-
-def _parse_notes(content: str) -> Notes:
-    text = content.strip()
-    fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, re.DOTALL)
-    if fenced:
-        text = fenced.group(1)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise NotesGenerationError(f"reply content is not valid JSON: {exc}") from exc
+def _parse_notes(data: Any) -> Notes:
     try:
         return Notes.model_validate(data)
     except ValidationError as exc:
@@ -130,7 +110,7 @@ async def llm_extract(
 ) -> Notes:
     """Updated notes from the LLM, or `NotesGenerationError` — never partial notes."""
     try:
-        body = await chat_json(
+        data = await chat_json(
             client,
             base_url,
             model,
@@ -141,5 +121,5 @@ async def llm_extract(
         )
     except ChatUnavailable as exc:
         raise NotesGenerationError(str(exc)) from exc
-    notes = _parse_notes(_reply_content(body))
+    notes = _parse_notes(data)
     return _enforce_provenance(notes, previous, turns)

@@ -8,8 +8,6 @@ included, runs under one `asyncio.timeout`. Any failure — timeout, transport e
 `QueryRewriteUnavailable`; the caller keeps the rule-based rewrite.
 """
 
-import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,22 +44,8 @@ def build_messages(query: str, recent_turns: Sequence[str]) -> list[dict[str, st
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
-def parse_reply(body: Any, query: str) -> str:
-    """The rewritten query of a chat completion body, or `QueryRewriteUnavailable`."""
-    try:
-        content = body["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError) as exc:
-        raise QueryRewriteUnavailable("reply has no choices[0].message.content") from exc
-    if not isinstance(content, str):
-        raise QueryRewriteUnavailable("choices[0].message.content is not a string")
-    text = content.strip()
-    fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, re.DOTALL)
-    if fenced:
-        text = fenced.group(1)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise QueryRewriteUnavailable(f"reply content is not valid JSON: {exc}") from exc
+def parse_reply(data: Any, query: str) -> str:
+    """The rewritten query in the decoded reply, or `QueryRewriteUnavailable`."""
     rewritten = data.get("query") if isinstance(data, dict) else None
     if not isinstance(rewritten, str):
         raise QueryRewriteUnavailable('reply is not a JSON object with a string "query"')
@@ -87,7 +71,7 @@ async def llm_rewrite(
 ) -> str:
     """`query` rewritten to stand alone, or `QueryRewriteUnavailable` within `timeout_s`."""
     try:
-        body = await chat_json(
+        data = await chat_json(
             client,
             base_url,
             model,
@@ -98,4 +82,4 @@ async def llm_rewrite(
         )
     except ChatUnavailable as exc:
         raise QueryRewriteUnavailable(str(exc)) from exc
-    return parse_reply(body, query)
+    return parse_reply(data, query)
