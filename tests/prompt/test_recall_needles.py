@@ -4,6 +4,7 @@ Also each degradation path, forced for real."""
 
 import random
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -114,6 +115,21 @@ async def offloaded(http: httpx.AsyncClient, sid: str, *, embedded: bool) -> Non
     await wait_for(probe, ready, timeout=180, interval=0.2, what=f"{sid} to be offloaded")
 
 
+@asynccontextmanager
+async def offloaded_session(
+    settings: Settings, api_key: str, sid: str, seed: int
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A real server (with worker) for `settings` and a client on it, with session `sid` loaded
+    with the English facts and small talk far past its window, offloaded and its notes current."""
+    with run_server(settings, with_worker=True) as server:
+        async with httpx.AsyncClient(
+            base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60
+        ) as http:
+            await load(http, sid, ENGLISH_FACTS + filler("en", 100, seed=seed))
+            await offloaded(http, sid, embedded=False)
+            yield http
+
+
 def recalled_block(body: dict[str, Any]) -> str:
     blocks = [
         m["content"]
@@ -180,18 +196,13 @@ async def test_embedder_down_falls_back_to_lexical(settings: Settings, api_key: 
             )
         }
     )
-    with run_server(own, with_worker=True) as server:
-        async with httpx.AsyncClient(
-            base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60
-        ) as http:
-            await load(http, "novec", ENGLISH_FACTS + filler("en", 100, seed=3))
-            await offloaded(http, "novec", embedded=False)
-            body = (
-                await http.post(
-                    "/v1/sessions/novec/build-prompt",
-                    json={"query": "what was that order number again?"},
-                )
-            ).json()
+    async with offloaded_session(own, api_key, "novec", seed=3) as http:
+        body = (
+            await http.post(
+                "/v1/sessions/novec/build-prompt",
+                json={"query": "what was that order number again?"},
+            )
+        ).json()
     assert "vector_unavailable" in body["fallbacks"]
     assert "ORD-58213" in recalled_block(body)
 
@@ -201,18 +212,13 @@ async def test_rerank_failure_keeps_the_fused_order(settings: Settings, api_key:
         own = settings.model_copy(
             update={"recall": settings.recall.model_copy(update={"rerank_url": reranker.url})}
         )
-        with run_server(own, with_worker=True) as server:
-            async with httpx.AsyncClient(
-                base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60
-            ) as http:
-                await load(http, "norerank", ENGLISH_FACTS + filler("en", 100, seed=4))
-                await offloaded(http, "norerank", embedded=False)
-                body = (
-                    await http.post(
-                        "/v1/sessions/norerank/build-prompt",
-                        json={"query": "what was that order number again?"},
-                    )
-                ).json()
+        async with offloaded_session(own, api_key, "norerank", seed=4) as http:
+            body = (
+                await http.post(
+                    "/v1/sessions/norerank/build-prompt",
+                    json={"query": "what was that order number again?"},
+                )
+            ).json()
         assert reranker.requests, "the reranker was never called"
     assert "rerank_unavailable" in body["fallbacks"]
     assert "ORD-58213" in recalled_block(body)
@@ -222,25 +228,20 @@ async def test_cache_down_goes_straight_to_postgres(settings: Settings, api_key:
     valkey = ValkeyServer()
     valkey.start()
     own = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{valkey.port}/0"})
-    with run_server(own, with_worker=True) as server:
-        async with httpx.AsyncClient(
-            base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60
-        ) as http:
-            await load(http, "nocache", ENGLISH_FACTS + filler("en", 100, seed=5))
-            await offloaded(http, "nocache", embedded=False)
-            warm = (
-                await http.post(
-                    "/v1/sessions/nocache/build-prompt",
-                    json={"query": "what was that order number again?"},
-                )
-            ).json()
-            valkey.stop()
-            cold = (
-                await http.post(
-                    "/v1/sessions/nocache/build-prompt",
-                    json={"query": "what was that order number again?"},
-                )
-            ).json()
+    async with offloaded_session(own, api_key, "nocache", seed=5) as http:
+        warm = (
+            await http.post(
+                "/v1/sessions/nocache/build-prompt",
+                json={"query": "what was that order number again?"},
+            )
+        ).json()
+        valkey.stop()
+        cold = (
+            await http.post(
+                "/v1/sessions/nocache/build-prompt",
+                json={"query": "what was that order number again?"},
+            )
+        ).json()
     assert "cache_bypass" not in warm["fallbacks"]
     assert "cache_bypass" in cold["fallbacks"]
     assert "ORD-58213" in recalled_block(cold)

@@ -10,9 +10,8 @@ import pytest
 
 from app.core.config import Settings
 from app.recall.llm_rewrite import QueryRewriteUnavailable, llm_rewrite
-from tests.prompt.test_recall_needles import ENGLISH_FACTS, filler, load, offloaded, recalled_block
+from tests.prompt.test_recall_needles import offloaded_session, recalled_block
 from tests.support.loopback import closed_port_url, loopback_server
-from tests.support.server import run_server
 
 QUERY = "what was that order number again?"
 RECENT = ["My order number is ORD-58213.", "Noted, I will keep it."]
@@ -112,16 +111,11 @@ async def test_build_prompt_uses_the_llm_query_and_survives_its_failure(
                 )
             }
         )
-        with run_server(own, with_worker=True) as server:
-            async with httpx.AsyncClient(
-                base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60
-            ) as http:
-                await load(http, "llmrw", ENGLISH_FACTS + filler("en", 100, seed=6))
-                await offloaded(http, "llmrw", embedded=False)
-                build = {"query": question}
-                good = await http.post("/v1/sessions/llmrw/build-prompt", json=build)
-                state["status"] = 500
-                down = await http.post("/v1/sessions/llmrw/build-prompt", json=build)
+        async with offloaded_session(own, api_key, "llmrw", seed=6) as http:
+            build = {"query": question}
+            good = await http.post("/v1/sessions/llmrw/build-prompt", json=build)
+            state["status"] = 500
+            down = await http.post("/v1/sessions/llmrw/build-prompt", json=build)
 
     assert good.status_code == 200, good.text
     body = good.json()
