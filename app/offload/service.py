@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.core.text import lexical_document, terms
+from app.core.text import terms, terms_document
 from app.core.tokens import REPLY_PRIMING_TOKENS, count_tokens, message_tokens
 from app.db.models import Session
 from app.jobs.queue import TaskName, enqueue, session_lock
@@ -59,7 +59,8 @@ def chunking_config(settings: Settings) -> ChunkingConfig:
 def chunk_row(
     draft: ChunkDraft, chunk_id: uuid.UUID, tenant_id: uuid.UUID, session_pk: uuid.UUID
 ) -> dict[str, object]:
-    counts = Counter(terms(draft.raw_text))
+    chunk_terms = terms(draft.raw_text)
+    counts = Counter(chunk_terms)
     return {
         "id": chunk_id,
         "tenant_id": tenant_id,
@@ -77,7 +78,7 @@ def chunk_row(
         "token_count": draft.token_count,
         "term_counts": dict(counts),
         "term_total": sum(counts.values()),
-        "lexical_source": lexical_document(draft.raw_text),
+        "lexical_source": terms_document(chunk_terms),
         "trusted": draft.trusted,
     }
 
