@@ -31,10 +31,9 @@ from app.notes.policy import cap, remove_sources
 from app.notes.repository import visible_memories
 from app.notes.schemas import Notes
 from app.notes.service import NotesDraft, memory_items, write_notes
-from app.offload.chunking import chunk_turns
 from app.offload.policy import atomic_units
 from app.offload.repository import insert_chunks
-from app.offload.service import chunk_row, chunking_config
+from app.offload.service import chunk_rows
 from app.sessions import repository as sessions_repository
 from app.sessions.service import to_record, write_session
 
@@ -136,21 +135,16 @@ async def _forget_turns(
             if t.chunk_id is not None
         ]
         for run in _runs(kept):
-            drafts = chunk_turns([to_record(t) for t in run], chunking_config(settings))
-            ids = [uuid.uuid4() for _ in drafts]
-            await insert_chunks(
-                db,
-                [
-                    chunk_row(d, cid, session.tenant_id, session.id)
-                    for d, cid in zip(drafts, ids, strict=True)
-                ],
+            chunks_of_run = await chunk_rows(
+                [to_record(t) for t in run], settings, session.tenant_id, session.id
             )
-            for draft, cid in zip(drafts, ids, strict=True):
-                if draft.part == 1:
+            await insert_chunks(db, [c.row for c in chunks_of_run])
+            for c in chunks_of_run:
+                if c.draft.part == 1:
                     await repository.reassign_turns(
-                        db, session.id, cid, draft.turn_first, draft.turn_last
+                        db, session.id, c.id, c.draft.turn_first, c.draft.turn_last
                     )
-            new_ids.extend(ids)
+            new_ids.extend(c.id for c in chunks_of_run)
     window = [t for t in turns if t.chunk_id is None]
     # The active chunks change (even when their count does not): the per-process BM25 indexes
     # are keyed by `chunks_version`.

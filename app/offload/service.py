@@ -6,9 +6,11 @@ the session as it was, and a rerun (the job is retried) computes the plan afresh
 moved twice.
 """
 
+import asyncio
 import time
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -24,6 +26,7 @@ from app.offload import repository
 from app.offload.chunking import ChunkDraft, ChunkingConfig, chunk_turns
 from app.offload.policy import select_offload, usage_ratio
 from app.sessions import repository as sessions_repository
+from app.sessions.domain import TurnRecord
 from app.sessions.service import (
     c0_tokens,
     effective_config,
@@ -83,6 +86,33 @@ def chunk_row(
     }
 
 
+@dataclass(frozen=True)
+class NewChunk:
+    draft: ChunkDraft
+    id: uuid.UUID
+    row: dict[str, object]
+
+
+async def chunk_rows(
+    turns: Sequence[TurnRecord],
+    settings: Settings,
+    tenant_id: uuid.UUID,
+    session_pk: uuid.UUID,
+) -> list[NewChunk]:
+    """Chunk `turns` and build each chunk's row (with a new id), in a worker thread: a long
+    turn costs real CPU time, which must not stall the event loop serving other requests."""
+
+    def build() -> list[NewChunk]:
+        drafts = chunk_turns(turns, chunking_config(settings))
+        ids = [uuid.uuid4() for _ in drafts]
+        return [
+            NewChunk(d, cid, chunk_row(d, cid, tenant_id, session_pk))
+            for d, cid in zip(drafts, ids, strict=True)
+        ]
+
+    return await asyncio.to_thread(build)
+
+
 async def offload_session(
     db: AsyncSession,
     settings: Settings,
@@ -112,15 +142,10 @@ async def offload_session(
         await write_session(db, cache, session, offload_armed=ratio_before < wm.trigger_ratio)
         return None
 
-    drafts = chunk_turns(plan.turns, chunking_config(settings))
-    chunk_ids = [uuid.uuid4() for _ in drafts]
-    await repository.insert_chunks(
-        db,
-        [
-            chunk_row(d, cid, session.tenant_id, session.id)
-            for d, cid in zip(drafts, chunk_ids, strict=True)
-        ],
-    )
+    chunks = await chunk_rows(plan.turns, settings, session.tenant_id, session.id)
+    drafts = [c.draft for c in chunks]
+    chunk_ids = [c.id for c in chunks]
+    await repository.insert_chunks(db, [c.row for c in chunks])
     # Pieces of one split turn share its seq: the turn is covered by the first piece; the others
     # are marked copies (part > 1) that recall deduplicates.
     marked = 0

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.schemas import Caller
 from app.core.context import AppContext
+from app.core.cpu import off_loop
 from app.core.errors import BudgetExceeded, InvalidInput
 from app.core.tokens import REPLY_PRIMING_TOKENS, message_tokens
 from app.notes.policy import render_notes_block
@@ -105,7 +106,14 @@ async def build_prompt(
     ) or await sessions_repository.lock_or_create_session(db, caller.tenant_id, session_id)
 
     system = system_messages(req)
-    c0 = sum(message_tokens("system", m["content"]) for m in system) + tools_tokens(req.tools)
+    query_text = req.query or ""
+    c0, query_tokens = await off_loop(
+        lambda: (
+            sum(message_tokens("system", m["content"]) for m in system) + tools_tokens(req.tools),
+            message_tokens("user", query_text) if req.query is not None else 0,
+        ),
+        chars=sum(len(m["content"]) for m in system) + len(query_text),
+    )
     if session.c0_tokens != c0:
         session.c0_tokens = c0
         _, _, _, armed = await observe_watermark(db, settings, session)
@@ -120,7 +128,6 @@ async def build_prompt(
         raise InvalidInput(
             "reserve_tokens must be smaller than context_limit", field="reserve_tokens"
         )
-    query_tokens = message_tokens("user", req.query) if req.query is not None else 0
     timings["prepare"] = _ms(started)
     stage = time.perf_counter()
 
@@ -164,21 +171,26 @@ async def build_prompt(
     recalled = [recalled_item(hit) for hit in (outcome.hits if outcome else [])]
 
     stage = time.perf_counter()
+    assembly = AssemblyInput(
+        system=system,
+        turns=window,
+        query=req.query,
+        budget=available,
+        recall_budget_tokens=budget_tokens,
+        top_k=top_k,
+        per_item_max_tokens=settings.recall.per_item_max_tokens,
+        tools=req.tools,
+        notes_block=notes_block,
+        recalled=recalled,
+        format=req.format,
+    )
     try:
-        assembled = assemble_prompt(
-            AssemblyInput(
-                system=system,
-                turns=window,
-                query=req.query,
-                budget=available,
-                recall_budget_tokens=budget_tokens,
-                top_k=top_k,
-                per_item_max_tokens=settings.recall.per_item_max_tokens,
-                tools=req.tools,
-                notes_block=notes_block,
-                recalled=recalled,
-                format=req.format,
-            )
+        # The Anthropic format counts the window's text again; the system prompt and query too.
+        assembled = await off_loop(
+            lambda: assemble_prompt(assembly),
+            chars=len(query_text)
+            + sum(len(m["content"]) for m in system)
+            + (sum(len(t.content) for t in window) if req.format == "anthropic" else 0),
         )
     except PromptTooLarge as exc:
         raise BudgetExceeded(

@@ -6,6 +6,7 @@ Every arm degrades on its own: an embedder or vector failure leaves lexical reca
 rewrite failure the rule-based rewrite (`rewrite_unavailable`).
 """
 
+import asyncio
 import hashlib
 import logging
 import time
@@ -18,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppContext
+from app.core.cpu import off_loop
 from app.core.text import terms
 from app.db.models import Session
 from app.embeddings.base import EmbedderUnavailable
@@ -118,6 +120,13 @@ class _Clock:
         self._last = now
 
 
+def _rule_rewrite(
+    query: str, recent_turns: Sequence[str]
+) -> tuple[RewrittenQuery, dict[str, float]]:
+    rewritten = rewrite_query(query, recent_turns)
+    return rewritten, weighted_terms(query, rewritten)
+
+
 async def _lexical(
     db: AsyncSession,
     context: AppContext,
@@ -129,7 +138,8 @@ async def _lexical(
     key = (str(session.id), session.chunks_version)
     index = context.lexical_indexes.get(key)
     if index is None:
-        index = BM25Index.from_term_counts(await repository.term_stats(db, session.id))
+        stats = await repository.term_stats(db, session.id)
+        index = await asyncio.to_thread(BM25Index.from_term_counts, stats)
         context.lexical_indexes.put(key, index)
     return dict(index.score(query_terms, top_n=limit))
 
@@ -219,8 +229,10 @@ async def recall(
     """Ranked history relevant to `query` (chunks, and remembered items when asked)."""
     clock = _Clock()
     fallbacks: list[str] = []
-    rewritten = rewrite_query(query, recent_turns)
-    query_terms = weighted_terms(query, rewritten)
+    rewritten, query_terms = await off_loop(
+        lambda: _rule_rewrite(query, recent_turns),
+        chars=len(query) + sum(len(turn) for turn in recent_turns),
+    )
     clock.lap("rewrite")
     llm_query = await _llm_query(context, query, recent_turns, fallbacks)
     if llm_query is not None:

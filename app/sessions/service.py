@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.schemas import Caller
 from app.core.cache import Cache
 from app.core.config import Settings
+from app.core.cpu import off_loop
 from app.core.db import after_commit
 from app.core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
 from app.core.pagination import decode_cursor, encode_cursor
@@ -147,9 +148,37 @@ def _validate_batch(request: AppendTurnsRequest, settings: Settings) -> list[str
     return from_history
 
 
-def _request_hash(request: AppendTurnsRequest) -> str:
+@dataclass(frozen=True)
+class PreparedTurns:
+    rows: list[dict[str, Any]]  # the turn columns that do not depend on the session
+    request_hash: str  # "" unless asked for (Idempotency-Key)
+
+
+def _prepare_turns(request: AppendTurnsRequest, *, hashed: bool) -> PreparedTurns:
+    rows: list[dict[str, Any]] = []
+    for turn in request.turns:
+        tool_calls = (
+            [c.model_dump(mode="json") for c in turn.tool_calls] if turn.tool_calls else None
+        )
+        content = turn.content or ""
+        rows.append(
+            {
+                "role": turn.role,
+                "content": content,
+                "name": turn.name,
+                "tool_calls": tool_calls,
+                "tool_call_id": turn.tool_call_id,
+                "metadata_": turn.metadata or {},
+                "token_count": message_tokens(
+                    turn.role, content, turn.name, tool_calls, turn.tool_call_id
+                ),
+                "trusted": turn.role != "tool",
+            }
+        )
+    if not hashed:
+        return PreparedTurns(rows, "")
     payload = json.dumps(request.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(payload.encode()).hexdigest()
+    return PreparedTurns(rows, hashlib.sha256(payload.encode()).hexdigest())
 
 
 @dataclass
@@ -168,14 +197,20 @@ async def append_turns(
     idempotency_key: str | None,
 ) -> AppendOutcome:
     answered_earlier = _validate_batch(request, settings)
+    # Tokenising and hashing long turns is CPU work: done before the session lock is taken, and
+    # off the event loop when the turns are long.
+    prepared = await off_loop(
+        lambda: _prepare_turns(request, hashed=idempotency_key is not None),
+        chars=sum(len(turn.content or "") for turn in request.turns),
+    )
     session = await repository.lock_or_create_session(db, caller.tenant_id, session_id)
 
     if idempotency_key is not None:
         earlier = await repository.claim_idempotency_key(
-            db, caller.tenant_id, session.id, idempotency_key, _request_hash(request)
+            db, caller.tenant_id, session.id, idempotency_key, prepared.request_hash
         )
         if earlier is not None:
-            if earlier.request_hash != _request_hash(request) or earlier.response is None:
+            if earlier.request_hash != prepared.request_hash or earlier.response is None:
                 raise Conflict(
                     "this Idempotency-Key was used for a different request",
                     field="Idempotency-Key",
@@ -193,29 +228,15 @@ async def append_turns(
                 err.code = "unknown_tool_call"
                 raise err
 
-    rows: list[dict[str, Any]] = []
-    for offset, turn in enumerate(request.turns, start=1):
-        tool_calls = (
-            [c.model_dump(mode="json") for c in turn.tool_calls] if turn.tool_calls else None
-        )
-        content = turn.content or ""
-        rows.append(
-            {
-                "tenant_id": caller.tenant_id,
-                "session_id": session.id,
-                "seq": session.last_seq + offset,
-                "role": turn.role,
-                "content": content,
-                "name": turn.name,
-                "tool_calls": tool_calls,
-                "tool_call_id": turn.tool_call_id,
-                "metadata_": turn.metadata or {},
-                "token_count": message_tokens(
-                    turn.role, content, turn.name, tool_calls, turn.tool_call_id
-                ),
-                "trusted": turn.role != "tool",
-            }
-        )
+    rows = [
+        {
+            **values,
+            "tenant_id": caller.tenant_id,
+            "session_id": session.id,
+            "seq": session.last_seq + offset,
+        }
+        for offset, values in enumerate(prepared.rows, start=1)
+    ]
     stored = await repository.insert_turns(db, rows)
     added_tokens = sum(r["token_count"] for r in rows)
     session.last_seq += len(rows)
