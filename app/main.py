@@ -8,9 +8,10 @@ from fastapi import FastAPI
 from app import __version__, health
 from app.core.config import Settings, load_settings
 from app.core.context import AppContext
-from app.core.errors import install_error_handlers
+from app.core.errors import UnhandledErrorMiddleware, install_error_handlers
 from app.core.observability import Metrics, RequestContextMiddleware
 from app.core.observability import router as metrics_router
+from app.core.server import RequestBodyGuard
 from app.core.tokens import encoding
 from app.memory.endpoints import router as memory_router
 from app.notes.endpoints import router as notes_router
@@ -43,8 +44,14 @@ def create_app(settings: Settings | None = None, metrics: Metrics | None = None)
         description=DESCRIPTION,
         lifespan=lifespan,
     )
-    install_error_handlers(app)
-    app.add_middleware(RequestContextMiddleware)
+    install_error_handlers(app, settings.server.retry_after_seconds)
+    app.add_middleware(UnhandledErrorMiddleware)
+    app.add_middleware(
+        RequestBodyGuard,
+        max_bytes=settings.limits.max_body_bytes,
+        timeout=settings.server.body_timeout_seconds,
+    )
+    app.add_middleware(RequestContextMiddleware)  # outermost: every answer gets its request id
     app.include_router(metrics_router)
     app.include_router(health.router)
     app.include_router(sessions_router)

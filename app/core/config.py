@@ -30,9 +30,39 @@ class SessionDefaults(BaseModel):
 
 
 class Limits(BaseModel):
-    max_turn_bytes: int = Field(262_144, gt=0, description="largest turn content (413 above)")
+    max_body_bytes: int = Field(
+        4_194_304, gt=0, description="largest request body, bytes (413 above)"
+    )
+    max_turn_bytes: int = Field(
+        262_144,
+        gt=0,
+        description="largest turn: content + tool calls + metadata, bytes (413 above)",
+    )
+    max_metadata_bytes: int = Field(
+        16_384, gt=0, description="largest metadata object of a turn or session, bytes as JSON"
+    )
     max_turns_per_request: int = Field(100, gt=0, description="turns in one append call")
     max_page_size: int = Field(500, gt=0, description="largest page of a list endpoint")
+    requests_per_minute_per_key: int = Field(
+        6_000, ge=0, description="requests one API key may make per minute (429 above; 0: off)"
+    )
+
+
+class ServerSettings(BaseModel):
+    """Connection limits that protect the API from slow or stuck clients."""
+
+    header_timeout_seconds: float = Field(
+        10.0, gt=0, description="a request line and headers must arrive within this (else closed)"
+    )
+    body_timeout_seconds: float = Field(
+        30.0, gt=0, description="a request body must arrive whole within this (408 after)"
+    )
+    keep_alive_seconds: int = Field(
+        5, gt=0, description="an idle keep-alive connection is closed after this"
+    )
+    retry_after_seconds: int = Field(
+        5, ge=1, description="Retry-After of a 503 while PostgreSQL is unreachable"
+    )
 
 
 class CacheSettings(BaseModel):
@@ -181,9 +211,15 @@ class Settings(BaseSettings):
     log_format: Literal["json", "text"] = Field(
         "json", description="log lines: one JSON object (with request_id) or plain text"
     )
+    log_text: bool = Field(
+        False,
+        description="debug only: logs carry conversation text (queries, SQL parameters); "
+        "off: lengths and hashes",
+    )
 
     session_defaults: SessionDefaults = SessionDefaults()
     limits: Limits = Limits()
+    server: ServerSettings = ServerSettings()
     cache: CacheSettings = CacheSettings()
     db: DatabaseSettings = DatabaseSettings()
     offload: OffloadSettings = OffloadSettings()

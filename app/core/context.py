@@ -14,6 +14,7 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import create_engine, create_sessionmaker
 from app.core.observability import Metrics
+from app.core.ratelimit import RateLimiter
 
 if TYPE_CHECKING:
     from app.embeddings.base import Embedder
@@ -29,6 +30,7 @@ class AppContext:
     http: httpx.AsyncClient  # outbound calls: LLM notes, rerank, query rewrite
     lexical_indexes: "LexicalIndexCache"  # per-session BM25 indexes of this process
     metrics: Metrics  # this instance's Prometheus registry (shared by API and worker in `dev`)
+    rate_limiter: RateLimiter  # per-minute limits: Redis, else counted in this process
     embedder: "Embedder | None" = None  # set by `start_embedder`; None means lexical recall only
 
     @classmethod
@@ -36,14 +38,16 @@ class AppContext:
         from app.recall.lexical import LexicalIndexCache
 
         engine = create_engine(settings)
+        cache = Cache(settings.redis_url, settings.cache)
         return cls(
             settings=settings,
             engine=engine,
             sessionmaker=create_sessionmaker(engine),
-            cache=Cache(settings.redis_url, settings.cache),
+            cache=cache,
             http=httpx.AsyncClient(timeout=10.0),
             lexical_indexes=LexicalIndexCache(settings.recall.lexical_index_cache_sessions),
             metrics=metrics or Metrics(),
+            rate_limiter=RateLimiter(cache),
         )
 
     async def start_embedder(self) -> None:

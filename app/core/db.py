@@ -23,6 +23,8 @@ def create_engine(settings: Settings) -> AsyncEngine:
         pool_size=settings.db.pool_size,
         max_overflow=settings.db.max_overflow,
         pool_pre_ping=True,
+        # Database errors are logged; their SQL parameters hold conversation text.
+        hide_parameters=not settings.log_text,
     )
 
 

@@ -7,7 +7,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.core.server import BodyError
 
 logger = logging.getLogger("contextd.errors")
 
@@ -28,12 +35,18 @@ class ContextdError(Exception):
     code: str = "bad_request"
 
     def __init__(
-        self, message: str, *, field: str | None = None, details: dict[str, Any] | None = None
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
         self.details = details
+        self.headers = headers  # response headers, e.g. Retry-After
 
     def body(self) -> dict[str, Any]:
         return ErrorResponse(
@@ -110,6 +123,8 @@ def _validation_code(error: dict[str, Any]) -> str:
     loc = tuple(error.get("loc", ()))
     if len(loc) == 2 and loc[0] == "path":
         return f"invalid_{loc[1]}"  # e.g. invalid_session_id
+    if kind in ("invalid_text", "too_deep"):  # app.core.input
+        return kind
     if kind == "json_invalid":
         return "malformed_json"
     if kind == "missing":
@@ -121,29 +136,97 @@ def _validation_code(error: dict[str, Any]) -> str:
     return "invalid_input"
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def _error_json(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    body = ErrorResponse(error=ErrorBody(code=code, message=message))
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
+
+
+HTTP_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(app: Starlette, scope: Scope) -> list[str]:
+    """Methods some route serves at the request's path (the `Allow` header of a 405; Starlette
+    names only the first such route's)."""
+    return [
+        method
+        for method in HTTP_METHODS
+        if any(
+            route.matches({**scope, "method": method})[0] is Match.FULL
+            for route in app.router.routes
+        )
+    ]
+
+
+# The database cannot be reached (down, restarting, connection lost, pool exhausted): a 503 the
+# client may retry, not a 500.
+DATABASE_UNAVAILABLE = (OperationalError, InterfaceError, SQLAlchemyTimeoutError)
+
+
+def install_error_handlers(app: FastAPI, retry_after_seconds: int) -> None:
     @app.exception_handler(ContextdError)
     async def _contextd_error(_: Request, exc: ContextdError) -> JSONResponse:
-        return JSONResponse(status_code=exc.status_code, content=exc.body())
+        return JSONResponse(status_code=exc.status_code, content=exc.body(), headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
-        err = InvalidInput(
-            str(first.get("msg", "invalid request")),
-            field=_loc_to_field(tuple(first.get("loc", ()))),
-        )
+        # A body-wide check (app.core.input) names the field inside the body itself.
+        field = (first.get("ctx") or {}).get("field") or _loc_to_field(tuple(first.get("loc", ())))
+        err = InvalidInput(str(first.get("msg", "invalid request")), field=field)
         err.code = _validation_code(first)
         return JSONResponse(status_code=422, content=err.body())
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        body = ErrorResponse(error=ErrorBody(code=code, message=str(exc.detail)))
-        return JSONResponse(status_code=exc.status_code, content=body.model_dump(exclude_none=True))
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc, BodyError):
+            return _error_json(exc.status_code, exc.code, exc.detail, exc.headers)
+        if exc.status_code == 400:  # FastAPI could not decode the body: not UTF-8 JSON
+            return _error_json(422, "malformed_json", "the body is not UTF-8 encoded JSON")
+        if exc.status_code == 405:
+            allow = ", ".join(allowed_methods(request.app, request.scope))
+            return _error_json(405, "method_not_allowed", str(exc.detail), {"Allow": allow})
+        code = {404: "not_found"}.get(exc.status_code, "http_error")
+        return _error_json(exc.status_code, code, str(exc.detail), exc.headers)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        logger.exception("unhandled error", exc_info=exc)
-        body = ErrorResponse(error=ErrorBody(code="internal_error", message="internal error"))
-        return JSONResponse(status_code=500, content=body.model_dump(exclude_none=True))
+    async def _database_unavailable(_: Request, exc: Exception) -> JSONResponse:
+        logger.warning("database unavailable: %s", type(exc).__name__)
+        return _error_json(
+            503,
+            "unavailable",
+            "the database cannot be reached; retry later",
+            {"Retry-After": str(retry_after_seconds)},
+        )
+
+    for kind in DATABASE_UNAVAILABLE:
+        app.add_exception_handler(kind, _database_unavailable)
+
+
+class UnhandledErrorMiddleware:
+    """Pure ASGI: a JSON 500 for an exception no handler took.
+
+    Starlette's last-resort handler answers too, but then re-raises to the server, which drops
+    the connection: the client's next request on that keep-alive connection would fail."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            logger.exception("unhandled error", exc_info=exc)
+            if started:
+                raise  # half a response is out: only closing the connection can end it
+            await _error_json(500, "internal_error", "internal error")(scope, receive, send)

@@ -13,6 +13,7 @@ and an API with no scraper issues no queries.
 
 import asyncio
 import contextvars
+import hashlib
 import json
 import logging
 import re
@@ -295,6 +296,21 @@ class RequestContextMiddleware:
 
 
 # --- JSON logs ---------------------------------------------------------------------------------
+
+
+def text_fields(name: str, value: str | None, *, with_text: bool) -> dict[str, Any]:
+    """Log fields describing conversation text: its length and a short SHA-256 (enough to match
+    two lines or a known text), and the text itself only when `with_text` (CONTEXTD_LOG_TEXT)."""
+    if value is None:
+        return {}
+    fields: dict[str, Any] = {
+        f"{name}_chars": len(value),
+        f"{name}_sha256": hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()[:16],
+    }
+    if with_text:
+        fields[name] = value
+    return fields
+
 
 _RECORD_FIELDS = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
 

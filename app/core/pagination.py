@@ -3,6 +3,7 @@
 import base64
 
 from app.core.errors import InvalidInput
+from app.core.input import BIGINT_MAX
 
 
 def encode_cursor(*values: int) -> str:
@@ -15,7 +16,7 @@ def decode_cursor(cursor: str, size: int) -> tuple[int, ...]:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         kind, _, body = raw.partition(":")
         values = tuple(int(v) for v in body.split("."))
-        if kind != "k" or len(values) != size:
+        if kind != "k" or len(values) != size or not all(0 <= v <= BIGINT_MAX for v in values):
             raise ValueError(raw)
         return values
     except (ValueError, UnicodeDecodeError) as exc:

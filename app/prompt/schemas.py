@@ -4,6 +4,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.core.input import RequestBody
 from app.sessions.schemas import Usage as SessionUsage
 from app.sessions.schemas import Watermark
 
@@ -24,7 +25,7 @@ class RecallOptions(BaseModel):
     budget_tokens: int | None = Field(None, ge=0, description="B: tokens for recalled history")
 
 
-class BuildPromptRequest(BaseModel):
+class BuildPromptRequest(RequestBody):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={

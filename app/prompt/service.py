@@ -18,6 +18,7 @@ from app.auth.schemas import Caller
 from app.core.context import AppContext
 from app.core.cpu import off_loop
 from app.core.errors import BudgetExceeded, InvalidInput
+from app.core.observability import text_fields
 from app.core.tokens import REPLY_PRIMING_TOKENS, message_tokens
 from app.notes.policy import render_notes_block
 from app.notes.service import current_notes
@@ -258,7 +259,7 @@ async def build_prompt(
         manifest=manifest,
         timings_ms=timings,
     )
-    _log_build(session_id, response, watermark.ratio)
+    _log_build(session_id, response, watermark.ratio, with_text=settings.log_text)
     context.metrics.observe_build(
         stage_timings_ms=timings,
         usage=assembled.usage,
@@ -327,16 +328,19 @@ def _ms(since: float) -> float:
     return round((time.perf_counter() - since) * 1000, 3)
 
 
-def _log_build(session_id: str, response: BuildPromptResponse, ratio: float) -> None:
-    """One structured line per build with the fields of spec §7."""
+def _log_build(
+    session_id: str, response: BuildPromptResponse, ratio: float, *, with_text: bool
+) -> None:
+    """One structured line per build with the fields of spec §7; the query as its length and
+    hash unless conversation text is logged on purpose (CONTEXTD_LOG_TEXT)."""
     logger.info(
         "build_prompt",
         extra={
             "session": session_id,
             "build_id": response.build_id,
             "trigger_ratio": ratio,
-            "query_raw": response.recall.query_raw,
-            "query_rewritten": response.recall.query_rewritten,
+            **text_fields("query_raw", response.recall.query_raw, with_text=with_text),
+            **text_fields("query_rewritten", response.recall.query_rewritten, with_text=with_text),
             "recall_ids": [i.chunk_id for i in response.recall.items],
             "rerank_scores": [i.score for i in response.recall.items],
             "final_k": len(response.recall.items),

@@ -9,6 +9,7 @@ from app.auth.schemas import Scope
 from app.auth.service import require_scope
 from app.core.deps import CacheDep, DbDep, SettingsDep
 from app.core.errors import COMMON_ERRORS, Conflict, PayloadTooLarge, error_responses
+from app.core.input import BIGINT_MAX
 from app.memory.schemas import SessionErased
 from app.sessions import service
 from app.sessions.schemas import (
@@ -77,7 +78,7 @@ async def list_turns(
     settings: SettingsDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
-    since_seq: Annotated[int | None, Query(ge=0)] = None,
+    since_seq: Annotated[int | None, Query(ge=0, le=BIGINT_MAX)] = None,
     role: Role | None = None,
 ) -> TurnPage:
     require_scope(caller, Scope.READ)

@@ -77,6 +77,21 @@ async def known_tool_call_ids(
     return set((await db.execute(query)).scalars().all())
 
 
+async def answered_tool_call_ids(
+    db: AsyncSession, session_pk: uuid.UUID, ids: Sequence[str]
+) -> set[str]:
+    """Which of `ids` already have a stored (not forgotten) tool result in the session."""
+    if not ids:
+        return set()
+    query = select(Turn.tool_call_id).where(
+        Turn.session_id == session_pk,
+        Turn.role == "tool",
+        Turn.tool_call_id.in_(list(ids)),
+        Turn.forgotten_at.is_(None),
+    )
+    return {str(i) for i in (await db.execute(query)).scalars().all()}
+
+
 async def list_turns(
     db: AsyncSession,
     session_pk: uuid.UUID,

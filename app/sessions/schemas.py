@@ -5,6 +5,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.core.input import RequestBody
+
 SESSION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 
 Role = Literal["user", "assistant", "tool", "system"]
@@ -39,7 +41,7 @@ class TurnIn(BaseModel):
     metadata: dict[str, Any] | None = None
 
 
-class AppendTurnsRequest(BaseModel):
+class AppendTurnsRequest(RequestBody):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
@@ -133,7 +135,7 @@ class SessionConfig(BaseModel):
     recall_candidates: int
 
 
-class SessionConfigUpdate(BaseModel):
+class SessionConfigUpdate(RequestBody):
     """Every field optional; `null` leaves a value unchanged."""
 
     model_config = ConfigDict(

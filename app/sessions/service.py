@@ -14,6 +14,7 @@ from app.core.config import Settings
 from app.core.cpu import off_loop
 from app.core.db import after_commit
 from app.core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
+from app.core.input import json_size
 from app.core.pagination import decode_cursor, encode_cursor
 from app.core.tokens import REPLY_PRIMING_TOKENS, message_tokens
 from app.db.models import Session, Turn
@@ -35,6 +36,7 @@ from app.sessions.schemas import (
     SessionConfigUpdate,
     SessionCounts,
     SessionOut,
+    TurnIn,
     TurnOut,
     TurnPage,
     Usage,
@@ -107,6 +109,45 @@ def to_record(turn: Turn) -> TurnRecord:
     )
 
 
+def check_metadata_size(metadata: dict[str, Any] | None, field: str, settings: Settings) -> int:
+    """The metadata's size as JSON; 413 above `limits.max_metadata_bytes`."""
+    size = json_size(metadata) if metadata else 0
+    if size > settings.limits.max_metadata_bytes:
+        raise PayloadTooLarge(
+            f"metadata is {size} bytes as JSON; the limit is {settings.limits.max_metadata_bytes}",
+            field=field,
+        )
+    return size
+
+
+def _check_turn_size(turn: TurnIn, field: str, settings: Settings) -> None:
+    """Content, tool calls and metadata together within `limits.max_turn_bytes` (413)."""
+    parts = {
+        "content": len((turn.content or "").encode()),
+        "tool_calls": json_size([c.model_dump(mode="json") for c in turn.tool_calls])
+        if turn.tool_calls
+        else 0,
+        "metadata": check_metadata_size(turn.metadata, f"{field}.metadata", settings),
+    }
+    size, limit = sum(parts.values()), settings.limits.max_turn_bytes
+    if size > limit:
+        largest = max(parts, key=lambda part: parts[part])
+        raise PayloadTooLarge(
+            f"turn is {size} bytes ({', '.join(f'{k} {v}' for k, v in parts.items() if v)}); "
+            f"the limit is {limit}",
+            field=f"{field}.{largest}",
+        )
+
+
+def _duplicate_result(tool_call_id: str, index: int) -> InvalidInput:
+    err = InvalidInput(
+        f"tool call {tool_call_id!r} already has its result (one result per call)",
+        field=f"turns[{index}].tool_call_id",
+    )
+    err.code = "duplicate_tool_result"
+    return err
+
+
 def _validate_batch(request: AppendTurnsRequest, settings: Settings) -> list[str]:
     """Checks that need no database. Returns tool_call_ids answered by an earlier stored turn."""
     if len(request.turns) > settings.limits.max_turns_per_request:
@@ -115,14 +156,10 @@ def _validate_batch(request: AppendTurnsRequest, settings: Settings) -> list[str
             field="turns",
         )
     issued: set[str] = set()
+    answered: set[str] = set()
     from_history: list[str] = []
     for i, turn in enumerate(request.turns):
-        size = len((turn.content or "").encode())
-        if size > settings.limits.max_turn_bytes:
-            raise PayloadTooLarge(
-                f"turn content is {size} bytes; the limit is {settings.limits.max_turn_bytes}",
-                field=f"turns[{i}].content",
-            )
+        _check_turn_size(turn, f"turns[{i}]", settings)
         if turn.role == "tool":
             if not turn.tool_call_id:
                 err = InvalidInput(
@@ -131,6 +168,9 @@ def _validate_batch(request: AppendTurnsRequest, settings: Settings) -> list[str
                 )
                 err.code = "missing_tool_call_id"
                 raise err
+            if turn.tool_call_id in answered:
+                raise _duplicate_result(turn.tool_call_id, i)
+            answered.add(turn.tool_call_id)
             if turn.tool_call_id not in issued:
                 from_history.append(turn.tool_call_id)
         elif turn.tool_call_id:
@@ -217,6 +257,11 @@ async def append_turns(
                 )
             return AppendOutcome(AppendTurnsResponse.model_validate(earlier.response), True)
 
+    results = [t.tool_call_id for t in request.turns if t.role == "tool" and t.tool_call_id]
+    stored_results = await repository.answered_tool_call_ids(db, session.id, results)
+    for i, turn in enumerate(request.turns):
+        if turn.role == "tool" and turn.tool_call_id in stored_results:
+            raise _duplicate_result(turn.tool_call_id, i)
     if answered_earlier:
         known = await repository.known_tool_call_ids(db, session.id, answered_earlier)
         for i, turn in enumerate(request.turns):
@@ -385,6 +430,7 @@ async def update_session(
     if "user_id" in changes:
         values["user_id"] = session.user_id = changes["user_id"]
     if "metadata" in changes:
+        check_metadata_size(changes["metadata"], "metadata", settings)
         values["metadata_"] = session.metadata_ = changes["metadata"]
     await write_session(db, cache, session, **values)
     await db.refresh(session)
