@@ -1,6 +1,7 @@
 """One error hierarchy and one JSON shape, `{"error": {"code", "message", "field"}}`, for all."""
 
 import logging
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -80,6 +81,10 @@ class PayloadTooLarge(ContextdError):
     status_code, code = 413, "payload_too_large"
 
 
+class RequestTimeout(ContextdError):  # documents app.core.server's 408
+    status_code, code = 408, "request_timeout"
+
+
 class InvalidInput(ContextdError):
     status_code, code = 422, "invalid_input"
 
@@ -104,7 +109,30 @@ def error_responses(*errors: type[ContextdError]) -> dict[int | str, dict[str, A
     return out
 
 
-COMMON_ERRORS = error_responses(Unauthorized, Forbidden, NotFound, InvalidInput)
+COMMON_ERRORS = error_responses(
+    Unauthorized, Forbidden, NotFound, InvalidInput, RateLimited, ServiceUnavailable
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A 4xx a request can get although its JSON matches the schema: a rule across fields, or
+    one on stored state or configured limits, which JSON Schema cannot state."""
+
+    status: int
+    code: str
+    rule: str
+
+
+def with_rules(description: str, *rules: Rule) -> dict[str, Any]:
+    """`description` and `openapi_extra` of an operation that enforces `rules`: listed for
+    readers in the description and, machine-readable, as `x-rules` (the API tests accept a
+    schema-valid request's 4xx only when its code is listed there)."""
+    listed = "\n".join(f"- {r.status} `{r.code}`: {r.rule}" for r in rules)
+    return {
+        "description": f"{description}\n\nRules beyond the schema:\n{listed}",
+        "openapi_extra": {"x-rules": [asdict(r) for r in rules]},
+    }
 
 
 def _loc_to_field(loc: tuple[Any, ...]) -> str | None:

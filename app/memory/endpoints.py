@@ -9,7 +9,18 @@ from app.auth.deps import CallerDep
 from app.auth.schemas import Scope
 from app.auth.service import require_scope
 from app.core.deps import ContextDep, DbDep
-from app.core.errors import COMMON_ERRORS, Forbidden, NotFound, RateLimited, error_responses
+from app.core.errors import (
+    COMMON_ERRORS,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    RateLimited,
+    RequestTimeout,
+    Rule,
+    error_responses,
+    with_rules,
+)
+from app.core.input import BODY_RULES
 from app.memory import repository, service
 from app.memory.schemas import EraseReceiptOut, MemoryAnswer, MemoryList, MemoryRequest
 from app.sessions.endpoints import SessionIdPath
@@ -21,14 +32,38 @@ router = APIRouter(tags=["memory tool"], responses=COMMON_ERRORS)
     "/v1/sessions/{session_id}/memory",
     operation_id="memory_tool",
     summary="Call the memory tool",
-    description=(
+    **with_rules(
         'One tool for agents, `{"type": ...}` with type help | recall | remember | status | '
         "offload | forget. Returns `{type, text, data}`: `text` is what the agent puts in its "
         "tool-result message. recall answers an explicit `No match` with empty `data.matches` "
         "when nothing relevant is stored. offload and forget need the scopes `memory:offload` / "
-        "`memory:forget` (or the tenant setting); remember is rate-limited per session."
+        "`memory:forget` (or the tenant setting); remember is rate-limited per session.",
+        Rule(
+            422,
+            "missing_field",
+            "each type's required parameters: recall query, remember "
+            "text, forget one of chunk_id | turn_range | memory_id",
+        ),
+        Rule(
+            422,
+            "unexpected_field",
+            "a type takes only its own parameters (help, status: "
+            "none; recall: query, top_k; remember: text, tags, key, scope; offload: "
+            "until_tokens)",
+        ),
+        Rule(422, "conflicting_fields", "forget takes exactly one of its targets"),
+        Rule(422, "too_long", "remember text within memory.remember_max_chars"),
+        Rule(
+            422,
+            "invalid_input",
+            "turn_range is [first, last] with first <= last; scope "
+            "'user' needs the session's user_id; remember text is not only whitespace; "
+            "forget ids are ids of this session",
+        ),
+        *BODY_RULES,
+        Rule(413, "payload_too_large", "a body within limits.max_body_bytes"),
     ),
-    responses=error_responses(Forbidden, RateLimited),
+    responses=error_responses(Forbidden, RateLimited, PayloadTooLarge, RequestTimeout),
 )
 async def memory_tool(
     session_id: SessionIdPath,

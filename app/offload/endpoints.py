@@ -10,7 +10,7 @@ from app.auth.schemas import Scope
 from app.auth.service import require_scope
 from app.core.deps import DbDep
 from app.core.errors import COMMON_ERRORS, NotFound
-from app.core.pagination import decode_cursor, encode_cursor
+from app.core.pagination import BIGINT_KEY, INT_KEY, cursor_pattern, decode_cursor, encode_cursor
 from app.db.models import Chunk
 from app.offload import repository
 from app.offload.schemas import ChunkDetail, ChunkOut, ChunkPage
@@ -49,11 +49,16 @@ async def list_chunks(
     caller: CallerDep,
     db: DbDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    cursor: Annotated[
+        str | None,
+        Query(
+            pattern=cursor_pattern(BIGINT_KEY, INT_KEY), description="next_cursor of the last page"
+        ),
+    ] = None,
 ) -> ChunkPage:
     require_scope(caller, Scope.READ)
     session = await require_session(db, caller, session_id)
-    after = decode_cursor(cursor, 2) if cursor else (0, 0)
+    after = decode_cursor(cursor, BIGINT_KEY, INT_KEY) if cursor else (0, 0)
     chunks = await repository.list_chunks(db, session.id, (after[0], after[1]), limit + 1)
     page = chunks[:limit]
     return ChunkPage(

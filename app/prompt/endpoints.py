@@ -9,7 +9,17 @@ from app.auth.deps import CallerDep
 from app.auth.schemas import Scope
 from app.auth.service import require_scope
 from app.core.deps import ContextDep, DbDep
-from app.core.errors import COMMON_ERRORS, BudgetExceeded, NotFound, error_responses
+from app.core.errors import (
+    COMMON_ERRORS,
+    BudgetExceeded,
+    NotFound,
+    PayloadTooLarge,
+    RequestTimeout,
+    Rule,
+    error_responses,
+    with_rules,
+)
+from app.core.input import BODY_RULES
 from app.prompt import repository
 from app.prompt.schemas import BuildPromptRequest, BuildPromptResponse
 from app.prompt.service import build_prompt as build_prompt_service
@@ -23,14 +33,27 @@ router = APIRouter(prefix="/v1/sessions", tags=["prompt"], responses=COMMON_ERRO
     "/{session_id}/build-prompt",
     operation_id="build_prompt",
     summary="Build a prompt that fits the window",
-    description=(
+    **with_rules(
         "Returns messages ready to send: system prompt (C0) → notes (C2) → recalled history (C3, "
         "quoted as data with provenance) → recent turns verbatim (C1) → the query. The total never "
         "exceeds `context_limit - reserve_tokens`; a query that cannot fit alone is a 422 "
         "`budget_exceeded` with the figures. The manifest lists every candidate fragment, "
-        "included or not, and why."
+        "included or not, and why.",
+        Rule(
+            422,
+            "budget_exceeded",
+            "the system prompt, tools and query fit within context_limit - reserve_tokens",
+        ),
+        Rule(422, "invalid_input", "append needs a query; reserve_tokens < context_limit"),
+        *BODY_RULES,
+        Rule(
+            413,
+            "payload_too_large",
+            "with append, the query is a turn within "
+            "limits.max_turn_bytes; a body within limits.max_body_bytes",
+        ),
     ),
-    responses=error_responses(BudgetExceeded),
+    responses=error_responses(BudgetExceeded, PayloadTooLarge, RequestTimeout),
 )
 async def build_prompt(
     session_id: SessionIdPath,

@@ -8,8 +8,17 @@ from app.auth.deps import CallerDep
 from app.auth.schemas import Scope
 from app.auth.service import require_scope
 from app.core.deps import CacheDep, DbDep, SettingsDep
-from app.core.errors import COMMON_ERRORS, Conflict, PayloadTooLarge, error_responses
-from app.core.input import BIGINT_MAX
+from app.core.errors import (
+    COMMON_ERRORS,
+    Conflict,
+    PayloadTooLarge,
+    RequestTimeout,
+    Rule,
+    error_responses,
+    with_rules,
+)
+from app.core.input import BIGINT_MAX, BODY_RULES
+from app.core.pagination import BIGINT_KEY, cursor_pattern
 from app.memory.schemas import SessionErased
 from app.sessions import service
 from app.sessions.schemas import (
@@ -38,13 +47,35 @@ SessionIdPath = Annotated[
     "/{session_id}/turns",
     operation_id="append_turns",
     summary="Append turns",
-    description=(
+    **with_rules(
         "Append one or more OpenAI-style messages. The session is created on first use. "
         "Returns each turn's `seq` and token count, the session's usage and watermark. "
-        "With `Idempotency-Key`, a replay returns the first response and writes nothing."
+        "With `Idempotency-Key`, a replay returns the first response and writes nothing.",
+        Rule(
+            422,
+            "invalid_input",
+            "only tool turns carry a tool_call_id, only assistant turns "
+            "carry tool_calls, and a turn without tool_calls needs content",
+        ),
+        Rule(422, "missing_tool_call_id", "a tool turn names the tool_call_id it answers"),
+        Rule(
+            422,
+            "unknown_tool_call",
+            "a tool result answers a call that an assistant turn of "
+            "this request or of the session issued",
+        ),
+        Rule(422, "duplicate_tool_result", "one result per tool call"),
+        *BODY_RULES,
+        Rule(
+            413,
+            "payload_too_large",
+            "content + tool calls + metadata of a turn within "
+            "limits.max_turn_bytes, metadata within limits.max_metadata_bytes, at most "
+            "limits.max_turns_per_request turns, a body within limits.max_body_bytes",
+        ),
     ),
     status_code=status.HTTP_201_CREATED,
-    responses=error_responses(PayloadTooLarge, Conflict),
+    responses=error_responses(PayloadTooLarge, Conflict, RequestTimeout),
 )
 async def append_turns(
     session_id: SessionIdPath,
@@ -77,7 +108,10 @@ async def list_turns(
     db: DbDep,
     settings: SettingsDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    cursor: Annotated[
+        str | None,
+        Query(pattern=cursor_pattern(BIGINT_KEY), description="next_cursor of the last page"),
+    ] = None,
     since_seq: Annotated[int | None, Query(ge=0, le=BIGINT_MAX)] = None,
     role: Role | None = None,
 ) -> TurnPage:
@@ -114,7 +148,18 @@ async def get_session(
     "/{session_id}",
     operation_id="configure_session",
     summary="Configure a session",
-    description="Set per-session budget, floors and recall defaults; creates the session if new.",
+    **with_rules(
+        "Set per-session budget, floors and recall defaults; creates the session if new.",
+        Rule(
+            422,
+            "invalid_input",
+            "0 < target_ratio < trigger_ratio <= emergency_ratio <= 1 "
+            "and reserve_tokens < context_limit, with unset fields taken from the session",
+        ),
+        *BODY_RULES,
+        Rule(413, "payload_too_large", "metadata within limits.max_metadata_bytes as JSON"),
+    ),
+    responses=error_responses(PayloadTooLarge, RequestTimeout),
 )
 async def configure_session(
     session_id: SessionIdPath,

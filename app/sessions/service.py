@@ -15,7 +15,7 @@ from app.core.cpu import off_loop
 from app.core.db import after_commit
 from app.core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
 from app.core.input import json_size
-from app.core.pagination import decode_cursor, encode_cursor
+from app.core.pagination import BIGINT_KEY, decode_cursor, encode_cursor
 from app.core.tokens import REPLY_PRIMING_TOKENS, message_tokens
 from app.db.models import Session, Turn
 from app.jobs.queue import enqueue_offload
@@ -353,7 +353,7 @@ async def list_turns(
     role: str | None,
 ) -> TurnPage:
     session = await require_session(db, caller, session_id)
-    after = decode_cursor(cursor, 1)[0] if cursor else (since_seq or 0)
+    after = decode_cursor(cursor, BIGINT_KEY)[0] if cursor else (since_seq or 0)
     turns = await repository.list_turns(db, session.id, after_seq=after, limit=limit + 1, role=role)
     page = turns[:limit]
     return TurnPage(
