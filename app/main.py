@@ -8,7 +8,7 @@ from fastapi import FastAPI
 from app import __version__, health
 from app.core.config import Settings, load_settings
 from app.core.context import AppContext
-from app.core.errors import UnhandledErrorMiddleware, install_error_handlers
+from app.core.errors import install_error_handlers
 from app.core.observability import Metrics, RequestContextMiddleware
 from app.core.observability import router as metrics_router
 from app.core.server import RequestBodyGuard
@@ -45,7 +45,6 @@ def create_app(settings: Settings | None = None, metrics: Metrics | None = None)
         lifespan=lifespan,
     )
     install_error_handlers(app, settings.server.retry_after_seconds)
-    app.add_middleware(UnhandledErrorMiddleware)
     app.add_middleware(
         RequestBodyGuard,
         max_bytes=settings.limits.max_body_bytes,

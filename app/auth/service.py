@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth import repository
 from app.auth.schemas import ALL_SCOPES, Caller, Scope
 from app.core.config import Limits
-from app.core.errors import Forbidden, InvalidInput, RateLimited, Unauthorized
-from app.core.ratelimit import WINDOW_SECONDS, RateLimiter
+from app.core.errors import Forbidden, InvalidInput, Unauthorized
+from app.core.ratelimit import RateLimiter, rate_limited
 
 KEY_PREFIX = "ctxd_"
 DEV_TENANT = "default"
@@ -75,9 +75,4 @@ async def check_rate(limiter: RateLimiter, caller: Caller, limits: Limits) -> No
         return
     count = await limiter.hit(f"key:{caller.key_id or caller.tenant_id}")
     if count > limit:
-        raise RateLimited(
-            f"this API key is limited to {limit} requests per minute; try again later",
-            field="Authorization",
-            details={"limit": limit, "window_seconds": WINDOW_SECONDS},
-            headers={"Retry-After": str(WINDOW_SECONDS)},
-        )
+        raise rate_limited("this API key's requests", limit, "Authorization")

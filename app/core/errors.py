@@ -13,7 +13,7 @@ from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from app.core.server import BodyError
 
@@ -164,7 +164,7 @@ def _validation_code(error: dict[str, Any]) -> str:
     return "invalid_input"
 
 
-def _error_json(
+def error_json(
     status: int, code: str, message: str, headers: dict[str, str] | None = None
 ) -> JSONResponse:
     body = ErrorResponse(error=ErrorBody(code=code, message=message))
@@ -209,18 +209,18 @@ def install_error_handlers(app: FastAPI, retry_after_seconds: int) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if isinstance(exc, BodyError):
-            return _error_json(exc.status_code, exc.code, exc.detail, exc.headers)
+            return error_json(exc.status_code, exc.code, exc.detail, exc.headers)
         if exc.status_code == 400:  # FastAPI could not decode the body: not UTF-8 JSON
-            return _error_json(422, "malformed_json", "the body is not UTF-8 encoded JSON")
+            return error_json(422, "malformed_json", "the body is not UTF-8 encoded JSON")
         if exc.status_code == 405:
             allow = ", ".join(allowed_methods(request.app, request.scope))
-            return _error_json(405, "method_not_allowed", str(exc.detail), {"Allow": allow})
+            return error_json(405, "method_not_allowed", str(exc.detail), {"Allow": allow})
         code = {404: "not_found"}.get(exc.status_code, "http_error")
-        return _error_json(exc.status_code, code, str(exc.detail), exc.headers)
+        return error_json(exc.status_code, code, str(exc.detail), exc.headers)
 
     async def _database_unavailable(_: Request, exc: Exception) -> JSONResponse:
         logger.warning("database unavailable: %s", type(exc).__name__)
-        return _error_json(
+        return error_json(
             503,
             "unavailable",
             "the database cannot be reached; retry later",
@@ -229,32 +229,3 @@ def install_error_handlers(app: FastAPI, retry_after_seconds: int) -> None:
 
     for kind in DATABASE_UNAVAILABLE:
         app.add_exception_handler(kind, _database_unavailable)
-
-
-class UnhandledErrorMiddleware:
-    """Pure ASGI: a JSON 500 for an exception no handler took.
-
-    Starlette's last-resort handler answers too, but then re-raises to the server, which drops
-    the connection: the client's next request on that keep-alive connection would fail."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, tracking_send)
-        except Exception as exc:
-            logger.exception("unhandled error", exc_info=exc)
-            if started:
-                raise  # half a response is out: only closing the connection can end it
-            await _error_json(500, "internal_error", "internal error")(scope, receive, send)

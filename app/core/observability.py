@@ -37,6 +37,8 @@ from prometheus_client.registry import Collector
 from sqlalchemy import text
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.core.errors import error_json
+
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("contextd.metrics")
 access_logger = logging.getLogger("contextd.access")
+errors_logger = logging.getLogger("contextd.errors")
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _REQUEST_ID_OK = re.compile(r"[A-Za-z0-9._-]{1,128}")
@@ -239,7 +242,9 @@ def accept_request_id(value: str | None) -> str:
 
 class RequestContextMiddleware:
     """Pure ASGI: request id in (X-Request-ID) and out, bound to `request_id_var` for the logs;
-    latency histogram by route template; one access log line per request.
+    latency histogram by route template; one access log line per request; a JSON 500 for an
+    exception no handler took (Starlette's last-resort handler answers too, but then re-raises
+    to the server, which drops the connection: the client's next request on it would fail).
 
     The tenant comes from `request.state.tenant`, which the auth dependency sets."""
 
@@ -259,11 +264,12 @@ class RequestContextMiddleware:
         token = request_id_var.set(rid)
         started = time.perf_counter()
         status = 500
+        responded = False
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, responded
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, responded = message["status"], True
                 headers = [(k, v) for k, v in message.get("headers", []) if k != b"x-request-id"]
                 headers.append((b"x-request-id", rid.encode("latin-1")))
                 message = {**message, "headers": headers}
@@ -271,6 +277,11 @@ class RequestContextMiddleware:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except Exception as exc:
+            errors_logger.exception("unhandled error", exc_info=exc)
+            if responded:
+                raise  # half a response is out: only closing the connection can end it
+            await error_json(500, "internal_error", "internal error")(scope, receive, send_with_id)
         finally:
             seconds = time.perf_counter() - started
             route = getattr(scope.get("route"), "path", None) or "unmatched"

@@ -8,6 +8,7 @@ which still stops a flood that Redis's absence would otherwise let through unbou
 import time
 
 from app.core.cache import Cache
+from app.core.errors import RateLimited
 
 WINDOW_SECONDS = 60
 _PRUNE_ABOVE = 10_000  # local counters kept before those of past windows are dropped
@@ -35,3 +36,13 @@ class RateLimiter:
         if len(self._local) > _PRUNE_ABOVE:
             self._local = {k: v for k, v in self._local.items() if now - v[0] < WINDOW_SECONDS}
         return count + 1
+
+
+def rate_limited(what: str, limit: int, field: str) -> RateLimited:
+    """The 429 of a limit of `limit` `what` per minute, with Retry-After."""
+    return RateLimited(
+        f"{what} is limited to {limit} per minute; try again later",
+        field=field,
+        details={"limit": limit, "window_seconds": WINDOW_SECONDS},
+        headers={"Retry-After": str(WINDOW_SECONDS)},
+    )

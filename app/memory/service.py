@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.schemas import Caller
 from app.core.context import AppContext
-from app.core.errors import InvalidInput, RateLimited
-from app.core.ratelimit import WINDOW_SECONDS
+from app.core.errors import InvalidInput
+from app.core.ratelimit import WINDOW_SECONDS, rate_limited
 from app.core.text import lexical_document, terms
 from app.core.tokens import count_tokens
 from app.db.models import Memory, Session
@@ -251,12 +251,7 @@ async def _check_rate(db: AsyncSession, context: AppContext, session: Session) -
         since = repository.window_start(datetime.now(UTC), WINDOW_SECONDS)
         count = max(count, await repository.memories_written_since(db, session.id, since) + 1)
     if count > limit:
-        raise RateLimited(
-            f"remember is limited to {limit} calls per session per minute; try again later",
-            field="type",
-            details={"limit": limit, "window_seconds": WINDOW_SECONDS},
-            headers={"Retry-After": str(WINDOW_SECONDS)},
-        )
+        raise rate_limited("remember, per session,", limit, "type")
 
 
 def _memory_data(memory: Memory) -> dict[str, Any]:
