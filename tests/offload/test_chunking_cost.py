@@ -39,4 +39,4 @@ def test_a_long_turn_is_tokenised_a_bounded_number_of_times(kind: str, size: int
 @pytest.mark.parametrize("kind", ["one letter", "hyphenated", "prose"])
 def test_chunking_time_grows_linearly(kind: str) -> None:
     growth = cpu_growth(lambda n: chunk_turns([make(1, TEXTS[kind](n))]), 16_384)
-    assert growth < 9, f"4x the text took {growth:.1f}x the CPU time"
+    assert growth < 10, f"4x the text took {growth:.1f}x the CPU time"

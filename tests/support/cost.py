@@ -16,7 +16,7 @@ from typing import Any
 from tiktoken.core import Encoding
 
 GROWTH_FACTOR = 4
-RUNS = 3
+RUNS = 5
 
 
 def tokenised_chars(run: Callable[[], Any]) -> int:
