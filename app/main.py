@@ -10,9 +10,9 @@ from app.core.config import Settings, load_settings
 from app.core.context import AppContext
 from app.core.errors import install_error_handlers
 from app.core.observability import Metrics, RequestContextMiddleware
-from app.core.observability import router as metrics_router
 from app.core.server import RequestBodyGuard
 from app.core.tokens import encoding
+from app.erasure.endpoints import router as erasure_router
 from app.memory.endpoints import router as memory_router
 from app.notes.endpoints import router as notes_router
 from app.offload.endpoints import router as offload_router
@@ -51,11 +51,11 @@ def create_app(settings: Settings | None = None, metrics: Metrics | None = None)
         timeout=settings.server.body_timeout_seconds,
     )
     app.add_middleware(RequestContextMiddleware)  # outermost: every answer gets its request id
-    app.include_router(metrics_router)
     app.include_router(health.router)
     app.include_router(sessions_router)
     app.include_router(offload_router)
     app.include_router(notes_router)
     app.include_router(memory_router)
+    app.include_router(erasure_router)
     app.include_router(prompt_router)
     return app

@@ -1,13 +1,18 @@
-"""One error hierarchy and one JSON shape, `{"error": {"code", "message", "field"}}`, for all."""
+"""One error hierarchy and one JSON shape, `{"error": {"code", "message", "field"}}`, for all.
+
+Every error code is a class here (its docstring is what the code means), so the OpenAPI document
+lists each code an endpoint can answer (`error_responses`), and no code is made up at a raise.
+"""
 
 import logging
-from dataclasses import asdict, dataclass
+from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 from starlette.applications import Starlette
@@ -15,23 +20,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import Scope
 
-from app.core.server import BodyError
-
 logger = logging.getLogger("contextd.errors")
 
 
-class ErrorBody(BaseModel):
-    code: str
-    message: str
-    field: str | None = None
-    details: dict[str, Any] | None = None
-
-
-class ErrorResponse(BaseModel):
-    error: ErrorBody
-
-
 class ContextdError(Exception):
+    """A request contextd refuses."""
+
     status_code: int = 400
     code: str = "bad_request"
 
@@ -49,6 +43,9 @@ class ContextdError(Exception):
         self.details = details
         self.headers = headers  # response headers, e.g. Retry-After
 
+    def response(self) -> JSONResponse:
+        return JSONResponse(status_code=self.status_code, content=self.body(), headers=self.headers)
+
     def body(self) -> dict[str, Any]:
         return ErrorResponse(
             error=ErrorBody(
@@ -58,59 +55,239 @@ class ContextdError(Exception):
 
 
 class BadRequest(ContextdError):
+    """The request cannot be read."""
+
     status_code, code = 400, "bad_request"
 
 
 class Unauthorized(ContextdError):
+    """No API key, a malformed Authorization header, or an unknown or revoked key."""
+
     status_code, code = 401, "unauthorized"
 
 
 class Forbidden(ContextdError):
+    """The API key lacks the scope this call needs."""
+
     status_code, code = 403, "forbidden"
 
 
 class NotFound(ContextdError):
+    """No such session, chunk, memory, build or receipt in the caller's tenant."""
+
     status_code, code = 404, "not_found"
 
 
+class MethodNotAllowed(ContextdError):
+    """The path exists, but not with this method."""
+
+    status_code, code = 405, "method_not_allowed"
+
+
+class RequestTimeout(ContextdError):
+    """The request body did not arrive whole in time; the connection is closed."""
+
+    status_code, code = 408, "request_timeout"
+
+
 class Conflict(ContextdError):
+    """The request conflicts with an earlier one (an Idempotency-Key reused for another body,
+    a concurrent change): nothing was written."""
+
     status_code, code = 409, "conflict"
 
 
 class PayloadTooLarge(ContextdError):
+    """A request body, turn, metadata object or batch above the configured limits."""
+
     status_code, code = 413, "payload_too_large"
 
 
-class RequestTimeout(ContextdError):  # documents app.core.server's 408
-    status_code, code = 408, "request_timeout"
-
-
 class InvalidInput(ContextdError):
+    """A value out of range or not allowed here; `field` names it."""
+
     status_code, code = 422, "invalid_input"
 
 
-class BudgetExceeded(ContextdError):
-    status_code, code = 422, "budget_exceeded"
+class MalformedJson(InvalidInput):
+    """The body is not valid JSON."""
+
+    code = "malformed_json"
+
+
+class InvalidText(InvalidInput):
+    """A string or object key holds a NUL character (U+0000) or a lone UTF-16 surrogate, which
+    cannot be stored."""
+
+    code = "invalid_text"
+
+
+class TooDeep(InvalidInput):
+    """JSON nested deeper than the limit (`app.core.input.MAX_JSON_DEPTH` levels)."""
+
+    code = "too_deep"
+
+
+class MissingField(InvalidInput):
+    """A required field is absent."""
+
+    code = "missing_field"
+
+
+class WrongType(InvalidInput):
+    """A field has the wrong JSON type."""
+
+    code = "wrong_type"
+
+
+class InvalidValue(InvalidInput):
+    """A field is not one of its allowed values."""
+
+    code = "invalid_value"
+
+
+class UnexpectedField(InvalidInput):
+    """A field this call does not take."""
+
+    code = "unexpected_field"
+
+
+class ConflictingFields(InvalidInput):
+    """Fields that exclude each other were given together."""
+
+    code = "conflicting_fields"
+
+
+class TooLong(InvalidInput):
+    """A text above its length limit."""
+
+    code = "too_long"
+
+
+class MissingToolCallId(InvalidInput):
+    """A tool turn without the `tool_call_id` it answers."""
+
+    code = "missing_tool_call_id"
+
+
+class UnknownToolCall(InvalidInput):
+    """A tool turn answering a call no assistant turn issued."""
+
+    code = "unknown_tool_call"
+
+
+class DuplicateToolResult(InvalidInput):
+    """A second tool turn answering a tool call that already has its result."""
+
+    code = "duplicate_tool_result"
+
+
+class InvalidSessionId(InvalidInput):
+    """The session id in the path is not 1-128 characters of letters, digits and `._:-`."""
+
+    code = "invalid_session_id"
+
+
+class InvalidChunkId(InvalidInput):
+    """The chunk id in the path is not a UUID."""
+
+    code = "invalid_chunk_id"
+
+
+class InvalidBuildId(InvalidInput):
+    """The build id in the path is not a UUID."""
+
+    code = "invalid_build_id"
+
+
+class InvalidReceiptId(InvalidInput):
+    """The receipt id in the path is too long."""
+
+    code = "invalid_receipt_id"
+
+
+class BudgetExceeded(InvalidInput):
+    """The system prompt, tools and query alone do not fit the window (figures in `details`)."""
+
+    code = "budget_exceeded"
 
 
 class RateLimited(ContextdError):
+    """Too many calls of this kind; retry later."""
+
     status_code, code = 429, "rate_limited"
 
 
+class HttpError(ContextdError):
+    """Another refusal at the HTTP level, with the status it names."""
+
+    code = "http_error"
+
+
+class InternalError(ContextdError):
+    """A fault of contextd; nothing was written."""
+
+    status_code, code = 500, "internal_error"
+
+
 class ServiceUnavailable(ContextdError):
+    """A store contextd depends on is unreachable; retry later."""
+
     status_code, code = 503, "unavailable"
 
 
+def error_classes() -> list[type[ContextdError]]:
+    """Every error code's class, the base first."""
+    found: list[type[ContextdError]] = [ContextdError]
+    for cls in found:
+        found.extend(sub for sub in cls.__subclasses__() if sub not in found)
+    return found
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(
+        description="stable snake_case code; one of: "
+        + ", ".join(sorted({f"`{c.code}`" for c in error_classes()}))
+    )
+    message: str = Field(description="for people; may change")
+    field: str | None = Field(None, description="the field (or header) at fault, when one is")
+    details: dict[str, Any] | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
 def error_responses(*errors: type[ContextdError]) -> dict[int | str, dict[str, Any]]:
-    """`responses=` entry for an endpoint: documents each error status with the one error model."""
-    out: dict[int | str, dict[str, Any]] = {}
+    """`responses=` of a route or router: each status with the one error model, its description
+    listing every code the route can answer with that status and what it means."""
+    codes: dict[int, dict[str, str]] = defaultdict(dict)
     for err in errors:
-        out.setdefault(err.status_code, {"model": ErrorResponse, "description": err.code})
-    return out
+        codes[err.status_code][err.code] = " ".join((err.__doc__ or "").split())
+    return {
+        status: {
+            "model": ErrorResponse,
+            "description": "\n".join(f"- `{code}`: {meaning}" for code, meaning in found.items()),
+        }
+        for status, found in sorted(codes.items())
+    }
 
 
-COMMON_ERRORS = error_responses(
-    Unauthorized, Forbidden, NotFound, InvalidInput, RateLimited, ServiceUnavailable
+# What any endpoint touching tenant data can answer.
+COMMON_ERRORS: tuple[type[ContextdError], ...] = (
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    InvalidInput,
+    MalformedJson,
+    MissingField,
+    WrongType,
+    InvalidValue,
+    InvalidSessionId,
+    InvalidText,
+    TooDeep,
+    RateLimited,
+    ServiceUnavailable,
 )
 
 
@@ -119,8 +296,7 @@ class Rule:
     """A 4xx a request can get although its JSON matches the schema: a rule across fields, or
     one on stored state or configured limits, which JSON Schema cannot state."""
 
-    status: int
-    code: str
+    error: type[ContextdError]
     rule: str
 
 
@@ -128,10 +304,14 @@ def with_rules(description: str, *rules: Rule) -> dict[str, Any]:
     """`description` and `openapi_extra` of an operation that enforces `rules`: listed for
     readers in the description and, machine-readable, as `x-rules` (the API tests accept a
     schema-valid request's 4xx only when its code is listed there)."""
-    listed = "\n".join(f"- {r.status} `{r.code}`: {r.rule}" for r in rules)
+    listed = "\n".join(f"- {r.error.status_code} `{r.error.code}`: {r.rule}" for r in rules)
     return {
         "description": f"{description}\n\nRules beyond the schema:\n{listed}",
-        "openapi_extra": {"x-rules": [asdict(r) for r in rules]},
+        "openapi_extra": {
+            "x-rules": [
+                {"status": r.error.status_code, "code": r.error.code, "rule": r.rule} for r in rules
+            ]
+        },
     }
 
 
@@ -146,29 +326,46 @@ def _loc_to_field(loc: tuple[Any, ...]) -> str | None:
     return out or None
 
 
-def _validation_code(error: dict[str, Any]) -> str:
+PATH_PARAMETER_ERRORS: dict[str, type[InvalidInput]] = {
+    "session_id": InvalidSessionId,
+    "chunk_id": InvalidChunkId,
+    "build_id": InvalidBuildId,
+    "receipt_id": InvalidReceiptId,
+}
+
+
+# Custom validation error types (`PydanticCustomError`) raised by request models.
+CUSTOM_VALIDATION_ERRORS: dict[str, type[InvalidInput]] = {
+    InvalidText.code: InvalidText,
+    TooDeep.code: TooDeep,
+}
+
+
+def _validation_error_class(error: dict[str, Any]) -> type[InvalidInput]:
     kind = str(error.get("type", ""))
     loc = tuple(error.get("loc", ()))
-    if len(loc) == 2 and loc[0] == "path":
-        return f"invalid_{loc[1]}"  # e.g. invalid_session_id
-    if kind in ("invalid_text", "too_deep"):  # app.core.input
-        return kind
+    if len(loc) == 2 and loc[0] == "path" and loc[1] in PATH_PARAMETER_ERRORS:
+        return PATH_PARAMETER_ERRORS[loc[1]]
+    if kind in CUSTOM_VALIDATION_ERRORS:
+        return CUSTOM_VALIDATION_ERRORS[kind]
     if kind == "json_invalid":
-        return "malformed_json"
+        return MalformedJson
     if kind == "missing":
-        return "missing_field"
+        return MissingField
     if kind in ("literal_error", "enum"):
-        return "invalid_value"
+        return InvalidValue
     if kind.endswith("_type") or kind.endswith("_parsing"):
-        return "wrong_type"
-    return "invalid_input"
+        return WrongType
+    return InvalidInput
 
 
-def error_json(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
-) -> JSONResponse:
-    body = ErrorResponse(error=ErrorBody(code=code, message=message))
-    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
+class BodyError(StarletteHTTPException):
+    """A `ContextdError` raised while the application reads the request body (`app.core.server`):
+    FastAPI turns any other exception there into a bare 400, but lets HTTP exceptions through."""
+
+    def __init__(self, error: ContextdError) -> None:
+        super().__init__(error.status_code, error.message, headers=error.headers)
+        self.error = error
 
 
 HTTP_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
@@ -193,39 +390,46 @@ DATABASE_UNAVAILABLE = (OperationalError, InterfaceError, SQLAlchemyTimeoutError
 
 
 def install_error_handlers(app: FastAPI, retry_after_seconds: int) -> None:
+    """Every refusal as the one JSON shape. An exception no handler takes is answered by
+    `app.core.observability.RequestContextMiddleware` (a 500 that keeps the connection)."""
+
     @app.exception_handler(ContextdError)
     async def _contextd_error(_: Request, exc: ContextdError) -> JSONResponse:
-        return JSONResponse(status_code=exc.status_code, content=exc.body(), headers=exc.headers)
+        return exc.response()
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         # A body-wide check (app.core.input) names the field inside the body itself.
         field = (first.get("ctx") or {}).get("field") or _loc_to_field(tuple(first.get("loc", ())))
-        err = InvalidInput(str(first.get("msg", "invalid request")), field=field)
-        err.code = _validation_code(first)
-        return JSONResponse(status_code=422, content=err.body())
+        err = _validation_error_class(first)(str(first.get("msg", "invalid request")), field=field)
+        return err.response()
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if isinstance(exc, BodyError):
-            return error_json(exc.status_code, exc.code, exc.detail, exc.headers)
+            return exc.error.response()
+        error: ContextdError
         if exc.status_code == 400:  # FastAPI could not decode the body: not UTF-8 JSON
-            return error_json(422, "malformed_json", "the body is not UTF-8 encoded JSON")
-        if exc.status_code == 405:
+            return MalformedJson("the body is not UTF-8 encoded JSON").response()
+        if exc.status_code == 404:
+            error = NotFound(str(exc.detail))
+        elif exc.status_code == 405:
             allow = ", ".join(allowed_methods(request.app, request.scope))
-            return error_json(405, "method_not_allowed", str(exc.detail), {"Allow": allow})
-        code = {404: "not_found"}.get(exc.status_code, "http_error")
-        return error_json(exc.status_code, code, str(exc.detail), exc.headers)
+            error = MethodNotAllowed(str(exc.detail), headers={"Allow": allow})
+        else:
+            error = HttpError(str(exc.detail), headers=dict(exc.headers or {}) or None)
+        # The status is Starlette's, the body ours.
+        return JSONResponse(
+            status_code=exc.status_code, content=error.body(), headers=error.headers
+        )
 
     async def _database_unavailable(_: Request, exc: Exception) -> JSONResponse:
         logger.warning("database unavailable: %s", type(exc).__name__)
-        return error_json(
-            503,
-            "unavailable",
+        return ServiceUnavailable(
             "the database cannot be reached; retry later",
-            {"Retry-After": str(retry_after_seconds)},
-        )
+            headers={"Retry-After": str(retry_after_seconds)},
+        ).response()
 
     for kind in DATABASE_UNAVAILABLE:
         app.add_exception_handler(kind, _database_unavailable)

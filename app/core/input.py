@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, model_validator
 from pydantic_core import PydanticCustomError
 
-from app.core.errors import Rule
+from app.core.errors import InvalidText, PayloadTooLarge, Rule, TooDeep
 
 BIGINT_MAX = 2**63 - 1  # PostgreSQL bigint: seq, turn ranges, cursor keys
 MAX_JSON_DEPTH = 32  # nesting of objects and arrays in a request body, the body itself being 1
@@ -22,8 +22,9 @@ _BAD_CHAR_RE = re.compile("[\x00\ud800-\udfff]")
 
 # The rules every request body obeys beyond its schema (see `app.core.errors.with_rules`).
 BODY_RULES = (
-    Rule(422, "invalid_text", "no string or object key holds NUL (U+0000) or a lone surrogate"),
-    Rule(422, "too_deep", f"JSON nested at most {MAX_JSON_DEPTH} levels"),
+    Rule(InvalidText, "no string or object key holds NUL (U+0000) or a lone surrogate"),
+    Rule(TooDeep, f"JSON nested at most {MAX_JSON_DEPTH} levels"),
+    Rule(PayloadTooLarge, "a body within limits.max_body_bytes"),
 )
 
 
@@ -45,15 +46,15 @@ def find_bad_input(value: Any, path: str = "", depth: int = 1) -> tuple[str, str
         if bad is None:
             return None
         what = "a NUL character" if bad.group(0) == "\x00" else "a lone UTF-16 surrogate"
-        return "invalid_text", path, f"text holds {what} (U+{ord(bad.group(0)):04X})"
+        return InvalidText.code, path, f"text holds {what} (U+{ord(bad.group(0)):04X})"
     if not isinstance(value, dict | list):
         return None
     if depth > MAX_JSON_DEPTH:
-        return "too_deep", path, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+        return TooDeep.code, path, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
     items = value.items() if isinstance(value, dict) else enumerate(value)
     for key, item in items:
         if isinstance(key, str) and _BAD_CHAR_RE.search(key):
-            return "invalid_text", _child(path, "<key>"), "an object key holds a NUL or surrogate"
+            return InvalidText.code, _child(path, "<key>"), "an object key holds a NUL or surrogate"
         problem = find_bad_input(item, _child(path, key), depth + 1)
         if problem is not None:
             return problem

@@ -24,9 +24,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Request, Response
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Histogram,
@@ -37,12 +35,10 @@ from prometheus_client.registry import Collector
 from sqlalchemy import text
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.core.errors import error_json
+from app.core.errors import InternalError
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
-
-    from app.core.context import AppContext
 
 logger = logging.getLogger("contextd.metrics")
 access_logger = logging.getLogger("contextd.access")
@@ -220,16 +216,6 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-router = APIRouter()
-
-
-@router.get("/metrics", include_in_schema=False)
-async def metrics_endpoint(request: Request) -> Response:
-    context: AppContext = request.app.state.context
-    await context.metrics.refresh_queue(context.engine)
-    return Response(context.metrics.render(), media_type=CONTENT_TYPE_LATEST)
-
-
 # --- request ids and the access log ---------------------------------------------------------
 
 
@@ -281,7 +267,7 @@ class RequestContextMiddleware:
             errors_logger.exception("unhandled error", exc_info=exc)
             if responded:
                 raise  # half a response is out: only closing the connection can end it
-            await error_json(500, "internal_error", "internal error")(scope, receive, send_with_id)
+            await InternalError("internal error").response()(scope, receive, send_with_id)
         finally:
             seconds = time.perf_counter() - started
             route = getattr(scope.get("route"), "path", None) or "unmatched"

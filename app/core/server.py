@@ -14,11 +14,11 @@
 import asyncio
 
 import uvicorn
-from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from app.core.config import Settings
+from app.core.errors import BodyError, PayloadTooLarge, RequestTimeout
 
 
 def guarded_h11_protocol(header_timeout: float) -> type[H11Protocol]:
@@ -65,20 +65,10 @@ def guarded_h11_protocol(header_timeout: float) -> type[H11Protocol]:
     return GuardedH11Protocol
 
 
-class BodyError(HTTPException):
-    """413 / 408 raised while the application reads the body; rendered by the error handlers."""
-
-    def __init__(
-        self, status_code: int, code: str, message: str, headers: dict[str, str] | None = None
-    ) -> None:
-        super().__init__(status_code, message, headers=headers)
-        self.code = code
-
-
 def body_too_large(limit: int) -> BodyError:
     """The server discards the rest of the body after answering (the client, which sends its
     whole body before reading, gets the answer), within the head timeout."""
-    return BodyError(413, "payload_too_large", f"the request body exceeds {limit} bytes")
+    return BodyError(PayloadTooLarge(f"the request body exceeds {limit} bytes"))
 
 
 class RequestBodyGuard:
@@ -110,10 +100,10 @@ class RequestBodyGuard:
                     message = await receive()
             except TimeoutError:
                 raise BodyError(
-                    408,
-                    "request_timeout",
-                    f"the request body did not arrive within {self.timeout:g} s",
-                    {"Connection": "close"},
+                    RequestTimeout(
+                        f"the request body did not arrive within {self.timeout:g} s",
+                        headers={"Connection": "close"},
+                    )
                 ) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))

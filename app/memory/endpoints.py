@@ -1,31 +1,33 @@
 """HTTP endpoints of the memory tool, remembered items and erase receipts."""
 
-import uuid
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Depends
 
-from app.auth.deps import CallerDep
-from app.auth.schemas import Scope
-from app.auth.service import require_scope
+from app.auth.deps import ReadCaller, ToolCaller
 from app.core.deps import ContextDep, DbDep
 from app.core.errors import (
     COMMON_ERRORS,
-    Forbidden,
-    NotFound,
+    Conflict,
+    ConflictingFields,
+    InvalidInput,
+    MissingField,
     PayloadTooLarge,
     RateLimited,
     RequestTimeout,
     Rule,
+    TooLong,
+    UnexpectedField,
     error_responses,
     with_rules,
 )
 from app.core.input import BODY_RULES
-from app.memory import repository, service
-from app.memory.schemas import EraseReceiptOut, MemoryAnswer, MemoryList, MemoryRequest
+from app.core.pagination import BIGINT_KEY, UUID_KEY, Page, page_params
+from app.memory import service
+from app.memory.schemas import MemoryAnswer, MemoryList, MemoryRequest
 from app.sessions.endpoints import SessionIdPath
 
-router = APIRouter(tags=["memory tool"], responses=COMMON_ERRORS)
+router = APIRouter(tags=["memory tool"], responses=error_responses(*COMMON_ERRORS))
 
 
 @router.post(
@@ -39,36 +41,41 @@ router = APIRouter(tags=["memory tool"], responses=COMMON_ERRORS)
         "when nothing relevant is stored. offload and forget need the scopes `memory:offload` / "
         "`memory:forget` (or the tenant setting); remember is rate-limited per session.",
         Rule(
-            422,
-            "missing_field",
+            MissingField,
             "each type's required parameters: recall query, remember "
             "text, forget one of chunk_id | turn_range | memory_id",
         ),
         Rule(
-            422,
-            "unexpected_field",
+            UnexpectedField,
             "a type takes only its own parameters (help, status: "
             "none; recall: query, top_k; remember: text, tags, key, scope; offload: "
             "until_tokens)",
         ),
-        Rule(422, "conflicting_fields", "forget takes exactly one of its targets"),
-        Rule(422, "too_long", "remember text within memory.remember_max_chars"),
+        Rule(ConflictingFields, "forget takes exactly one of its targets"),
+        Rule(TooLong, "remember text within memory.remember_max_chars"),
         Rule(
-            422,
-            "invalid_input",
+            InvalidInput,
             "turn_range is [first, last] with first <= last; scope "
             "'user' needs the session's user_id; remember text is not only whitespace; "
             "forget ids are ids of this session",
         ),
         *BODY_RULES,
-        Rule(413, "payload_too_large", "a body within limits.max_body_bytes"),
     ),
-    responses=error_responses(Forbidden, RateLimited, PayloadTooLarge, RequestTimeout),
+    responses=error_responses(
+        *COMMON_ERRORS,
+        TooLong,
+        UnexpectedField,
+        ConflictingFields,
+        Conflict,
+        RateLimited,
+        PayloadTooLarge,
+        RequestTimeout,
+    ),
 )
 async def memory_tool(
     session_id: SessionIdPath,
     body: MemoryRequest,
-    caller: CallerDep,
+    caller: ToolCaller,
     db: DbDep,
     context: ContextDep,
 ) -> MemoryAnswer:
@@ -86,7 +93,7 @@ async def memory_tool(
     ),
 )
 async def memory_tool_definition(
-    caller: CallerDep,
+    caller: ToolCaller,
     db: DbDep,
     context: ContextDep,
     format: Literal["openai", "anthropic"] = "openai",
@@ -106,46 +113,11 @@ async def memory_tool_definition(
 )
 async def list_memories(
     session_id: SessionIdPath,
-    caller: CallerDep,
+    caller: ReadCaller,
     db: DbDep,
+    page: Annotated[Page, Depends(page_params(BIGINT_KEY, UUID_KEY))],
     include_superseded: bool = False,
 ) -> MemoryList:
-    require_scope(caller, Scope.READ)
     return await service.list_memories(
-        db, caller, session_id, include_superseded=include_superseded
-    )
-
-
-@router.get(
-    "/v1/erase-receipts/{receipt_id}",
-    operation_id="get_erase_receipt",
-    summary="Read an erase receipt",
-    description=(
-        "What a forget or session delete erased: target, status (pending until the erase job "
-        "completes), each store cleaned with its time, and the job attempts."
-    ),
-)
-async def get_erase_receipt(
-    receipt_id: Annotated[str, Path(max_length=64)],
-    caller: CallerDep,
-    db: DbDep,
-) -> EraseReceiptOut:
-    require_scope(caller, Scope.READ)
-    try:
-        pk = uuid.UUID(receipt_id)
-    except ValueError:
-        raise NotFound(f"erase receipt {receipt_id!r} not found", field="receipt_id") from None
-    receipt = await repository.get_receipt(db, pk, caller.tenant_id)
-    if receipt is None:
-        raise NotFound(f"erase receipt {receipt_id!r} not found", field="receipt_id")
-    target = {k: v for k, v in receipt.target.items() if k not in ("session_pk", "tenant_id")}
-    return EraseReceiptOut(
-        receipt_id=str(receipt.id),
-        session_id=receipt.session_external_id,
-        target=target,
-        status=receipt.status,  # type: ignore[arg-type]
-        stores=receipt.stores,
-        attempts=receipt.attempts,
-        requested_at=receipt.requested_at,
-        completed_at=receipt.completed_at,
+        db, caller, session_id, page, include_superseded=include_superseded
     )

@@ -6,7 +6,6 @@ the session as it was, and a rerun (the job is retried) computes the plan afresh
 moved twice.
 """
 
-import asyncio
 import time
 import uuid
 from collections import Counter
@@ -18,22 +17,17 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.cache import Cache
 from app.core.config import Settings
+from app.core.cpu import off_loop
 from app.core.text import terms, terms_document
-from app.core.tokens import REPLY_PRIMING_TOKENS, count_tokens, message_tokens
+from app.core.tokens import count_tokens, message_tokens
 from app.db.models import Session
+from app.domain.records import TurnRecord
 from app.jobs.queue import TaskName, enqueue, session_lock
 from app.offload import repository
 from app.offload.chunking import ChunkDraft, ChunkingConfig, chunk_turns
-from app.offload.policy import select_offload, usage_ratio
+from app.offload.policy import select_offload
 from app.sessions import repository as sessions_repository
-from app.sessions.domain import TurnRecord
-from app.sessions.service import (
-    c0_tokens,
-    effective_config,
-    to_record,
-    watermark_config,
-    write_session,
-)
+from app.sessions.service import session_budget, to_record, write_session
 
 
 @dataclass(frozen=True)
@@ -86,31 +80,36 @@ def chunk_row(
     }
 
 
-@dataclass(frozen=True)
-class NewChunk:
-    draft: ChunkDraft
-    id: uuid.UUID
-    row: dict[str, object]
+async def write_chunks(
+    db: AsyncSession, settings: Settings, session: Session, turns: Sequence[TurnRecord]
+) -> list[uuid.UUID]:
+    """Chunk consecutive live `turns`, store the chunks and mark the turns as covered by them
+    (the offload, and the re-chunk of what a forget left of a chunk). Returns the chunk ids.
 
+    Chunking and the rows' term statistics run off the event loop for long text (`off_loop`)."""
 
-async def chunk_rows(
-    turns: Sequence[TurnRecord],
-    settings: Settings,
-    tenant_id: uuid.UUID,
-    session_pk: uuid.UUID,
-) -> list[NewChunk]:
-    """Chunk `turns` and build each chunk's row (with a new id), in a worker thread: a long
-    turn costs real CPU time, which must not stall the event loop serving other requests."""
-
-    def build() -> list[NewChunk]:
+    def build() -> tuple[list[ChunkDraft], list[uuid.UUID], list[dict[str, object]]]:
         drafts = chunk_turns(turns, chunking_config(settings))
         ids = [uuid.uuid4() for _ in drafts]
-        return [
-            NewChunk(d, cid, chunk_row(d, cid, tenant_id, session_pk))
+        rows = [
+            chunk_row(d, cid, session.tenant_id, session.id)
             for d, cid in zip(drafts, ids, strict=True)
         ]
+        return drafts, ids, rows
 
-    return await asyncio.to_thread(build)
+    drafts, chunk_ids, rows = await off_loop(build, chars=sum(len(t.content) for t in turns))
+    await repository.insert_chunks(db, rows)
+    # Pieces of one split turn share its seq: the turn is covered by the first piece; the others
+    # are marked copies (part > 1) that recall deduplicates.
+    marked = 0
+    for draft, chunk_id in zip(drafts, chunk_ids, strict=True):
+        if draft.part == 1:
+            marked += await sessions_repository.assign_turns(
+                db, session.id, chunk_id, draft.turn_first, draft.turn_last
+            )
+    if marked != len(turns):
+        raise RuntimeError(f"chunks cover {marked} turns, expected {len(turns)}")
+    return chunk_ids
 
 
 async def offload_session(
@@ -127,55 +126,39 @@ async def offload_session(
     session = await sessions_repository.lock_session_by_pk(db, session_pk)
     if session is None:
         return None  # deleted since the job was enqueued
-    wm = watermark_config(effective_config(settings, session))
-    ratio_before = usage_ratio(
-        c0_tokens(settings, session) + session.c2_tokens + REPLY_PRIMING_TOKENS + session.c1_tokens,
-        wm,
-    )
+    budget = session_budget(settings, session)
     # Plan as if the notes were already at their cap: the notes job that follows this offload
     # may grow them, and the session must still be at the target once it has.
-    notes_reserve = max(session.c2_tokens, message_tokens("system", "") + settings.notes.max_tokens)
-    fixed = c0_tokens(settings, session) + notes_reserve + REPLY_PRIMING_TOKENS
+    notes_cap = message_tokens("system", "") + settings.notes.max_tokens
+    planning = budget.with_counters(c2=max(budget.c2, notes_cap))
     window = [to_record(t) for t in await sessions_repository.window_turns(db, session.id)]
-    plan = select_offload(window, fixed, wm, until_tokens=until_tokens)
+    plan = select_offload(
+        window,
+        fixed_tokens=planning.fixed_tokens,
+        goal=planning.offload_goal() if until_tokens is None else until_tokens,
+        floor=budget.recent_floor(),
+    )
     if not plan.turns:
-        await write_session(db, cache, session, offload_armed=ratio_before < wm.trigger_ratio)
+        await write_session(db, cache, session, offload_armed=budget.armed_after_offload())
         return None
 
-    chunks = await chunk_rows(plan.turns, settings, session.tenant_id, session.id)
-    drafts = [c.draft for c in chunks]
-    chunk_ids = [c.id for c in chunks]
-    await repository.insert_chunks(db, [c.row for c in chunks])
-    # Pieces of one split turn share its seq: the turn is covered by the first piece; the others
-    # are marked copies (part > 1) that recall deduplicates.
-    marked = 0
-    for draft, chunk_id in zip(drafts, chunk_ids, strict=True):
-        if draft.part == 1:
-            marked += await repository.assign_turns(
-                db, session.id, chunk_id, draft.turn_first, draft.turn_last
-            )
-    if marked != len(plan.turns):
-        raise RuntimeError(f"offload marked {marked} turns, planned {len(plan.turns)}")
-
+    chunk_ids = await write_chunks(db, settings, session, plan.turns)
     now = datetime.now(UTC)
-    c1_tokens = session.c1_tokens - plan.tokens_freed
-    ratio_after = usage_ratio(
-        c0_tokens(settings, session) + session.c2_tokens + REPLY_PRIMING_TOKENS + c1_tokens, wm
-    )
+    after = budget.with_counters(c1=budget.c1 - plan.tokens_freed)
     await write_session(
         db,
         cache,
         session,
         offloaded_until_seq=plan.turns[-1].seq,
-        c1_tokens=c1_tokens,
+        c1_tokens=after.c1,
         c1_turns=session.c1_turns - len(plan.turns),
-        chunk_count=session.chunk_count + len(drafts),
+        chunk_count=session.chunk_count + len(chunk_ids),
         chunks_version=Session.chunks_version + 1,
         last_offload_at=now,
-        offload_armed=ratio_after < wm.trigger_ratio,
+        offload_armed=after.armed_after_offload(),
     )
     lock = session_lock(session.id)
-    await enqueue(db, TaskName.EMBED_CHUNKS, {"chunk_ids": [str(c) for c in chunk_ids]})
+    await enqueue(db, TaskName.EMBED_CHUNKS, {"chunk_ids": [str(c) for c in chunk_ids]}, lock=lock)
     await enqueue(
         db,
         TaskName.REFRESH_NOTES,
@@ -188,10 +171,10 @@ async def offload_session(
         tenant_id=session.tenant_id,
         session_id=session.id,
         trigger=trigger,
-        trigger_ratio=ratio_before,
-        ratio_after=ratio_after,
+        trigger_ratio=budget.ratio(),
+        ratio_after=after.ratio(),
         tokens_freed=plan.tokens_freed,
-        chunks_offloaded=len(drafts),
+        chunks_offloaded=len(chunk_ids),
         turn_first=plan.turns[0].seq,
         turn_last=plan.turns[-1].seq,
         turns=len(plan.turns),
@@ -200,10 +183,10 @@ async def offload_session(
     return OffloadResult(
         session_pk=session.id,
         turns_moved=len(plan.turns),
-        chunks_written=len(drafts),
+        chunks_written=len(chunk_ids),
         tokens_freed=plan.tokens_freed,
-        ratio_before=ratio_before,
-        ratio_after=ratio_after,
+        ratio_before=budget.ratio(),
+        ratio_after=after.ratio(),
         floor_limited=plan.floor_limited,
         chunk_ids=tuple(chunk_ids),
     )

@@ -5,13 +5,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 
-from app.auth.deps import CallerDep
+from app.auth.deps import ReadCaller
 from app.auth.schemas import Scope
 from app.auth.service import require_scope
 from app.core.deps import ContextDep, DbDep
 from app.core.errors import (
     COMMON_ERRORS,
     BudgetExceeded,
+    InvalidBuildId,
+    InvalidInput,
     NotFound,
     PayloadTooLarge,
     RequestTimeout,
@@ -26,7 +28,9 @@ from app.prompt.service import build_prompt as build_prompt_service
 from app.sessions.endpoints import SessionIdPath
 from app.sessions.service import require_session
 
-router = APIRouter(prefix="/v1/sessions", tags=["prompt"], responses=COMMON_ERRORS)
+router = APIRouter(
+    prefix="/v1/sessions", tags=["prompt"], responses=error_responses(*COMMON_ERRORS)
+)
 
 
 @router.post(
@@ -40,29 +44,22 @@ router = APIRouter(prefix="/v1/sessions", tags=["prompt"], responses=COMMON_ERRO
         "`budget_exceeded` with the figures. The manifest lists every candidate fragment, "
         "included or not, and why.",
         Rule(
-            422,
-            "budget_exceeded",
+            BudgetExceeded,
             "the system prompt, tools and query fit within context_limit - reserve_tokens",
         ),
-        Rule(422, "invalid_input", "append needs a query; reserve_tokens < context_limit"),
+        Rule(InvalidInput, "append needs a query; reserve_tokens < context_limit"),
         *BODY_RULES,
-        Rule(
-            413,
-            "payload_too_large",
-            "with append, the query is a turn within "
-            "limits.max_turn_bytes; a body within limits.max_body_bytes",
-        ),
+        Rule(PayloadTooLarge, "with append, the query is a turn within limits.max_turn_bytes"),
     ),
-    responses=error_responses(BudgetExceeded, PayloadTooLarge, RequestTimeout),
+    responses=error_responses(*COMMON_ERRORS, BudgetExceeded, PayloadTooLarge, RequestTimeout),
 )
 async def build_prompt(
     session_id: SessionIdPath,
     body: BuildPromptRequest,
-    caller: CallerDep,
+    caller: ReadCaller,
     db: DbDep,
     context: ContextDep,
 ) -> BuildPromptResponse:
-    require_scope(caller, Scope.READ)
     if body.append:
         require_scope(caller, Scope.WRITE)
     return await build_prompt_service(db, context, caller, session_id, body)
@@ -70,6 +67,7 @@ async def build_prompt(
 
 @router.get(
     "/{session_id}/builds/{build_id}",
+    responses=error_responses(*COMMON_ERRORS, InvalidBuildId),
     operation_id="get_build",
     summary="Read a stored build manifest",
     description="Builds made with `persist_manifest: true` (or the persist setting), kept up to "
@@ -78,10 +76,9 @@ async def build_prompt(
 async def get_build(
     session_id: SessionIdPath,
     build_id: Annotated[uuid.UUID, Path()],
-    caller: CallerDep,
+    caller: ReadCaller,
     db: DbDep,
 ) -> dict[str, Any]:
-    require_scope(caller, Scope.READ)
     session = await require_session(db, caller, session_id)
     build = await repository.get_build(db, session.id, build_id)
     if build is None:

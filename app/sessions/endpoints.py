@@ -2,24 +2,25 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query, Response, status
+from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 
-from app.auth.deps import CallerDep
-from app.auth.schemas import Scope
-from app.auth.service import require_scope
+from app.auth.deps import ReadCaller, WriteCaller
 from app.core.deps import CacheDep, DbDep, SettingsDep
 from app.core.errors import (
     COMMON_ERRORS,
     Conflict,
+    DuplicateToolResult,
+    InvalidInput,
+    MissingToolCallId,
     PayloadTooLarge,
     RequestTimeout,
     Rule,
+    UnknownToolCall,
     error_responses,
     with_rules,
 )
-from app.core.input import BIGINT_MAX, BODY_RULES
-from app.core.pagination import BIGINT_KEY, cursor_pattern
-from app.memory.schemas import SessionErased
+from app.core.input import BODY_RULES
+from app.core.pagination import BIGINT_KEY, CURSOR_VALUE_MAX, Page, page_params
 from app.sessions import service
 from app.sessions.schemas import (
     SESSION_ID_PATTERN,
@@ -31,7 +32,9 @@ from app.sessions.schemas import (
     TurnPage,
 )
 
-router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=COMMON_ERRORS)
+router = APIRouter(
+    prefix="/v1/sessions", tags=["sessions"], responses=error_responses(*COMMON_ERRORS)
+)
 
 SessionIdPath = Annotated[
     str,
@@ -52,42 +55,46 @@ SessionIdPath = Annotated[
         "Returns each turn's `seq` and token count, the session's usage and watermark. "
         "With `Idempotency-Key`, a replay returns the first response and writes nothing.",
         Rule(
-            422,
-            "invalid_input",
+            InvalidInput,
             "only tool turns carry a tool_call_id, only assistant turns "
             "carry tool_calls, and a turn without tool_calls needs content",
         ),
-        Rule(422, "missing_tool_call_id", "a tool turn names the tool_call_id it answers"),
+        Rule(MissingToolCallId, "a tool turn names the tool_call_id it answers"),
         Rule(
-            422,
-            "unknown_tool_call",
+            UnknownToolCall,
             "a tool result answers a call that an assistant turn of "
             "this request or of the session issued",
         ),
-        Rule(422, "duplicate_tool_result", "one result per tool call"),
+        Rule(DuplicateToolResult, "one result per tool call"),
         *BODY_RULES,
         Rule(
-            413,
-            "payload_too_large",
+            PayloadTooLarge,
             "content + tool calls + metadata of a turn within "
             "limits.max_turn_bytes, metadata within limits.max_metadata_bytes, at most "
-            "limits.max_turns_per_request turns, a body within limits.max_body_bytes",
+            "limits.max_turns_per_request turns",
         ),
     ),
     status_code=status.HTTP_201_CREATED,
-    responses=error_responses(PayloadTooLarge, Conflict, RequestTimeout),
+    responses=error_responses(
+        *COMMON_ERRORS,
+        MissingToolCallId,
+        UnknownToolCall,
+        DuplicateToolResult,
+        PayloadTooLarge,
+        Conflict,
+        RequestTimeout,
+    ),
 )
 async def append_turns(
     session_id: SessionIdPath,
     body: AppendTurnsRequest,
-    caller: CallerDep,
+    caller: WriteCaller,
     db: DbDep,
     settings: SettingsDep,
     cache: CacheDep,
     response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
 ) -> AppendTurnsResponse:
-    require_scope(caller, Scope.WRITE)
     outcome = await service.append_turns(
         db, caller, settings, cache, session_id, body, idempotency_key
     )
@@ -104,27 +111,13 @@ async def append_turns(
 )
 async def list_turns(
     session_id: SessionIdPath,
-    caller: CallerDep,
+    caller: ReadCaller,
     db: DbDep,
-    settings: SettingsDep,
-    limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    cursor: Annotated[
-        str | None,
-        Query(pattern=cursor_pattern(BIGINT_KEY), description="next_cursor of the last page"),
-    ] = None,
-    since_seq: Annotated[int | None, Query(ge=0, le=BIGINT_MAX)] = None,
+    page: Annotated[Page, Depends(page_params(BIGINT_KEY))],
+    since_seq: Annotated[int | None, Query(ge=0, le=CURSOR_VALUE_MAX)] = None,
     role: Role | None = None,
 ) -> TurnPage:
-    require_scope(caller, Scope.READ)
-    return await service.list_turns(
-        db,
-        caller,
-        session_id,
-        limit=min(limit, settings.limits.max_page_size),
-        cursor=cursor,
-        since_seq=since_seq,
-        role=role,
-    )
+    return await service.list_turns(db, caller, session_id, page, since_seq=since_seq, role=role)
 
 
 @router.get(
@@ -135,12 +128,11 @@ async def list_turns(
 )
 async def get_session(
     session_id: SessionIdPath,
-    caller: CallerDep,
+    caller: ReadCaller,
     db: DbDep,
     settings: SettingsDep,
     cache: CacheDep,
 ) -> SessionOut:
-    require_scope(caller, Scope.READ)
     return await service.session_view(db, caller, settings, cache, session_id)
 
 
@@ -151,43 +143,21 @@ async def get_session(
     **with_rules(
         "Set per-session budget, floors and recall defaults; creates the session if new.",
         Rule(
-            422,
-            "invalid_input",
+            InvalidInput,
             "0 < target_ratio < trigger_ratio <= emergency_ratio <= 1 "
             "and reserve_tokens < context_limit, with unset fields taken from the session",
         ),
         *BODY_RULES,
-        Rule(413, "payload_too_large", "metadata within limits.max_metadata_bytes as JSON"),
+        Rule(PayloadTooLarge, "metadata within limits.max_metadata_bytes as JSON"),
     ),
-    responses=error_responses(PayloadTooLarge, RequestTimeout),
+    responses=error_responses(*COMMON_ERRORS, PayloadTooLarge, RequestTimeout),
 )
 async def configure_session(
     session_id: SessionIdPath,
     body: SessionConfigUpdate,
-    caller: CallerDep,
+    caller: WriteCaller,
     db: DbDep,
     settings: SettingsDep,
     cache: CacheDep,
 ) -> SessionOut:
-    require_scope(caller, Scope.WRITE)
     return await service.update_session(db, caller, settings, cache, session_id, body)
-
-
-@router.delete(
-    "/{session_id}",
-    operation_id="delete_session",
-    summary="Delete a session",
-    description=(
-        "Tombstones the session at once (from then on it is a 404 and its id can be reused) and "
-        "enqueues the job that erases its turns, chunks, embeddings, notes, memories and cached "
-        "copies. 202 with the erase receipt id; follow it at `GET /v1/erase-receipts/{id}`."
-    ),
-    status_code=status.HTTP_202_ACCEPTED,
-)
-async def delete_session(
-    session_id: SessionIdPath, caller: CallerDep, db: DbDep, cache: CacheDep, response: Response
-) -> SessionErased:
-    require_scope(caller, Scope.WRITE)
-    receipt_id = await service.delete_session(db, caller, cache, session_id)
-    response.headers["Location"] = f"/v1/erase-receipts/{receipt_id}"
-    return SessionErased(session_id=session_id, erase_receipt_id=receipt_id)

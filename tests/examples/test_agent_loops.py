@@ -18,6 +18,8 @@ from tests.support.loopback import LoopbackServer, loopback_server
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import wait_for
 
+OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
+
 MODEL = "fake-chat-1"
 SMALL_WINDOW = {
     "context_limit": 3000,
