@@ -1,10 +1,11 @@
-"""Sessions and turns: append (watermark check, offload enqueue), list, configure, delete."""
+"""Sessions and turns: append (watermark check, offload enqueue), list, configure, and the
+repair of a session's counters from its rows."""
 
 import hashlib
 import json
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -37,7 +38,9 @@ from app.domain.budget import (
 from app.domain.records import TurnRecord
 from app.jobs.queue import enqueue_offload
 from app.memory import repository as memory_repository
+from app.offload.repository import active_chunk_count
 from app.sessions import repository
+from app.sessions.repository import Counters
 from app.sessions.schemas import (
     AppendedTurn,
     AppendTurnsRequest,
@@ -430,3 +433,37 @@ async def update_session(
         db, caller.tenant_id, session_id, session.user_id
     )
     return _build_view(settings, session, memories)
+
+
+@dataclass(frozen=True)
+class CounterRepair:
+    session_pk: uuid.UUID
+    stored: Counters
+    counted: Counters
+
+
+async def repair_counters(
+    db: AsyncSession, settings: Settings, cache: Cache, session_pk: uuid.UUID
+) -> CounterRepair | None:
+    """Recount the session's counters from its rows under the session lock; when they drifted,
+    store the recount (and the watermark state it implies) and log the drift."""
+    session = await repository.lock_session_by_pk(db, session_pk)
+    if session is None:
+        return None
+    counted = await repository.recount(db, session_pk, active_chunk_count)
+    stored = Counters(session.c1_tokens, session.c1_turns, session.turn_count, session.chunk_count)
+    if counted == stored:
+        return None
+    session.c1_tokens, session.c1_turns = counted.c1_tokens, counted.c1_turns
+    session.turn_count, session.chunk_count = counted.turn_count, counted.chunk_count
+    observation = await observe_watermark(db, session_budget(settings, session), session)
+    await write_session(db, cache, session, **asdict(counted), offload_armed=observation.armed)
+    logger.warning(
+        "session counters drifted from the rows; repaired",
+        extra={
+            "session": session.external_id,
+            "stored": asdict(stored),
+            "counted": asdict(counted),
+        },
+    )
+    return CounterRepair(session_pk, stored, counted)
