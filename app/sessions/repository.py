@@ -329,7 +329,8 @@ def usage_ratio_sql(defaults: BudgetConfig) -> ColumnElement[float]:
 
 
 def _over_trigger(defaults: BudgetConfig) -> ColumnElement[bool]:
-    return usage_ratio_sql(defaults) >= _configured("trigger_ratio", defaults.trigger_ratio, Float)
+    trigger: ColumnElement[float] = _configured("trigger_ratio", defaults.trigger_ratio, Float)
+    return usage_ratio_sql(defaults) >= trigger
 
 
 async def sessions_over_watermark(
