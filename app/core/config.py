@@ -69,6 +69,15 @@ class DatabaseSettings(BaseModel):
     idempotency_ttl_hours: int = Field(
         24, gt=0, description="how long Idempotency-Key replays hold"
     )
+    statement_timeout_seconds: float = Field(
+        60.0, gt=0, description="PostgreSQL cancels any one statement running longer (503)"
+    )
+    lock_timeout_seconds: float = Field(
+        10.0, gt=0, description="a statement waiting longer for a row or table lock fails (503)"
+    )
+    idle_in_transaction_timeout_seconds: float = Field(
+        60.0, gt=0, description="PostgreSQL ends a session idle this long inside a transaction"
+    )
 
 
 class OffloadSettings(BaseModel):
@@ -132,7 +141,25 @@ class RecallSettings(BaseModel):
         1.5, gt=0, description="LLM rewrite budget; on expiry the rule rewrite is used"
     )
     emergency_offload_timeout_seconds: float = Field(
-        5.0, gt=0, description="an inline offload in build-prompt gives up after this"
+        2.0,
+        gt=0,
+        description="an inline offload in build-prompt waits at most this for the session lock "
+        "and for each statement, then gives up (`emergency_offload_failed`)",
+    )
+    query_embed_timeout_seconds: float = Field(
+        0.5,
+        gt=0,
+        description="budget of the query embedding in recall; on expiry lexical recall only "
+        "(`vector_unavailable`)",
+    )
+    embedder_breaker_failures: int = Field(
+        3, gt=0, description="consecutive query-embedding failures that open the circuit breaker"
+    )
+    embedder_breaker_cooldown_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="while open, recall skips the embedder (`embedder_circuit_open`); then one "
+        "call tries it again",
     )
     lexical_index_cache_sessions: int = Field(
         256, ge=0, description="per-process BM25 indexes kept (one per session)"

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from app.core.breaker import CircuitBreaker
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import create_engine, create_sessionmaker
@@ -31,6 +32,7 @@ class AppContext:
     lexical_indexes: VersionedLRU[Any]
     metrics: Metrics  # this instance's Prometheus registry (shared by API and worker in `dev`)
     rate_limiter: RateLimiter  # per-minute limits: Redis, else counted in this process
+    query_embedder: CircuitBreaker  # skips the embedder in recall while it keeps failing
     embedder: Embedder | None = None  # set by `start_embedder`; None means lexical recall only
 
     @classmethod
@@ -46,6 +48,10 @@ class AppContext:
             lexical_indexes=VersionedLRU(settings.recall.lexical_index_cache_sessions),
             metrics=metrics or Metrics(),
             rate_limiter=RateLimiter(cache),
+            query_embedder=CircuitBreaker(
+                settings.recall.embedder_breaker_failures,
+                settings.recall.embedder_breaker_cooldown_seconds,
+            ),
         )
 
     async def start_embedder(self) -> None:

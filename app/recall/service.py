@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppContext
 from app.core.cpu import off_loop
+from app.core.db import release
 from app.core.text import terms
 from app.db.models import Chunk, Session
 from app.domain.records import RecalledItem
@@ -159,15 +160,36 @@ async def _lexical(
     return dict(index.score(query_terms, top_n=limit))
 
 
-async def _query_vector(context: AppContext, query: str) -> list[float]:
+async def _query_vector(
+    context: AppContext, query: str, fallbacks: list[str]
+) -> list[float] | None:
+    """The query's embedding within its time budget, or None (lexical recall only, flagged
+    `vector_unavailable`). After repeated failures or timeouts the circuit breaker skips the
+    embedder for a while (`embedder_circuit_open` too), so a hanging embedder costs each build
+    nothing rather than its whole budget."""
     embedder = context.embedder
-    assert embedder is not None
+    if embedder is None:
+        fallbacks.append("vector_unavailable")
+        return None
     digest = hashlib.sha256(query.encode()).hexdigest()
     key = context.cache.key("qemb", embedder.name, digest)
     cached = await context.cache.get_json(key)
     if cached is not None:
         return list(cached)
-    vector: list[float] = (await embedder.embed_queries([query]))[0].tolist()
+    breaker = context.query_embedder
+    if not breaker.allow():
+        fallbacks.extend(["vector_unavailable", "embedder_circuit_open"])
+        return None
+    try:
+        async with asyncio.timeout(context.settings.recall.query_embed_timeout_seconds):
+            embedded = await embedder.embed_queries([query])
+        vector: list[float] = embedded[0].tolist()
+    except (TimeoutError, EmbedderUnavailable) as exc:
+        breaker.failed()
+        logger.warning("query embedding unavailable, lexical only: %s", type(exc).__name__)
+        fallbacks.append("vector_unavailable")
+        return None
+    breaker.succeeded()
     await context.cache.set_json(key, vector, ttl=24 * 3600)
     return vector
 
@@ -241,7 +263,11 @@ async def recall(
     window_seqs: Collection[int] = frozenset(),
     include_memories: bool = True,
 ) -> RecallOutcome:
-    """Ranked history relevant to `query` (chunks, and remembered items when asked)."""
+    """Ranked history relevant to `query` (chunks, and remembered items when asked).
+
+    The network waits (LLM rewrite, query embedding, HTTP rerank) happen outside any
+    transaction: recall ends the caller's transaction before each (`release`), so callers
+    call it with nothing left to write."""
     clock = _Clock()
     fallbacks: list[str] = []
     rewritten, query_terms = await off_loop(
@@ -249,12 +275,15 @@ async def recall(
         chars=len(query) + sum(len(turn) for turn in recent_turns),
     )
     clock.lap("rewrite")
+    await release(db)
     llm_query = await _llm_query(context, query, recent_turns, fallbacks)
     if llm_query is not None:
         rewritten = replace(rewritten, rewritten=llm_query)
         query_terms = weighted_terms(query, rewritten, llm_query)
     if context.settings.recall.rewrite_llm_base_url:
         clock.lap("rewrite_llm")
+    qvec = await _query_vector(context, llm_query or embedding_query(query, rewritten), fallbacks)
+    clock.lap("embed")
 
     exact = await repository.exact_hits(
         db, session.id, [*rewritten.ids, *rewritten.quoted], candidates
@@ -264,17 +293,13 @@ async def recall(
     clock.lap("lexical")
 
     vector: dict[str, float] = {}
-    if context.embedder is None:
-        fallbacks.append("vector_unavailable")
-    else:
+    if qvec is not None and context.embedder is not None:
         try:
-            qvec = await _query_vector(context, llm_query or embedding_query(query, rewritten))
-            clock.lap("embed")
             async with db.begin_nested():
                 vector = await repository.nearest_chunks(
                     db, session.id, context.embedder.name, context.embedder.dim, qvec, candidates
                 )
-        except (EmbedderUnavailable, SQLAlchemyError) as exc:
+        except SQLAlchemyError as exc:
             logger.warning("vector recall unavailable, lexical only: %s", exc)
             fallbacks.append("vector_unavailable")
         clock.lap("vector")
@@ -338,6 +363,8 @@ async def recall(
         for f in fused
         if f.id in fields
     ]
+    if context.settings.recall.rerank_url:
+        await release(db)  # the cross-encoder is a network wait
     scored = await _rerank(context, rewritten, rerank_input, session.last_seq, fallbacks)
     clock.lap("rerank")
 
