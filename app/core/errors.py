@@ -121,14 +121,43 @@ def _validation_code(error: dict[str, Any]) -> str:
     return "invalid_input"
 
 
+def _unreadable_body(
+    request: Request, error: dict[str, Any], body: Any
+) -> tuple[int, ErrorResponse] | None:
+    """A body that is not JSON at all: say why and where, instead of a type error or a character
+    offset posing as a field name. None for every other validation error."""
+    if error.get("type") == "json_invalid" and isinstance(body, str):
+        pos = int(error["loc"][-1])
+        line = body.count("\n", 0, pos) + 1
+        column = pos - (body.rfind("\n", 0, pos) + 1) + 1
+        reason = (error.get("ctx") or {}).get("error", "invalid JSON")
+        message = f"malformed JSON at line {line}, column {column} (character {pos}): {reason}"
+        return 422, ErrorResponse(
+            error=ErrorBody(code="malformed_json", message=message, field="body")
+        )
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    is_json = content_type == "application/json" or content_type.endswith("+json")
+    if tuple(error.get("loc", ())) == ("body",) and isinstance(body, bytes) and not is_json:
+        sent = f"as {content_type!r}" if content_type else "without a Content-Type header"
+        message = f"the body was sent {sent}; send JSON with 'Content-Type: application/json'"
+        return 415, ErrorResponse(
+            error=ErrorBody(code="unsupported_media_type", message=message, field="Content-Type")
+        )
+    return None
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ContextdError)
     async def _contextd_error(_: Request, exc: ContextdError) -> JSONResponse:
         return JSONResponse(status_code=exc.status_code, content=exc.body())
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
+        unreadable = _unreadable_body(request, first, exc.body)
+        if unreadable is not None:
+            status, body = unreadable
+            return JSONResponse(status_code=status, content=body.model_dump(exclude_none=True))
         err = InvalidInput(
             str(first.get("msg", "invalid request")),
             field=_loc_to_field(tuple(first.get("loc", ()))),
