@@ -15,6 +15,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,8 @@ from typing import TYPE_CHECKING
 from app.core.config import Settings, load_settings
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from app.embedded import EmbeddedStack
 
 OPENAPI_PATH = Path(__file__).resolve().parents[1] / "openapi" / "openapi.json"
@@ -124,9 +127,11 @@ async def _serve(
     with_api: bool = True,
     server_box: dict[str, object] | None = None,
     sock: socket.socket | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
     """Serve the API and/or a worker in this loop; `server_box` exposes the server to stop it;
-    `sock`: an already bound listening socket (see `bind_port`)."""
+    `sock`: an already bound socket (see `bind_port`); `on_ready` runs once the API accepts
+    requests (its lifespan done)."""
     import uvicorn
 
     from app.core.context import AppContext
@@ -152,6 +157,8 @@ async def _serve(
             server = uvicorn.Server(config)
             if server_box is not None:
                 server_box["server"] = server
+            if on_ready is not None:
+                tasks.append(asyncio.create_task(_when_started(server, on_ready)))
             await server.serve(sockets=[sock] if sock is not None else None)
         else:
             await asyncio.gather(*tasks)
@@ -163,13 +170,20 @@ async def _serve(
             await worker_context.aclose()
 
 
+async def _when_started(server: "uvicorn.Server", action: Callable[[], None]) -> None:
+    while not server.started:
+        await asyncio.sleep(0.05)
+    action()
+
+
 def cmd_dev(args: argparse.Namespace) -> None:
     from app.embedded import EmbeddedStack
 
     started = time.monotonic()
     base = load_settings()
     port = args.port or base.port
-    already = running_dev(base.data_dir)
+    embedded = not base.database_url or not base.redis_url
+    already = running_dev(base.data_dir) if embedded else None
     sock = bind_port(base.host, port)
     if already is not None:
         sock.close()
@@ -180,7 +194,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
         )
     stack = None
     overrides: dict[str, object] = {"auth_disabled": not args.auth, "port": port}
-    if not base.database_url or not base.redis_url:
+    if embedded:
         stack = EmbeddedStack(base.data_dir).start()
         overrides["database_url"] = base.database_url or stack.database_url
         overrides["redis_url"] = base.redis_url or stack.redis_url
@@ -190,23 +204,27 @@ def cmd_dev(args: argparse.Namespace) -> None:
     try:
         cmd_migrate(settings)
         url = f"http://{settings.host}:{settings.port}"
-        state = DevState(os.getpid(), url, settings.database_url or "", settings.redis_url or "")
-        state_file.write_text(json.dumps(state.__dict__))
-        print(f"contextd dev ready in {time.monotonic() - started:.1f}s")
-        print(f"  API   {url}/v1   docs {url}/docs   data {base.data_dir.resolve()}")
-        print(f"  see   {url}/inspect (sessions, watermark, notes, chunks, builds)   MCP {url}/mcp")
-        if settings.auth_disabled:
-            print("  auth  DISABLED (dev on loopback): no Authorization header needed")
-        else:
-            print("  auth  send 'Authorization: Bearer <key>' (create one: contextd keys create)")
-        sys.stdout.flush()
-        asyncio.run(_serve(settings, with_worker=True, sock=sock))
+        if stack is not None:  # other commands of this directory join this stack
+            urls = (settings.database_url or "", settings.redis_url or "")
+            state_file.write_text(json.dumps(DevState(os.getpid(), url, *urls).__dict__))
+
+        def banner() -> None:
+            print(f"contextd dev ready in {time.monotonic() - started:.1f}s")
+            print(f"  API   {url}/v1   docs {url}/docs   data {base.data_dir.resolve()}")
+            print(f"  see   {url}/inspect (sessions, watermark, notes, chunks)   MCP {url}/mcp")
+            if settings.auth_disabled:
+                print("  auth  DISABLED (dev on loopback): no Authorization header needed")
+            else:
+                print("  auth  'Authorization: Bearer <key>' (create one: contextd keys create)")
+            sys.stdout.flush()
+
+        asyncio.run(_serve(settings, with_worker=True, sock=sock, on_ready=banner))
     except KeyboardInterrupt:
         pass
     finally:
         sock.close()
-        state_file.unlink(missing_ok=True)
         if stack is not None:
+            state_file.unlink(missing_ok=True)
             stack.stop()
         print("contextd dev stopped")
 
