@@ -12,6 +12,7 @@ from app.core.errors import install_error_handlers
 from app.core.observability import Metrics, RequestContextMiddleware
 from app.core.observability import router as metrics_router
 from app.core.tokens import encoding
+from app.inspect.endpoints import router as inspect_router
 from app.mcp.server import McpEndpoint
 from app.memory.endpoints import router as memory_router
 from app.notes.endpoints import router as notes_router
@@ -55,5 +56,6 @@ def create_app(settings: Settings | None = None, metrics: Metrics | None = None)
     app.include_router(notes_router)
     app.include_router(memory_router)
     app.include_router(prompt_router)
+    app.include_router(inspect_router)
     app.router.routes.append(mcp.route())
     return app

@@ -353,6 +353,22 @@ async def get_receipt(
     ).scalar_one_or_none()
 
 
+async def session_receipts(
+    db: AsyncSession, tenant_id: uuid.UUID, session_external_id: str, limit: int
+) -> list[EraseReceipt]:
+    """The newest receipts of forgets (and deletes) in a session id, newest first."""
+    query = (
+        select(EraseReceipt)
+        .where(
+            EraseReceipt.tenant_id == tenant_id,
+            EraseReceipt.session_external_id == session_external_id,
+        )
+        .order_by(EraseReceipt.requested_at.desc())
+        .limit(limit)
+    )
+    return list((await db.execute(query)).scalars().all())
+
+
 async def count_attempt(db: AsyncSession, receipt_id: uuid.UUID) -> None:
     await db.execute(
         update(EraseReceipt)

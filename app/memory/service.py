@@ -15,7 +15,7 @@ from app.core.context import AppContext
 from app.core.errors import InvalidInput, RateLimited
 from app.core.text import lexical_document, terms
 from app.core.tokens import count_tokens
-from app.db.models import Memory, Session
+from app.db.models import EraseReceipt, Memory, Session
 from app.jobs.queue import TaskName, enqueue, pending_jobs, session_lock
 from app.memory import repository
 from app.memory.forget import forget
@@ -27,7 +27,14 @@ from app.memory.policy import (
     is_match,
     near_duplicate,
 )
-from app.memory.schemas import MemoryAnswer, MemoryList, MemoryOut, MemoryRequest, MemoryType
+from app.memory.schemas import (
+    EraseReceiptOut,
+    MemoryAnswer,
+    MemoryList,
+    MemoryOut,
+    MemoryRequest,
+    MemoryType,
+)
 from app.memory.tool import help_text, tool_definition
 from app.notes.repository import get_scratchpad
 from app.offload.service import offload_session
@@ -401,4 +408,19 @@ def memory_out(memory: Memory, session: Session) -> MemoryOut:
         supersedes=str(memory.supersedes) if memory.supersedes else None,
         session_id=session.external_id if memory.session_id == session.id else None,
         created_at=memory.created_at,
+    )
+
+
+def receipt_out(receipt: EraseReceipt) -> EraseReceiptOut:
+    """A receipt as callers see it (without the internal keys of its target)."""
+    target = {k: v for k, v in receipt.target.items() if k not in ("session_pk", "tenant_id")}
+    return EraseReceiptOut(
+        receipt_id=str(receipt.id),
+        session_id=receipt.session_external_id,
+        target=target,
+        status=receipt.status,  # type: ignore[arg-type]
+        stores=receipt.stores,
+        attempts=receipt.attempts,
+        requested_at=receipt.requested_at,
+        completed_at=receipt.completed_at,
     )

@@ -160,3 +160,20 @@ async def get_chunk(db: AsyncSession, session_pk: uuid.UUID, chunk_id: uuid.UUID
         Chunk.id == chunk_id, Chunk.session_id == session_pk, Chunk.status == "active"
     )
     return (await db.execute(query)).scalar_one_or_none()
+
+
+async def offload_events(db: AsyncSession, session_pk: uuid.UUID, limit: int) -> list[OffloadEvent]:
+    """The session's newest offload events, oldest first."""
+    newest = (
+        select(OffloadEvent)
+        .where(OffloadEvent.session_id == session_pk)
+        .order_by(OffloadEvent.created_at.desc(), OffloadEvent.id.desc())
+        .limit(limit)
+        .subquery()
+    )
+    query = (
+        select(OffloadEvent)
+        .join(newest, OffloadEvent.id == newest.c.id)
+        .order_by(OffloadEvent.created_at, OffloadEvent.id)
+    )
+    return list((await db.execute(query)).scalars().all())

@@ -36,3 +36,14 @@ async def get_build(
         PromptBuild.id == build_id, PromptBuild.session_id == session_pk
     )
     return (await db.execute(query)).scalar_one_or_none()
+
+
+async def recent_builds(db: AsyncSession, session_pk: uuid.UUID, limit: int) -> list[PromptBuild]:
+    """The newest stored build manifests of a session, newest first."""
+    query = (
+        select(PromptBuild)
+        .where(PromptBuild.session_id == session_pk)
+        .order_by(PromptBuild.created_at.desc(), PromptBuild.id.desc())
+        .limit(limit)
+    )
+    return list((await db.execute(query)).scalars().all())
