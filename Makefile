@@ -14,8 +14,8 @@ dev: $(BIN)/.installed  ## start the service on the embedded stack (http://127.0
 	$(BIN)/contextd dev
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check app tests migrations benchmarks examples
-	$(BIN)/ruff format --check app tests benchmarks examples
+	$(BIN)/ruff check app tests migrations benchmarks examples integrations
+	$(BIN)/ruff format --check app tests benchmarks examples integrations
 
 test: lint  ## every test, against real Postgres+pgvector and Valkey started by the test session
 	$(BIN)/pytest
