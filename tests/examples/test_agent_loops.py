@@ -45,6 +45,19 @@ def model() -> Iterator[LoopbackServer]:
         yield server
 
 
+def agent_env(
+    contextd: RunningServer, api_key: str, model: LoopbackServer, sid: str
+) -> dict[str, str]:
+    return {
+        "CONTEXTD_URL": contextd.url,
+        "CONTEXTD_API_KEY": api_key,
+        "OPENAI_BASE_URL": f"{model.url}/v1",
+        "OPENAI_API_KEY": "sk-fake",
+        "MODEL": MODEL,
+        "SESSION_ID": sid,
+    }
+
+
 def python_runner(messages: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(REPO / "examples" / "python" / "agent_loop.py")],
@@ -86,14 +99,7 @@ async def test_agent_loop_crosses_the_watermark_and_recalls_through_the_memory_t
     agent: Runner, contextd: RunningServer, model: LoopbackServer, api_key: str
 ) -> None:
     sid = "agent-loop"
-    env = {
-        "CONTEXTD_URL": contextd.url,
-        "CONTEXTD_API_KEY": api_key,
-        "OPENAI_BASE_URL": f"{model.url}/v1",
-        "OPENAI_API_KEY": "sk-fake",
-        "MODEL": MODEL,
-        "SESSION_ID": sid,
-    }
+    env = agent_env(contextd, api_key, model, sid)
     seen = len(model.requests)
     async with httpx.AsyncClient(
         base_url=contextd.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30
@@ -186,15 +192,7 @@ async def test_a_model_failure_is_retried_and_the_user_turn_stored_once(
 
     sid = "flaky-model"
     with loopback_server(flaky) as model:
-        env = {
-            "CONTEXTD_URL": contextd.url,
-            "CONTEXTD_API_KEY": api_key,
-            "OPENAI_BASE_URL": f"{model.url}/v1",
-            "OPENAI_API_KEY": "sk-fake",
-            "MODEL": MODEL,
-            "SESSION_ID": sid,
-        }
-        done = agent(["Hello once"], env)
+        done = agent(["Hello once"], agent_env(contextd, api_key, model, sid))
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"Noted: Hello once {FILLER}"] and len(calls) == 2
     async with httpx.AsyncClient(

@@ -20,21 +20,12 @@ from openai import AsyncOpenAI
 
 from app.core.config import Settings
 from tests.examples.fake_model import FILLER, chat_model
+from tests.examples.test_agent_loops import CHATTER, FIRST, MODEL, QUESTION, SMALL_WINDOW
 from tests.support.loopback import LoopbackServer, loopback_server
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import wait_for
 
 PACKAGE = Path(__file__).resolve().parents[2] / "integrations" / "openai_agents"
-MODEL = "fake-chat-1"
-SMALL_WINDOW = {
-    "context_limit": 3000,
-    "reserve_tokens": 300,
-    "min_recent_turns": 4,
-    "min_recent_tokens": 300,
-}
-FIRST = "My booking reference is LY-40917 and the budget is at most 120 EUR."
-CHATTER = [f"Step {i}: list the options for day {i} of the trip to Lyon." for i in range(1, 15)]
-QUESTION = "Recall: booking reference"
 NO_TRACES = RunConfig(tracing_disabled=True)  # offline: the SDK exports no traces
 
 
