@@ -255,7 +255,7 @@ def cmd_keys_create(settings: Settings, tenant: str, scopes: list[str]) -> None:
 
 def cmd_reembed(settings: Settings, batch_size: int | None) -> None:
     from app.core.context import AppContext
-    from app.embeddings.reembed import reembed
+    from app.offload.reembed import reembed
 
     async def _run() -> int:
         context = AppContext.create(settings)

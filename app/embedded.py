@@ -30,7 +30,9 @@ class EmbeddedStack:
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         pg_dir = (self.data_dir / "pg").resolve()
-        self._pg = pgserver.get_server(pg_dir, cleanup_mode="stop" if self.persist else "delete")
+        self._pg = pgserver.get_server(  # type: ignore[attr-defined]
+            pg_dir, cleanup_mode="stop" if self.persist else "delete"
+        )
         exists = self._pg.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")
         if "(1 row)" not in exists:
             self._pg.psql(f"CREATE DATABASE {DATABASE_NAME};")

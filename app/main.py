@@ -10,8 +10,8 @@ from app.core.config import Settings, load_settings
 from app.core.context import AppContext
 from app.core.errors import install_error_handlers
 from app.core.observability import Metrics, RequestContextMiddleware
-from app.core.observability import router as metrics_router
 from app.core.tokens import encoding
+from app.erasure.endpoints import router as erasure_router
 from app.inspect.endpoints import router as inspect_router
 from app.mcp.server import McpEndpoint
 from app.memory.endpoints import router as memory_router
@@ -49,12 +49,12 @@ def create_app(settings: Settings | None = None, metrics: Metrics | None = None)
     )
     install_error_handlers(app)
     app.add_middleware(RequestContextMiddleware)
-    app.include_router(metrics_router)
     app.include_router(health.router)
     app.include_router(sessions_router)
     app.include_router(offload_router)
     app.include_router(notes_router)
     app.include_router(memory_router)
+    app.include_router(erasure_router)
     app.include_router(prompt_router)
     app.include_router(inspect_router)
     app.router.routes.append(mcp.route())

@@ -8,8 +8,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.schemas import Caller
 from app.core.context import AppContext
-from app.core.tokens import REPLY_PRIMING_TOKENS
+from app.core.pagination import Page
 from app.db.models import Chunk, OffloadEvent, PromptBuild, Turn
+from app.domain.budget import REPLY_PRIMING_TOKENS
+from app.erasure import repository as erasure_repository
+from app.erasure.schemas import EraseReceiptOut
+from app.erasure.service import receipt_out
 from app.inspect.charts import (
     LineChart,
     OffloadMark,
@@ -19,16 +23,15 @@ from app.inspect.charts import (
     thin,
     watermark_series,
 )
-from app.memory import repository as memory_repository
-from app.memory.schemas import EraseReceiptOut, MemoryOut
-from app.memory.service import list_memories, receipt_out
+from app.memory.schemas import MemoryOut
+from app.memory.service import list_memories
 from app.notes.repository import get_scratchpad
 from app.notes.schemas import Notes
 from app.offload import repository as offload_repository
 from app.prompt import repository as prompt_repository
 from app.sessions import repository as sessions_repository
 from app.sessions.schemas import SessionOut
-from app.sessions.service import effective_config, require_session, session_view, usage_of
+from app.sessions.service import effective_config, require_session, session_budget, session_view
 
 SESSIONS_PER_PAGE = 50
 CHART_TURN_POINTS = 600
@@ -36,6 +39,7 @@ OFFLOADS_SHOWN = 500
 CHUNKS_SHOWN = 200
 WINDOW_TURNS_SHOWN = 200
 BUILDS_SHOWN = 10
+MEMORIES_SHOWN = 200
 RECEIPTS_SHOWN = 20
 
 
@@ -60,15 +64,15 @@ async def sessions_list(
     )
     out = []
     for session in rows[:SESSIONS_PER_PAGE]:
-        _, watermark, _ = usage_of(context.settings, session)
+        budget = session_budget(context.settings, session)
         out.append(
             SessionRow(
                 session_id=session.external_id,
                 user_id=session.user_id,
                 turns=session.turn_count,
                 chunks=session.chunk_count,
-                ratio=watermark.ratio,
-                level=watermark.level,
+                ratio=round(budget.ratio(), 4),
+                level=budget.level(),
                 last_offload_at=session.last_offload_at,
                 updated_at=session.updated_at,
             )
@@ -152,11 +156,15 @@ async def session_page(
         chunks=chunks[:CHUNKS_SHOWN],
         more_chunks=len(chunks) > CHUNKS_SHOWN,
         window=window[-WINDOW_TURNS_SHOWN:],
-        memories=(await list_memories(db, caller, session_id, include_superseded=True)).memories,
+        memories=(
+            await list_memories(
+                db, caller, session_id, Page(MEMORIES_SHOWN, None), include_superseded=True
+            )
+        ).memories,
         builds=await prompt_repository.recent_builds(db, session.id, BUILDS_SHOWN),
         receipts=[
             receipt_out(r)
-            for r in await memory_repository.session_receipts(
+            for r in await erasure_repository.session_receipts(
                 db, caller.tenant_id, session_id, RECEIPTS_SHOWN
             )
         ],

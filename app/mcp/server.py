@@ -37,7 +37,8 @@ LOOPBACK = TransportSecuritySettings(
 
 
 def _context(ctx: ServerRequestContext[Any, Any]) -> tuple[AppContext, Caller]:
-    request: Request = ctx.request
+    request = ctx.request
+    assert isinstance(request, Request)  # streamable HTTP hands every handler its request
     return request.app.state.context, request.state.caller
 
 

@@ -17,8 +17,8 @@ import httpx
 from pydantic import ValidationError
 
 from app.core.chat import ChatUnavailable, chat_json
+from app.domain.records import TurnRecord
 from app.notes.schemas import SECTION_NAMES, NoteItem, Notes, Source
-from app.sessions.domain import TurnRecord
 
 SYSTEM_PROMPT = """\
 You maintain structured task notes for an AI agent. The notes are read by a model, not a person.

@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.core.text import ENGLISH_STOPWORDS, terms
+from app.domain.records import TurnRecord
 from app.notes.policy import merge
 from app.notes.schemas import SECTION_NAMES, NoteItem, Notes, SectionName, Source
-from app.sessions.domain import TurnRecord
 
 _I, _CJK = re.IGNORECASE, "\u4e00-\u9fff"
 _SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")

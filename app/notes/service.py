@@ -16,6 +16,7 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.tokens import message_tokens
 from app.db.models import Memory, Session
+from app.memory import repository as memory_repository
 from app.notes import repository
 from app.notes.llm import NotesGenerationError, llm_extract
 from app.notes.policy import cap, merge, render_notes_block
@@ -69,7 +70,7 @@ async def compute_notes(
     rebuild = rebuild or pad.rebuild_pending or (every > 0 and (pad.version + 1) % every == 0)
     previous = Notes() if rebuild else Notes.model_validate(pad.notes or {})
     after = 0 if rebuild else pad.covers_until_seq
-    turns = [to_record(t) for t in await repository.offloaded_turns(db, session.id, after)]
+    turns = [to_record(t) for t in await sessions_repository.offloaded_turns(db, session.id, after)]
     covers = max([after, *(t.seq for t in turns)])
     generator = settings.notes.generator
     try:
@@ -92,7 +93,7 @@ async def compute_notes(
     except NotesGenerationError:
         return NotesDraft(session, pad.version, pad.covers_until_seq, None, generator)
     notes = notes.with_section(
-        "remembered", memory_items(await repository.visible_memories(db, session))
+        "remembered", memory_items(await memory_repository.visible_memories(db, session))
     )
     return NotesDraft(
         session, pad.version, covers, cap(notes, settings.notes.max_tokens, generator), generator

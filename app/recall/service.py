@@ -1,5 +1,6 @@
-"""The recall chain: rewrite → exact hits → embed → wide recall (BM25 + vector) → RRF → rerank →
-drop what is already in the window and duplicates. Callers then cut to k and a token budget.
+"""The recall chain: rewrite → exact hits → embed → wide recall (BM25 + vector) → fusion
+(`app.recall.fusion`) → rerank → drop what is already in the window and duplicates. Callers then
+cut to k and a token budget.
 
 Every arm degrades on its own: an embedder or vector failure leaves lexical recall
 (`vector_unavailable`), a rerank failure the fused order (`rerank_unavailable`), an optional LLM
@@ -19,11 +20,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppContext
 from app.core.text import terms
-from app.db.models import Session
+from app.db.models import Chunk, Session
+from app.domain.records import RecalledItem
 from app.embeddings.base import EmbedderUnavailable
-from app.notes.repository import visible_memories
-from app.prompt.blocks import RecalledItem
-from app.recall import repository
+from app.memory.repository import visible_memories
+from app.offload import repository
 from app.recall.bm25 import BM25Index
 from app.recall.cross_encoder import HttpReranker, RerankUnavailable
 from app.recall.fusion import ArmWeights, FusedCandidate, fuse_arms
@@ -107,6 +108,18 @@ class RecallOutcome:
     candidates: int = 0
 
 
+def _chunk_fields(chunk: Chunk) -> dict[str, Any]:
+    return {
+        "turn_first": chunk.turn_first,
+        "turn_last": chunk.turn_last,
+        "part": chunk.part,
+        "parts": chunk.parts,
+        "ts": chunk.ts_last,
+        "text": chunk.raw_text,
+        "trusted": chunk.trusted,
+    }
+
+
 class _Clock:
     def __init__(self) -> None:
         self.timings: dict[str, float] = {}
@@ -128,7 +141,7 @@ async def _lexical(
     """BM25 scores of the best `limit` chunks, best first."""
     key = (str(session.id), session.chunks_version)
     index = context.lexical_indexes.get(key)
-    if index is None:
+    if not isinstance(index, BM25Index):
         index = BM25Index.from_term_counts(await repository.term_stats(db, session.id))
         context.lexical_indexes.put(key, index)
     return dict(index.score(query_terms, top_n=limit))
@@ -142,7 +155,7 @@ async def _query_vector(context: AppContext, query: str) -> list[float]:
     cached = await context.cache.get_json(key)
     if cached is not None:
         return list(cached)
-    vector = (await embedder.embed_queries([query]))[0].tolist()
+    vector: list[float] = (await embedder.embed_queries([query]))[0].tolist()
     await context.cache.set_json(key, vector, ttl=24 * 3600)
     return vector
 
@@ -297,7 +310,7 @@ async def recall(
                 "parts": 1,
             }
         elif f.id in chunks and chunks[f.id].status == "active":
-            fields[f.id] = repository.chunk_fields(chunks[f.id])
+            fields[f.id] = _chunk_fields(chunks[f.id])
     by_id = {f.id: f for f in fused if f.id in fields}
     rerank_input = [
         RerankCandidate(

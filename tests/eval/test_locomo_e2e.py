@@ -9,6 +9,8 @@ from app.cli import main
 from app.core.config import Settings
 from tests.support.server import run_server
 
+OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
+
 PETS = ["parrot", "hamster", "iguana", "goldfish", "tortoise", "ferret", "rabbit", "gecko"]
 CITIES = ["Lisbon", "Oslo", "Kyoto", "Lima", "Cairo", "Quito", "Hanoi", "Perth"]
 HOBBIES = ["violin", "pottery", "archery", "chess", "fencing", "origami", "rowing", "tango"]

@@ -19,6 +19,8 @@ from tests.support.loopback import LoopbackServer, closed_port_url, loopback_ser
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import wait_for
 
+OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
+
 MODEL = "fake-chat-1"
 SMALL_WINDOW = {
     "context_limit": 3000,

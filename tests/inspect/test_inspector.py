@@ -16,6 +16,8 @@ from tests.conftest import new_key
 from tests.inspect.conftest import SCREENSHOTS
 from tests.prompt.test_recall_needles import offloaded_session
 
+OWN_DATABASE = True  # runs a worker
+
 SID = "inspect-me"
 QUERY = "what was that order number again?"
 

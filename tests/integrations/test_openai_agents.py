@@ -25,6 +25,8 @@ from tests.support.loopback import LoopbackServer, loopback_server
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import wait_for
 
+OWN_DATABASE = True  # runs a worker
+
 PACKAGE = Path(__file__).resolve().parents[2] / "integrations" / "openai_agents"
 NO_TRACES = RunConfig(tracing_disabled=True)  # offline: the SDK exports no traces
 

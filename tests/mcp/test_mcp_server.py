@@ -16,6 +16,8 @@ from app.core.config import Settings
 from tests.conftest import new_key
 from tests.prompt.test_recall_needles import offloaded_session
 
+OWN_DATABASE = True  # runs a worker
+
 SID = "mcp-recall"
 QUERY = "what was that order number again?"
 

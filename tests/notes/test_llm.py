@@ -10,9 +10,9 @@ import pytest
 
 from app.core.chat import chat_completions_url
 from app.core.tokens import message_tokens
+from app.domain.records import TurnRecord
 from app.notes.llm import NotesGenerationError, llm_extract
 from app.notes.schemas import NoteItem, Notes
-from app.sessions.domain import TurnRecord
 from tests.support.loopback import closed_port_url, loopback_server
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)

@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 
 from app.core.tokens import count_tokens, message_tokens, messages_tokens
+from app.domain.records import TurnRecord
 from app.prompt.assembly import (
     AssemblyInput,
     PromptTooLarge,
@@ -20,7 +21,6 @@ from app.prompt.blocks import (
     anthropic_counting_view,
     render_recalled_block,
 )
-from app.sessions.domain import TurnRecord
 
 T0 = datetime(2024, 5, 1, 9, 30, 45, tzinfo=UTC)
 SYSTEM = [{"role": "system", "content": "You are a careful travel assistant."}]

@@ -1,4 +1,4 @@
-"""Plain value types shared by the pure policy modules (no ORM, no I/O)."""
+"""Plain value types shared across domains (no ORM, no I/O): what the pure policy modules see."""
 
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,3 +27,21 @@ class TurnRecord:
     def trusted(self) -> bool:
         """Tool output is data from outside the conversation: it stays labelled untrusted."""
         return self.role != "tool"
+
+
+@dataclass(frozen=True, slots=True)
+class RecalledItem:
+    """One recalled fragment, in rank order as the recall chain returns it.
+
+    `chunk_id` is the chunk id, or the memory id for a remembered item (then `source="memory"`
+    and the turn range may be None). `trusted` is False for text that came from tool output.
+    """
+
+    chunk_id: str
+    text: str
+    ts: datetime
+    turn_first: int | None = None
+    turn_last: int | None = None
+    trusted: bool = True
+    score: float | None = None
+    source: str = "chunk"

@@ -1,18 +1,17 @@
-"""Worker job of the memory tool: `memory:erase`, step two of forget and of a session delete."""
+"""Worker job of erasure: `memory:erase`, step two of a forget and of a session delete."""
 
 import uuid
 
 from procrastinate import Blueprint, JobContext
 
-from app.jobs.queue import DEFAULT_QUEUE
-from app.jobs.worker import DEFAULT_RETRY, app_context
-from app.memory.erase import run_erase
+from app.erasure.erase import run_erase
+from app.jobs.queue import DEFAULT_QUEUE, DEFAULT_RETRY, app_context
 
 
 async def erase(job_context: JobContext, receipt_id: str) -> bool:
     context = app_context(job_context)
     return await run_erase(
-        context.sessionmaker, context.settings, context.cache, uuid.UUID(receipt_id)
+        context.sessionmaker, context.settings, context.cache, context.http, uuid.UUID(receipt_id)
     )
 
 
