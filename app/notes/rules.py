@@ -87,7 +87,8 @@ _GOAL_RE = re.compile(
     _I,
 )
 _LIMIT_MAX = (
-    r"\b(?:at most|no more than|not (?:to )?exceed|within|maximum|max"
+    r"\b(?:at most|no more than|not (?:to )?exceed|within(?= (?:the |our |my )?budget| ?[$¥€£]?\d)"
+    r"|maximum|max"
     r"|(?:under|below|up to|less than|fewer than)(?= ?[$¥€£]?\d))\b"
     r"|不超过|不得超过|不能超过|最多|以内|之内|以下|不多于|不高于|上限"
 )
@@ -97,7 +98,10 @@ _LIMIT_MIN = (
 )
 _LIMIT_RE = re.compile(rf"(?P<max>{_LIMIT_MAX})|(?P<min>{_LIMIT_MIN})", _I)
 _CONSTRAINT_RE = re.compile(
-    rf"\b(?:must|mustn't|never|only|cannot|can't|should not|shouldn't|no later than|avoid"
+    rf"\b(?:must(?!'ve been| have been| be (?:so|really|very|nice|great|hard|fun|tough))"
+    rf"|mustn't|never|only"
+    rf"|(?:cannot|can't)(?! wait| believe| help| imagine| stop)|should not|shouldn't"
+    rf"|no later than|avoid"
     rf"|has to|have to)\b"
     rf"|(?:^|\b(?:please|i|we|you|just)\s+)(?:don't|do not)\b(?!\s+(?:know|think|remember|care))"
     rf"|^(?:please\s+)?no\s+\w+\s+(?:after|before|during|on|at|in|without|unless|until)\b"
@@ -125,7 +129,7 @@ _HEALTH_NOISE_RE = re.compile(
 )
 _PREFER_RE = re.compile(
     r"\b(?P<pos>(?:i|we)\s+(?:really\s+|much\s+|also\s+|do\s+|always\s+|usually\s+)?"
-    r"(?:prefer|like|love|enjoy|adore)"
+    r"(?:prefer|like|love|enjoy|adore)(?!\s+(?:that|how|when|what|it when|the way)\b)"
     r"|(?:i'd|i would|we'd|we would)\s+(?:rather(?: have)?|prefer|(?:like|love)(?!\s+to\b))"
     r"|my favou?rites? (?:is|are)|(?:always|usually|normally)\s+(?:go for|choose|pick|order))\b"
     r"|\b(?P<neg>(?:i|we)\s+(?:really\s+)?(?:don't|do not|never)\s+(?:like|enjoy|eat|drink)"
@@ -162,7 +166,9 @@ _ZH_DECISION = r"决定|(?<!不)确定|采用|就用|选用|就选|选定|定了
 _DECISION_RE = re.compile(
     r"\b(?:decided|decide to|decision (?:on|is)|we'll use|we will use|i'll use|we'll go with"
     r"|we will go with|let's go with|let's use|let's do|let's take|go with|going with|settled on"
-    r"|we'll take|i'll take|picked|chose|choose|opt(?:ing)? for|it is(?= for\b|[.!]?$))\b"
+    r"|we'll take|i'll take|(?<!you )(?:picked|chose)|i choose|opt(?:ing)? for)\b"
+    r"|^(?:(?:ok|okay|alright|fine|then),?\s+)?[\w' -]{1,40}? it is"
+    r"(?: for (?:the|our|my) [\w-]+)?[.!]?$"
     r"|^(?:please\s+)?book\b"
     rf"|{_ZH_DECISION}|^(?:我们|那就|那|就|还是)?用(?=\S)|^[{_CJK}]{{1,6}}用(?=[A-Za-z])"
     rf"|^[{_CJK}]{{1,8}}?(?:就用|就选|选|定|按)(?=[{_CJK}A-Za-z])|^那?[{_CJK}]{{1,6}}就[{_CJK}]{{2,}}了",
@@ -628,6 +634,8 @@ class _Extraction:
         if target:
             self.add(target[0], text, seq, "user", target[1].subject)
             return
+        if self.codes(text, seq):  # "门禁码换成…" is a code update, not a decision
+            return
         decision = self.is_decision(text)
         if decision:
             self.add("decisions", text, seq, "user", self.decision_subject(text))
@@ -642,7 +650,7 @@ class _Extraction:
             self.add("open", text, seq, "user", None)
         elif _GOAL_RE.search(text):
             self.add("goal", text, seq, "user", None)
-        elif self.names(text, seq) or self.codes(text, seq) or self.facts(text, seq, "user", True):
+        elif self.names(text, seq) or self.facts(text, seq, "user", True):
             return
         elif _DONE_RE.search(text):
             self.add("done", text, seq, "user", None)
@@ -667,11 +675,14 @@ class _Extraction:
         return None
 
     def progress(self, text: str, seq: int, source: Source) -> None:
+        """The assistant's progress: pending work, what is done, commitments with a time."""
+        if _is_question(text):
+            return
         if _OPEN_RE.search(text) or _UNDECIDED_RE.search(text):
             self.add("open", text, seq, source, None)
         elif _DONE_RE.search(text):
             self.add("done", text, seq, source, None)
-        elif _COMMIT_RE.search(text) and _TIME_RE.search(text) and not _is_question(text):
+        elif _COMMIT_RE.search(text) and _TIME_RE.search(text):
             self.add("open", text, seq, source, None)
 
     def confirm(self, proposal_turn: TurnRecord, seq: int) -> None:

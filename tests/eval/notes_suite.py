@@ -21,6 +21,7 @@ The JSON is read by `contextd eval notes --suite FILE` (`app.eval.notes`).
 import argparse
 import json
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -761,7 +762,9 @@ def _slots(rng: random.Random, lang: Language) -> dict[str, str]:
     _set_codes(values, code1, code2)
     _new_ids(rng, values)
     for name in ("amount", "limit"):
-        values[f"{name}_value"] = "".join(c for c in values[name] if c.isdigit() or c == ".")
+        number = re.search(r"\d[\d,]*(?:\.\d+)?", values[name])
+        assert number is not None
+        values[f"{name}_value"] = number.group(0)  # as written: "1,250"
     return values
 
 
