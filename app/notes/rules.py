@@ -185,6 +185,12 @@ _SUGGESTION_RE = re.compile(
     r"|建议|考虑|要不|或许|也许|不如|是否|可能",
     _I,
 )
+# What an assistant proposes (a hedge such as "probably" / 可能 proposes nothing).
+_PROPOSAL_RE = re.compile(
+    r"\b(?:how about|what about|i suggest|i'd suggest|i recommend|shall we|should we|would you like"
+    r"|do you want)\b|建议|要不|不如|推荐|要不要",
+    _I,
+)
 _CORRECTION_RE = re.compile(
     r"\b(?:actually|instead|change(?:d)? (?:it )?to|switch(?:ed)?|changed my mind|correction"
     r"|change of plan|on second thought|scratch that|forget|make (?:it|the)|rather than)\b"
@@ -689,7 +695,7 @@ class _Extraction:
         proposals = [
             s
             for s in sentences(proposal_turn.content)
-            if _DECISION_RE.search(s) or _SUGGESTION_RE.search(s)
+            if _DECISION_RE.search(s) or _PROPOSAL_RE.search(s)
         ]
         if len(proposals) == 1:
             text = f"User confirmed: {proposals[0]}"

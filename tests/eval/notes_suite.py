@@ -805,14 +805,14 @@ def generate_conversation(lang: Language, split: Split, seed: int) -> dict[str, 
     if rng.random() < 0.5:
         kinds.append("id")
     rng.shuffle(kinds)
-    used: set[str] = set()
+    used: set[tuple[str, ...]] = set()
     for kind in kinds:
         if kind == "id":
             _new_ids(rng, values)
         text, terms = template(kind)
-        while text in used:  # two IDs under one label would read as an update
+        while terms in used:  # two IDs of one kind ("订单号") would read as an update
             text, terms = template(kind)
-        used.add(text)
+        used.add(terms)
         planned.append((kind, _fill(text, values), tuple(_fill(t, values) for t in terms)))
 
     # Questions and chit-chat twice as often as requests.

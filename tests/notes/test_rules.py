@@ -246,6 +246,9 @@ def test_at_least_and_at_most_on_one_subject_both_survive() -> None:
         [("user", "Should we go with Redis?")],
         [("user", "We haven't decided on Redis yet.")],
         [("user", "建议用Redis。")],
+        # A hedge proposes nothing, so an "OK" after it confirms nothing.
+        [("assistant", "It will probably arrive tomorrow."), ("user", "OK, thanks.")],
+        [("assistant", "快递可能明天到。"), ("user", "好的。")],
     ],
 )
 def test_unconfirmed_proposals_and_questions_are_not_decisions(
