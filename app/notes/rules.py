@@ -54,6 +54,7 @@ Subjects (the supersede key, see `policy.merge`):
 
 import json
 import re
+import string
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,28 +64,26 @@ from app.notes.policy import merge
 from app.notes.schemas import SECTION_NAMES, NoteItem, Notes, SectionName, Source
 
 _I, _CJK = re.IGNORECASE, "\u4e00-\u9fff"
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
 _CLAUSE_SPLIT_RE = re.compile(r"[，；]|[,;](?=\s*[^\s\d])")
 _LEAD_RE = re.compile(
     r"^(?:(?:oh|ah|and|also|btw|by the way|one more thing|another thing|plus|p\.?s\.?|fyi"
     r"|one last thing|just so you know|anyway|additionally|besides|ok|okay|right|well)\b"
     r"[\s,:;—-]*)+"
-    r"|^(?:(?:对了|另外|还有|顺便说一下|顺便说|顺便|此外|补充一下|再补充|哦|噢|嗯|好的|好)[，,：:\s]*)+",
-    _I,
+    r"|^(?:(?:对了|另外|还有|顺便说一下|顺便说|顺便|此外|补充一下|再补充|哦|噢|嗯|好的|好)[，,：:\s]*)+"
 )
 _QUESTION_RE = re.compile(
     r"[?？]\s*$|[吗呢么][。.!！]?\s*$"
     r"|^(?:what|why|where|when|who|whom|whose|which|how|can (?:you|i|we)|could (?:you|i|we)"
     r"|would (?:you|it)|will (?:you|it|there)|do (?:you|i|we|they)|does|did"
     r"|is (?:it|there|this|that)|are (?:you|there|they|we)|should (?:i|we)|shall (?:i|we)"
-    r"|may i|have you|has it)\b",
-    _I,
+    r"|may i|have you|has it)\b"
 )
 _GOAL_RE = re.compile(
     r"\b(?:i want to|i'd like to|i would like to|i need to|we need to|we want to|my goal"
     r"|our goal|the goal|i'm trying to|we're trying to|i'm planning to|i plan to|we plan to)\b"
-    r"|目标|我(?:们)?(?:想(?!想)|要(?!求)|打算|计划|希望)",
-    _I,
+    r"|目标|我(?:们)?(?:想(?!想)|要(?!求)|打算|计划|希望)"
 )
 _LIMIT_MAX = (
     r"\b(?:at most|no more than|not (?:to )?exceed|within(?= (?:the |our |my )?budget| ?[$¥€£]?\d)"
@@ -96,7 +95,7 @@ _LIMIT_MIN = (
     r"\b(?:at least|no less than|minimum|(?:more than|over|above)(?= ?[$¥€£]?\d))\b"
     r"|至少|最少|不少于|不低于|以上|下限"
 )
-_LIMIT_RE = re.compile(rf"(?P<max>{_LIMIT_MAX})|(?P<min>{_LIMIT_MIN})", _I)
+_LIMIT_RE = re.compile(rf"(?P<max>{_LIMIT_MAX})|(?P<min>{_LIMIT_MIN})")
 _CONSTRAINT_RE = re.compile(
     rf"\b(?:must(?!'ve been| have been| be (?:so|really|very|nice|great|hard|fun|tough))"
     rf"|mustn't|never|only"
@@ -106,20 +105,18 @@ _CONSTRAINT_RE = re.compile(
     rf"|(?:^|\b(?:please|i|we|you|just)\s+)(?:don't|do not)\b(?!\s+(?:know|think|remember|care))"
     rf"|^(?:please\s+)?no\s+\w+\s+(?:after|before|during|on|at|in|without|unless|until)\b"
     rf"|必须|不能|不要|(?<![特分区类告级识性差个])别(?![人的])|禁止|不得|(?<!不)只(?![是好])|仅|务必"
-    rf"|一定要|不可以|不允许|不准|千万|绝对不|{_LIMIT_MAX}|{_LIMIT_MIN}",
-    _I,
+    rf"|一定要|不可以|不允许|不准|千万|绝对不|{_LIMIT_MAX}|{_LIMIT_MIN}"
 )
 _HEALTH_RE = re.compile(
     r"\ballerg(?:y|ies|ic)\b|\bintoleran(?:t|ce)\b|\bdiabet(?:es|ic)\b|\basthma(?:tic)?\b"
     r"|\bc(?:o)?eliac\b|\bepilep(?:sy|tic)\b|\bpregnant\b|\bhypertension\b"
     r"|\bhigh blood pressure\b|\bheart condition\b|\breacts? badly to\b|\banaphyla\w*"
-    r"|过敏|不耐受|糖尿病|高血压|哮喘|心脏病|癫痫|怀孕|孕妇|忌口",
-    _I,
+    r"|过敏|不耐受|糖尿病|高血压|哮喘|心脏病|癫痫|怀孕|孕妇|忌口"
 )
 _ALLERGEN_RES = (
-    re.compile(r"\b(?:allergic|reacts? badly|intolerant) to (?:the |any )?(?P<x>[\w-]+)", _I),
-    re.compile(r"\b(?P<x>[\w-]+) (?:allergy|allergies|intolerance)\b", _I),
-    re.compile(r"\bno (?P<x>[\w-]+)\b.*\ballergic\b", _I),
+    re.compile(r"\b(?:allergic|reacts? badly|intolerant) to (?:the |any )?(?P<x>[\w-]+)"),
+    re.compile(r"\b(?P<x>[\w-]+) (?:allergy|allergies|intolerance)\b"),
+    re.compile(r"\bno (?P<x>[\w-]+)\b.*\ballergic\b"),
     re.compile(rf"对(?P<x>[{_CJK}A-Za-z]{{1,6}}?)(?:严重|有点|特别)?过敏"),
     re.compile(rf"(?:不能吃|不能喝|不能碰)(?P<x>[{_CJK}]{{1,6}}?)[，,。]"),
     re.compile(rf"(?P<x>[{_CJK}]{{1,4}}?)(?:严重|有点)?过敏"),
@@ -136,31 +133,30 @@ _PREFER_RE = re.compile(
     r"|(?:i|we)\s+(?:hate|dislike|can't stand|cannot stand|detest)"
     r"|^(?:please\s+)?no\s+(?=[\w\s-]+(?:,\s*|\s+)please\b)|^please\s+no)\b"
     r"|(?P<zpos>(?<!不)(?:更|比较|最|很|都)?喜欢|偏好|偏爱|爱吃|爱喝|最好是|一般选|通常选|习惯|倾向于?)"
-    r"|(?P<zneg>不喜欢|讨厌|受不了|不爱|不吃|不喝)",
-    _I,
+    r"|(?P<zneg>不喜欢|讨厌|受不了|不爱|不吃|不喝)"
 )
 _MONTHS = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
+_MONTHS_LOW = _MONTHS.lower()
 _TIME = (
     r"\d{4}[-/]\d{1,2}[-/]\d{1,2}|\d{4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]"
-    rf"|\b{_MONTHS} \d{{1,2}}(?:st|nd|rd|th)?\b|\b\d{{1,2}}(?:st|nd|rd|th)? (?:of )?{_MONTHS}"
+    rf"|\b{_MONTHS_LOW} \d{{1,2}}(?:st|nd|rd|th)?\b"
+    rf"|\b\d{{1,2}}(?:st|nd|rd|th)? (?:of )?{_MONTHS_LOW}"
     r"|\b(?:mon|tues|wednes|thurs|fri|satur|sun)day\b|\btomorrow\b|\btonight\b|\btoday\b"
     r"|\bnext (?:week|month|year)\b|\bend of (?:the )?(?:day|week|month|year)\b"
     r"|\b\d{1,2}(?::\d{2})? ?[ap]\.?m\b|\bnoon\b|\bmidnight\b"
     r"|(?:下|这|本|上)?(?:周|星期|礼拜)[一二三四五六日天末]|明天|后天|今天|今晚|明早|下周|下个月|月底|年底"
     r"|\d{1,2}[点時时](?:\d{1,2}分?|半)?"
 )
-_TIME_RE = re.compile(_TIME, _I)
+_TIME_RE = re.compile(_TIME)
 _DEADLINE_RE = re.compile(
     r"\b(?:due|deadline|no later than|at the latest|latest by|cut-?off|closes? on|last day"
-    r"|expires?|expiry)\b|截止|最迟|最晚|期限|到期|关闭",
-    _I,
+    r"|expires?|expiry)\b|截止|最迟|最晚|期限|到期|关闭"
 )
 _COMMIT_RE = re.compile(
     r"\b(?:i'll|i will|i'm going to|i am going to|i promise|i can|we'll|we will|i shall"
     r"|you'll have|you will have|from me)\b"
     r"|我(?:们)?(?:会|将|保证|答应|一定|马上|尽快)?[^，。；！？]{0,12}?"
-    r"(?:发|交|送|寄|带|上传|给|付|打电话|提交|回复|转账|汇)",
-    _I,
+    r"(?:发|交|送|寄|带|上传|给|付|打电话|提交|回复|转账|汇)"
 )
 _ZH_DECISION = r"决定|(?<!不)确定|采用|就用|选用|就选|选定|定了|改用|换用|改成|改为|换成"
 _DECISION_RE = re.compile(
@@ -171,43 +167,37 @@ _DECISION_RE = re.compile(
     r"(?: for (?:the|our|my) [\w-]+)?[.!]?$"
     r"|^(?:please\s+)?book\b"
     rf"|{_ZH_DECISION}|^(?:我们|那就|那|就|还是)?用(?=\S)|^[{_CJK}]{{1,6}}用(?=[A-Za-z])"
-    rf"|^[{_CJK}]{{1,8}}?(?:就用|就选|选|定|按)(?=[{_CJK}A-Za-z])|^那?[{_CJK}]{{1,6}}就[{_CJK}]{{2,}}了",
-    _I,
+    rf"|^[{_CJK}]{{1,8}}?(?:就用|就选|选|定|按)(?=[{_CJK}A-Za-z])|^那?[{_CJK}]{{1,6}}就[{_CJK}]{{2,}}了"
 )
 _ZH_VERB_RE = re.compile(_ZH_DECISION + r"|还是用|还是选|就用|就选|就|用|选|定|按|换|要")
 _UNDECIDED_RE = re.compile(
     r"not (?:yet )?decided|haven't decided|undecided|还没(?:有)?(?:决定|确定)|未定|待定"
-    r"|(?:要|得|需要|还得|再)(?:决定|确定|定|选)",
-    _I,
+    r"|(?:要|得|需要|还得|再)(?:决定|确定|定|选)"
 )
 _SUGGESTION_RE = re.compile(
     r"\b(?:maybe|perhaps|might|could|how about|what about|suggest|consider|should we|shall we)\b"
-    r"|建议|考虑|要不|或许|也许|不如|是否|可能",
-    _I,
+    r"|建议|考虑|要不|或许|也许|不如|是否|可能"
 )
 # What an assistant proposes (a hedge such as "probably" / 可能 proposes nothing).
 _PROPOSAL_RE = re.compile(
     r"\b(?:how about|what about|i suggest|i'd suggest|i recommend|shall we|should we|would you like"
-    r"|do you want)\b|建议|要不|不如|推荐|要不要",
-    _I,
+    r"|do you want)\b|建议|要不|不如|推荐|要不要"
 )
 _CORRECTION_RE = re.compile(
     r"\b(?:actually|instead|change(?:d)? (?:it )?to|switch(?:ed)?|changed my mind|correction"
     r"|change of plan|on second thought|scratch that|forget|make (?:it|the)|rather than)\b"
-    r"|改成|改为|换成|改用|换用|其实|还是用|还是选|更正|算了|改主意|最后决定|换",
-    _I,
+    r"|改成|改为|换成|改用|换用|其实|还是用|还是选|更正|算了|改主意|最后决定|换"
 )
 _SLOT_RES = (
-    re.compile(r"\bfor (?:the |our |my |this )?([A-Za-z][\w-]*(?: [A-Za-z][\w-]*){0,2})", _I),
-    re.compile(r"\b(?:about|on|switch|change|make) the ([A-Za-z][\w-]*)\b", _I),
-    re.compile(r"\bas (?:the|our|my) ([A-Za-z][\w-]*)\b", _I),
-    re.compile(r"\bthe ([A-Za-z][\w-]*) (?:will be|is going to be|should be)\b", _I),
+    re.compile(r"\bfor (?:the |our |my |this )?([A-Za-z][\w-]*(?: [A-Za-z][\w-]*){0,2})"),
+    re.compile(r"\b(?:about|on|switch|change|make) the ([A-Za-z][\w-]*)\b"),
+    re.compile(r"\bas (?:the|our|my) ([A-Za-z][\w-]*)\b"),
+    re.compile(r"\bthe ([A-Za-z][\w-]*) (?:will be|is going to be|should be)\b"),
 )
 _UPDATE_RE = re.compile(
     r"\b(?:changed|change to|updated?|now|new|reset|correction|corrected|from now on"
     r"|from today|no longer|instead)\b"
-    r"|改了|改成|改为|更新|现在是|新的|重置|更正|换成|以后|从今天起|不再",
-    _I,
+    r"|改了|改成|改为|更新|现在是|新的|重置|更正|换成|以后|从今天起|不再"
 )
 _OPEN_RE = re.compile(
     r"\b(?:todo|to-do|next step|still need|still needs|pending|remaining|yet to|whether"
@@ -215,30 +205,26 @@ _OPEN_RE = re.compile(
     r"|tbd|tbc|to be (?:confirmed|decided|determined)|figure out|find out|check later"
     r"|waiting to hear|waiting (?:for|on) (?:a |an |the )?(?:reply|answer|confirmation|decision"
     r"|response)|open question|still to)\b"
-    r"|(?<![期等接招款对看])待|还没|尚未|下一步|接下来|还需要|还要再|回头再|不确定|不清楚|等消息|未完成",
-    _I,
+    r"|(?<![期等接招款对看])待|还没|尚未|下一步|接下来|还需要|还要再|回头再|不确定|不清楚|等消息|未完成"
 )
 _DONE_RE = re.compile(
     r"\b(?:done|finished|completed|fixed|resolved|booked|deployed|merged)\b"
-    r"|已完成|完成了|搞定|做完|已经?(?:订好|预订|预定|处理|解决|修复|提交)",
-    _I,
+    r"|已完成|完成了|搞定|做完|已经?(?:订好|预订|预定|处理|解决|修复|提交)"
 )
 _AFFIRM_RE = re.compile(
     r"^\s*(?:yes|yeah|yep|ok|okay|sure|sounds good|agreed|go ahead|confirmed|deal|perfect"
-    r"|好(?![久像])|可以|行(?![程李动])|没问题|同意|确认|就这样)",
-    _I,
+    r"|好(?![久像])|可以|行(?![程李动])|没问题|同意|确认|就这样)"
 )
-_RETRACT_HINT_RE = re.compile(r"any ?more|any longer|no longer|instead of|不|取消", _I)
+_RETRACT_HINT_RE = re.compile(r"any ?more|any longer|no longer|instead of|不|取消")
 _RETRACT_RES = (
     re.compile(
         r"\b(?:don't|do not|doesn't|won't|not)\s+(?:(?:want|need|have|going|use|using|go|book|take"
-        r"|to|with|be)\s+)*(?P<x>[^,;!?]+?)\s+(?:anymore|any more|any longer)\b",
-        _I,
+        r"|to|with|be)\s+)*(?P<x>[^,;!?]+?)\s+(?:anymore|any more|any longer)\b"
     ),
     re.compile(
-        r"\bno longer\s+(?:(?:want|need|use|using|go|with|to)\s+)*(?P<x>[^,;!?]+?)(?=[,;.!?]|$)", _I
+        r"\bno longer\s+(?:(?:want|need|use|using|go|with|to)\s+)*(?P<x>[^,;!?]+?)(?=[,;.!?]|$)"
     ),
-    re.compile(r"\binstead of\s+(?P<x>[^,;!?]+?)(?=[,;.!?]|$)", _I),
+    re.compile(r"\binstead of\s+(?P<x>[^,;!?]+?)(?=[,;.!?]|$)"),
     re.compile(r"不(?:再|想|要|用|需要|必|去|住|选|考虑)+(?P<x>[^，,。；！？]+?)了"),
     re.compile(r"(?P<x>[^，,。；！？]+?)不(?:要|用|需要)了"),
     re.compile(r"(?:取消了?|而不是)(?P<x>[^，,。；！？]+)"),
@@ -263,11 +249,10 @@ _FACT_RE = re.compile(
 _STRONG_KINDS = frozenset({"url", "email", "id", "date", "amount"})
 _CODE_LABEL_RE = re.compile(
     r"\b(?:pin|passcode|password|pass code|code|combination)\b"
-    r"|密码锁|密码|门禁码|门禁|取件码|通行码|验证码|开门码|口令",
-    _I,
+    r"|密码锁|密码|门禁码|门禁|取件码|通行码|验证码|开门码|口令"
 )
 _CODE_ENTRY_RE = re.compile(
-    r"\b(?:buzz|dial|press|enter|key in|punch in|type in)\s+(?=[*#]?\d)|(?:按|输入)(?=[*#]?\d)", _I
+    r"\b(?:buzz|dial|press|enter|key in|punch in|type in)\s+(?=[*#]?\d)|(?:按|输入)(?=[*#]?\d)"
 )
 _CODE_VALUE_RE = re.compile(r"(?<![A-Za-z0-9*#.-])[*#]?\d{3,8}[#*]?(?![A-Za-z0-9-]|\.\d)")
 _NAME_WORD = r"[A-Z][a-z]+(?:[-'’][A-Z]?[a-z]+)?"
@@ -329,14 +314,22 @@ def _key(text: str) -> str | None:
     return cleaned[:40] or None
 
 
+def _lower(text: str) -> str:
+    """ASCII letters lowered, nothing else changed (same length, so positions carry over). The
+    cue patterns are written in lower case and run without IGNORECASE, which is several times
+    slower in `re`."""
+    return text.translate(_ASCII_LOWER)
+
+
 def _has_cjk(text: str) -> bool:
     return re.search(f"[{_CJK}]", text) is not None
 
 
 def _strip_lead(text: str) -> str:
     """The sentence without a leading discourse marker ("By the way, ", "对了，")."""
-    stripped = _LEAD_RE.sub("", text.strip()).strip()
-    return stripped or text.strip()
+    text = text.strip()
+    lead = _LEAD_RE.match(_lower(text))
+    return (text[lead.end() :].strip() if lead else text) or text
 
 
 def _noun_before(prefix: str, words_kept: int = 1) -> str | None:
@@ -439,7 +432,7 @@ def _preference_subject(match: re.Match[str], text: str) -> str | None:
 def _deadline_subject(text: str, marker: re.Match[str]) -> str:
     noun = _noun_before(text[: marker.start()], 2)
     if not noun:
-        what = re.search(r"\bfor (?:the |my |our )?([A-Za-z][\w-]*)", text[marker.end() :], _I)
+        what = re.search(r"\bfor (?:the |my |our )?([A-Za-z][\w-]*)", text[marker.end() :])
         noun = what.group(1) if what else None
     return f"deadline: {_key(noun)}" if noun else "deadline"
 
@@ -466,12 +459,13 @@ def _negated(text: str) -> str | None:
 
 
 def _is_question(text: str) -> bool:
-    return _QUESTION_RE.search(text.strip()) is not None
+    return _QUESTION_RE.search(_lower(text).strip()) is not None
 
 
 def _fact_kind(text: str) -> str | None:
     """The kind of entity a fact text holds (for updates that replace the latest of a kind)."""
-    if _CODE_VALUE_RE.search(text) and (_CODE_LABEL_RE.search(text) or _CODE_ENTRY_RE.search(text)):
+    low = _lower(text)
+    if _CODE_VALUE_RE.search(text) and (_CODE_LABEL_RE.search(low) or _CODE_ENTRY_RE.search(low)):
         return "code"
     match = _FACT_RE.search(text)
     return match.lastgroup if match else None
@@ -570,7 +564,7 @@ class _Extraction:
                 label = _noun_before(clause[start : match.start()], 2)
                 kind = match.lastgroup or "fact"
                 subject = _key(label) if label else _key(f"{kind}:{match.group(0)}")
-                if source == "user" and _UPDATE_RE.search(text):
+                if source == "user" and _UPDATE_RE.search(_lower(text)):
                     subject = self.updated_subject(kind) or subject
                 self.add("facts", segment.strip(" \"'{}[],"), seq, source, subject, trusted)
                 found = True
@@ -606,63 +600,66 @@ class _Extraction:
         return found
 
     def codes(self, text: str, seq: int) -> bool:
-        label = _CODE_LABEL_RE.search(text)
-        entry = _CODE_ENTRY_RE.search(text)
+        low = _lower(text)
+        label = _CODE_LABEL_RE.search(low)
+        entry = _CODE_ENTRY_RE.search(low)
         if not _CODE_VALUE_RE.search(text) or not (label or entry):
             return False
         if label and _has_cjk(text):
-            run = re.findall(f"[{_CJK}]+", text[: label.end()])
+            run = re.findall(f"[{_CJK}]+", low[: label.end()])
             qualifier = _ZH_LEAD_RE.sub("", run[-1] if run else label.group(0))
             subject = _key(qualifier[-8:])
         elif label:
             after = re.match(
-                r"\s+(?:for|of) (?:the |my |our )?([A-Za-z]+(?: [A-Za-z]+)?)", text[label.end() :]
+                r"\s+(?:for|of) (?:the |my |our )?([a-z]+(?: [a-z]+)?)", low[label.end() :]
             )
-            noun = after.group(1) if after else _noun_before(text[: label.start()])
+            noun = after.group(1) if after else _noun_before(low[: label.start()])
             subject = _key(f"{noun} {label.group(0)}" if noun else label.group(0))
         else:
             subject = "code"
-        if _UPDATE_RE.search(text):
+        if _UPDATE_RE.search(low):
             subject = self.updated_subject("code") or subject
         self.add("facts", text, seq, "user", subject)
         return True
 
     def user_sentence(self, raw: str, seq: int) -> None:
         text = _strip_lead(raw)
+        low = _lower(text)  # the cue patterns' input; items keep `text`
         if _is_question(text):
-            if _OPEN_RE.search(text) or _UNDECIDED_RE.search(text):
+            if _OPEN_RE.search(low) or _UNDECIDED_RE.search(low):
                 self.add("open", text, seq, "user", None)
             else:
                 self.facts(text, seq, "user", True, strong_only=True)
             return
-        negated = _negated(text)
+        negated = _negated(low)
         target = self.containing(negated) if negated and len(negated) >= 2 else None
         if target:
             self.add(target[0], text, seq, "user", target[1].subject)
             return
         if self.codes(text, seq):  # "门禁码换成…" is a code update, not a decision
             return
-        decision = self.is_decision(text)
+        decision = self.is_decision(low)
         if decision:
-            self.add("decisions", text, seq, "user", self.decision_subject(text))
-        subject = self.constraint(text, negated if not decision else None)
+            self.add("decisions", text, seq, "user", self.decision_subject(low))
+        subject = self.constraint(low, negated if not decision else None)
         if subject is not None:
             self.add("constraints", text, seq, "user", subject or None)
             return
         if decision:
             return
-        committed = _COMMIT_RE.search(text) and _TIME_RE.search(text)
-        if committed or _OPEN_RE.search(text) or _UNDECIDED_RE.search(text):
+        committed = _COMMIT_RE.search(low) and _TIME_RE.search(low)
+        if committed or _OPEN_RE.search(low) or _UNDECIDED_RE.search(low):
             self.add("open", text, seq, "user", None)
-        elif _GOAL_RE.search(text):
+        elif _GOAL_RE.search(low):
             self.add("goal", text, seq, "user", None)
         elif self.names(text, seq) or self.facts(text, seq, "user", True):
             return
-        elif _DONE_RE.search(text):
+        elif _DONE_RE.search(low):
             self.add("done", text, seq, "user", None)
 
     def constraint(self, text: str, negated: str | None) -> str | None:
-        """The subject of the constraint `text` states ("" when it has none), or None."""
+        """The subject of the constraint `text` (lowered) states ("" when it has none), or
+        None."""
         if _HEALTH_RE.search(text):
             return _health_subject(text)
         deadline = _DEADLINE_RE.search(text)
@@ -684,22 +681,23 @@ class _Extraction:
         """The assistant's progress: pending work, what is done, commitments with a time."""
         if _is_question(text):
             return
-        if _OPEN_RE.search(text) or _UNDECIDED_RE.search(text):
+        low = _lower(text)
+        if _OPEN_RE.search(low) or _UNDECIDED_RE.search(low):
             self.add("open", text, seq, source, None)
-        elif _DONE_RE.search(text):
+        elif _DONE_RE.search(low):
             self.add("done", text, seq, source, None)
-        elif _COMMIT_RE.search(text) and _TIME_RE.search(text):
+        elif _COMMIT_RE.search(low) and _TIME_RE.search(low):
             self.add("open", text, seq, source, None)
 
     def confirm(self, proposal_turn: TurnRecord, seq: int) -> None:
         proposals = [
             s
             for s in sentences(proposal_turn.content)
-            if _DECISION_RE.search(s) or _PROPOSAL_RE.search(s)
+            if _DECISION_RE.search(_lower(s)) or _PROPOSAL_RE.search(_lower(s))
         ]
         if len(proposals) == 1:
             text = f"User confirmed: {proposals[0]}"
-            self.add("decisions", text, seq, "user", self.decision_subject(proposals[0]))
+            self.add("decisions", text, seq, "user", self.decision_subject(_lower(proposals[0])))
 
 
 def sentences(text: str) -> list[str]:
@@ -731,7 +729,8 @@ def extract(turns: Sequence[TurnRecord], previous: Notes | None = None) -> Notes
     for index, turn in enumerate(ordered):
         if turn.role == "user":
             before = ordered[index - 1] if index else None
-            affirms = _AFFIRM_RE.search(turn.content) and not _SUGGESTION_RE.search(turn.content)
+            low = _lower(turn.content)
+            affirms = _AFFIRM_RE.search(low) and not _SUGGESTION_RE.search(low)
             if affirms and before and before.role == "assistant":
                 run.confirm(before, turn.seq)
             for sentence in sentences(turn.content):
