@@ -11,9 +11,8 @@ import argparse
 import asyncio
 import json
 import time
-import uuid
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,23 +34,19 @@ from app.eval.notes import (
 )
 from app.notes.schemas import Notes
 
-
-@dataclass
-class NotesEvalConfig:
-    url: str
-    api_key: str | None = None
-    context_limit: int = 2000
-    reserve_tokens: int = 200
-    min_recent_turns: int = 4
-    min_recent_tokens: int = 100
-    target_ratio: float = 0.3
-    timeout_s: float = 600.0
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+# The session settings a conversation is configured with (the LoCoMo ingest sets the same).
+_WINDOW_SETTINGS = (
+    "context_limit",
+    "reserve_tokens",
+    "min_recent_turns",
+    "min_recent_tokens",
+    "target_ratio",
+)
 
 
 @dataclass
 class NotesRun:
-    config: NotesEvalConfig
+    config: EvalConfig
     generators: list[str]
     suite: list[ConversationScore]
     observations: list[ObservationScore]
@@ -104,17 +99,13 @@ async def _wait_notes(http: Any, sids: Sequence[str], timeout_s: float) -> dict[
         await asyncio.sleep(0.5)
 
 
-async def _ingest_suite(http: Any, cfg: NotesEvalConfig, conv: SuiteConversation) -> list[int]:
+async def _ingest_suite(http: Any, cfg: EvalConfig, conv: SuiteConversation) -> list[int]:
     sid = f"notes-{conv.id}-{cfg.run_id}"
     _check(
         await http.put(
             f"/v1/sessions/{sid}",
             json={
-                "context_limit": cfg.context_limit,
-                "reserve_tokens": cfg.reserve_tokens,
-                "min_recent_turns": cfg.min_recent_turns,
-                "min_recent_tokens": cfg.min_recent_tokens,
-                "target_ratio": cfg.target_ratio,
+                **{name: getattr(cfg, name) for name in _WINDOW_SETTINGS},
                 "metadata": {"eval": "notes", "conversation": conv.id},
             },
         ),
@@ -132,7 +123,7 @@ async def _ingest_suite(http: Any, cfg: NotesEvalConfig, conv: SuiteConversation
 async def run_notes_eval(
     suite: Sequence[SuiteConversation],
     locomo: Sequence[tuple[Conversation, list[Observation]]],
-    cfg: NotesEvalConfig,
+    cfg: EvalConfig,
     *,
     log: Any = print,
 ) -> NotesRun:
@@ -149,25 +140,16 @@ async def run_notes_eval(
             seqs = await _ingest_suite(http, cfg, conv)
             sessions.append((f"notes-{conv.id}-{cfg.run_id}", conv, seqs))
             log(f"ingested {conv.id}: {len(conv.turns)} turns")
-        locomo_cfg = EvalConfig(
-            url=cfg.url,
-            context_limit=cfg.context_limit,
-            reserve_tokens=cfg.reserve_tokens,
-            min_recent_turns=cfg.min_recent_turns,
-            min_recent_tokens=cfg.min_recent_tokens,
-            target_ratio=cfg.target_ratio,
-            run_id=f"notes{cfg.run_id}",
-        )
         ingested: list[tuple[str, Conversation, list[Observation], dict[int, str]]] = []
-        for conv, observations in locomo:
-            sid, seq_to_dia = await _ingest(http, locomo_cfg, conv)
-            ingested.append((sid, conv, observations, seq_to_dia))
-            log(f"ingested LoCoMo {conv.sample_id}: {len(conv.turns)} turns")
+        for sample, observations in locomo:
+            sid, seq_to_dia = await _ingest(http, cfg, sample)
+            ingested.append((sid, sample, observations, seq_to_dia))
+            log(f"ingested LoCoMo {sample.sample_id}: {len(sample.turns)} turns")
         sids = [sid for sid, _, _ in sessions] + [sid for sid, _, _, _ in ingested]
         refused = 0
         for sid in sids:
             refused += not await _final_offload(http, sid)
-        pads = await _wait_notes(http, sids, cfg.timeout_s)
+        pads = await _wait_notes(http, sids, cfg.ingest_timeout_s)
         log(f"notes fresh for {len(sids)} sessions")
 
     scores = [
@@ -182,13 +164,14 @@ async def run_notes_eval(
         for sid, conv, seqs in sessions
     ]
     observed = []
-    for sid, conv, observations, seq_to_dia in ingested:
+    for sid, sample, observations, seq_to_dia in ingested:
         roles = {
-            t.speaker: "user" if t.speaker == conv.speaker_a else "assistant" for t in conv.turns
+            t.speaker: "user" if t.speaker == sample.speaker_a else "assistant"
+            for t in sample.turns
         }
         observed.append(
             score_observations(
-                conv.sample_id,
+                sample.sample_id,
                 observations,
                 roles,
                 pads[sid].notes,
@@ -235,12 +218,14 @@ def run_notes_command(args: argparse.Namespace) -> int:
         for sample in samples:
             conv = parse_conversation(sample)
             locomo.append((conv, load_observations(sample, (t.dia_id for t in conv.turns))))
-    cfg = NotesEvalConfig(
+    cfg = EvalConfig(
         url=args.url,
         api_key=args.api_key,
         context_limit=args.context_limit,
         reserve_tokens=args.reserve_tokens,
-        timeout_s=args.timeout,
+        min_recent_tokens=100,
+        target_ratio=0.3,
+        ingest_timeout_s=args.timeout,
     )
     result = asyncio.run(run_notes_eval(suite, locomo, cfg))
     out = Path(args.out)

@@ -879,7 +879,7 @@ def generate_conversation(lang: Language, split: Split, seed: int) -> dict[str, 
 def generate_suite(conversations: int, languages: Sequence[Language] = ("en", "zh"),
                    splits: Sequence[Split] = ("dev", "heldout")) -> dict[str, Any]:  # fmt: skip
     """`conversations` per language and split; dev seeds 0.., held-out seeds 10000.."""
-    out = []
+    out: list[dict[str, Any]] = []
     for split in splits:
         base = 0 if split == "dev" else HELDOUT_SEED_BASE
         for lang in languages:

@@ -26,7 +26,7 @@ WINDOW = 8  # turns that stay in the window
 
 def regenerate(conv: SuiteConversation) -> tuple[NotesResult, int]:
     """The final capped notes and the last offloaded seq (seq = position + 1)."""
-    defaults = NotesSettings()
+    defaults = NotesSettings.model_validate({})
     turns = [
         TurnRecord(n + 1, t.role, t.content, message_tokens(t.role, t.content), T0)
         for n, t in enumerate(conv.turns)
