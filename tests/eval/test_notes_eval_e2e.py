@@ -14,6 +14,8 @@ from tests.support.fake_notes_model import reply
 from tests.support.loopback import loopback_server
 from tests.support.server import run_server
 
+OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
+
 
 def locomo_with_observations(n: int) -> dict[str, Any]:
     """The synthetic LoCoMo sample, one observation per turn; every fifth turn of each session is

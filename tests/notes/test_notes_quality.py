@@ -12,11 +12,11 @@ import pytest
 
 from app.core.config import NotesSettings
 from app.core.tokens import message_tokens
+from app.domain.records import TurnRecord
 from app.eval.notes import SuiteConversation, load_suite, score_conversation, summarise_suite
 from app.notes.policy import cap, merge
 from app.notes.rules import extract
 from app.notes.schemas import Notes, NotesResult
-from app.sessions.domain import TurnRecord
 from tests.eval.notes_suite import generate_suite
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)

@@ -3,6 +3,7 @@
 from datetime import UTC, datetime
 
 from app.core.tokens import count_tokens
+from app.domain.records import TurnRecord
 from app.notes.policy import (
     DROP_ORDER,
     NOTES_HEADER,
@@ -14,7 +15,6 @@ from app.notes.policy import (
 )
 from app.notes.rules import extract
 from app.notes.schemas import NoteItem, Notes, Source
-from app.sessions.domain import TurnRecord
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 

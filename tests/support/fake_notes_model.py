@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.core.tokens import message_tokens
+from app.domain.records import TurnRecord
 from app.notes.policy import merge
 from app.notes.rules import extract
 from app.notes.schemas import Notes
-from app.sessions.domain import TurnRecord
 
 _TURN_RE = re.compile(r"^\[seq (\d+) \| ([^\]]+)\] ", re.MULTILINE)
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
