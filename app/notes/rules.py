@@ -235,16 +235,21 @@ _UNITS = (
     r"|公斤|千克|克|岁|间|张|周"
 )
 _FACT_RE = re.compile(
-    r"(?P<url>https?://[^\s，。；、）)\]\"'<>]+)|(?P<email>[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)"
+    r"(?P<url>https?://[^\s，。；、）)\]\"'<>]{1,2048})"
+    # Every repetition is bounded or anchored to the start of a run, so matching stays linear
+    # in the text however long one run of letters, digits or punctuation is.
+    r"|(?P<email>(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}"
+    r"(?:\.[A-Za-z0-9-]{1,63}){1,8})"
     rf"|(?P<date>\d{{4}}[-/]\d{{1,2}}[-/]\d{{1,2}}|\d{{4}}年\d{{1,2}}月(?:\d{{1,2}}[日号])?"
     rf"|\d{{1,2}}月\d{{1,2}}[日号]|\b\d{{1,2}}(?:st|nd|rd|th)? (?:of )?{_MONTHS}(?:,? \d{{4}})?"
     rf"|\b{_MONTHS} \d{{1,2}}(?:st|nd|rd|th)?\b(?:,? \d{{4}})?)"
-    r"|(?P<amount>[¥$€£] ?\d[\d,]*(?:\.\d+)?|\d[\d,]*(?:\.\d+)? ?(?:万元|元|块|美元|欧元"
+    r"|(?P<amount>[¥$€£] ?\d[\d,]{0,24}(?:\.\d{1,6})?"
+    r"|(?<!\d)\d[\d,]{0,24}(?:\.\d{1,6})? ?(?:万元|元|块|美元|欧元"
     r"|(?i:usd|eur|cny|rmb|gbp|jpy|dollars?|euros?|yuan))(?![A-Za-z]))"
     r"|(?P<id>#\d{4,}|(?<![A-Za-z0-9])(?:[A-Z]+\d|\d+[A-Z])[A-Z0-9]*(?:-[A-Z0-9]+)*(?<=\w{5})"
     r"(?![A-Za-z0-9])|(?<![A-Za-z0-9])[A-Z]{1,5}-\d{3,}(?:-\d+)*(?![A-Za-z0-9])"
     r"|(?<![\d.])\d{5,}(?!\d|\.\d))"
-    rf"|(?P<quantity>\d+(?:\.\d+)? ?-? ?(?:{_UNITS}))"
+    rf"|(?P<quantity>(?<!\d)\d{{1,12}}(?:\.\d{{1,6}})? ?-? ?(?:{_UNITS}))"
 )
 _STRONG_KINDS = frozenset({"url", "email", "id", "date", "amount"})
 _CODE_LABEL_RE = re.compile(
