@@ -2,9 +2,11 @@
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -37,8 +39,10 @@ async def _serve(
     with_worker: bool,
     with_api: bool = True,
     server_box: dict[str, object] | None = None,
+    sockets: list[socket.socket] | None = None,
 ) -> None:
-    """Serve the API and/or a worker in this loop; `server_box` exposes the server to stop it."""
+    """Serve the API and/or a worker in this loop; `server_box` exposes the server to stop it;
+    `sockets`: serve on these (already bound) instead of binding host and port."""
     import uvicorn
 
     from app.core.context import AppContext
@@ -64,7 +68,7 @@ async def _serve(
             server = uvicorn.Server(config)
             if server_box is not None:
                 server_box["server"] = server
-            await server.serve()
+            await server.serve(sockets=sockets)
         else:
             await asyncio.gather(*tasks)
     finally:
@@ -73,6 +77,22 @@ async def _serve(
         await asyncio.gather(*tasks, return_exceptions=True)
         if worker_context is not None:
             await worker_context.aclose()
+
+
+def _serve_process(settings: Settings, sock: socket.socket) -> None:
+    """One API process of `serve --workers N` (a spawned child: it sets up its own logging)."""
+    _configure_logging(settings)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C reaches the whole process group
+        asyncio.run(_serve(settings, with_worker=False, sockets=[sock]))
+
+
+def cmd_serve(settings: Settings, workers: int) -> None:
+    if workers == 1:
+        asyncio.run(_serve(settings, with_worker=False))
+        return
+    from app.processes import Supervisor
+
+    Supervisor(settings, workers, _serve_process).run()
 
 
 def cmd_dev(args: argparse.Namespace) -> None:
@@ -164,7 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
     dev = sub.add_parser("dev", help="embedded Postgres+Valkey, migrations, API and worker")
     dev.add_argument("--port", type=int, help="API port (default CONTEXTD_PORT or 8080)")
     dev.add_argument("--auth", action="store_true", help="keep API-key auth on")
-    sub.add_parser("serve", help="serve the API (DATABASE_URL, REDIS_URL)")
+    serve = sub.add_parser("serve", help="serve the API (DATABASE_URL, REDIS_URL)")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="API processes sharing the port (default 1; see README, Scaling out)",
+    )
     sub.add_parser("worker", help="run a job worker (DATABASE_URL, REDIS_URL)")
     sub.add_parser("migrate", help="apply database migrations")
     keys = sub.add_parser("keys", help="manage API keys")
@@ -204,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "migrate":
         cmd_migrate(settings)
     elif args.command == "serve":
-        asyncio.run(_serve(settings, with_worker=False))
+        cmd_serve(settings, args.workers)
     elif args.command == "worker":
         asyncio.run(_serve(settings, with_worker=True, with_api=False))
     elif args.command == "keys":

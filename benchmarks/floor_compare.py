@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -110,9 +111,16 @@ class BuildPromptClient:
         return response
 
 
+@dataclass(frozen=True)
+class DevServer:
+    url: str
+    redis_url: str
+    database_url: str
+
+
 @contextmanager
-def contextd_dev(workdir: Path, port: int, serve_args: list[str]) -> Iterator[tuple[str, str]]:
-    """`contextd dev` on its own embedded stack; yields (base url, redis url)."""
+def contextd_dev(workdir: Path, port: int, serve_args: list[str]) -> Iterator[DevServer]:
+    """`contextd dev` (default settings) on an embedded stack of its own."""
     stack = EmbeddedStack(workdir / "stack", persist=False).start()
     env = dict(
         os.environ,
@@ -135,7 +143,7 @@ def contextd_dev(workdir: Path, port: int, serve_args: list[str]) -> Iterator[tu
             if server.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"contextd did not start; see {workdir / 'contextd.log'}")
             time.sleep(0.5)
-        yield base, stack.redis_url
+        yield DevServer(base, stack.redis_url, stack.database_url)
     finally:
         server.terminate()
         server.wait(30)
@@ -271,8 +279,9 @@ def main() -> None:
     loads: list[tuple[float, ...]] = []
     with (
         tempfile.TemporaryDirectory(prefix="floor-compare-") as tmp,
-        contextd_dev(Path(tmp), args.port, args.serve_args.split()) as (base, redis_url),
+        contextd_dev(Path(tmp), args.port, args.serve_args.split()) as server,
     ):
+        base = server.url
         started = time.monotonic()
         chunks = asyncio.run(load_contextd(base, args.big_turns))
         print(
@@ -281,7 +290,7 @@ def main() -> None:
         )
         for n in range(1, args.rounds + 1):
             load = os.getloadavg()
-            forget_query_embeddings(redis_url)
+            forget_query_embeddings(server.redis_url)
             if n % 2:
                 floor_figures = run_floor(args.floor_dir, chunks, args.requests)
                 ours, flags = asyncio.run(measure_contextd(floor, base, args.requests))
