@@ -159,9 +159,10 @@ class E5Embedder(Embedder):
         self._lanes = {"query": _e5_lane(name, "query"), "passage": _e5_lane(name, "passage")}
 
     async def warm_up(self) -> None:
-        """Touch every page of the memory-mapped model so the first real call is not slow."""
-        await self.embed_queries(["warm-up"])
-        await self.embed_passages(["warm-up"])
+        """Touch every page of the memory-mapped model so the first real call is not slow (not
+        bounded by `query_timeout_s`: a cold start may take longer than any query should)."""
+        await self._embed(["warm-up"], query=True)
+        await self._embed(["warm-up"], query=False)
 
     async def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
         return await self._lanes["query" if query else "passage"].run(
@@ -196,7 +197,7 @@ class UseEmbedder(Embedder):
 
     async def warm_up(self) -> None:
         """Loading already warmed the model; kept for symmetry with `E5Embedder`."""
-        await self.embed_queries(["warm-up"])
+        await self._embed(["warm-up"], query=True)
 
     async def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
         return await self._lanes["query" if query else "passage"].run(self._encode_sync, texts)

@@ -171,3 +171,11 @@ async def test_use_vectors_are_512_d_unit_float32(use: UseEmbedder) -> None:
 async def test_e5_accepts_nul_and_lone_surrogates(e5: E5Embedder) -> None:
     vectors = await e5.embed_passages(["broken \ud800 surrogate", "nul\x00inside", "ok?"])
     assert_unit_rows(vectors, 3, 384)
+
+
+async def test_warm_up_is_not_bounded_by_the_query_timeout() -> None:
+    embedder = E5Embedder()
+    embedder.query_timeout_s = 1e-9  # no query could meet it; a cold start must not either
+    await embedder.warm_up()
+    with pytest.raises(EmbedderTimeout):
+        await embedder.embed_queries(["a real query is bounded"])
