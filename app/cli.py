@@ -8,6 +8,7 @@ directory (`CONTEXTD_DATA_DIR`, default `./.contextd`): it joins the running `co
 
 import argparse
 import asyncio
+import contextlib
 import errno
 import json
 import logging
@@ -176,6 +177,23 @@ async def _when_started(server: "uvicorn.Server", action: Callable[[], None]) ->
     action()
 
 
+def _serve_process(settings: Settings, sock: socket.socket) -> None:
+    """One API process of `serve --workers N` (a spawned child: it sets up its own logging)."""
+    _configure_logging(settings)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C reaches the whole process group
+        asyncio.run(_serve(settings, with_worker=False, sock=sock))
+
+
+def cmd_serve(settings: Settings, workers: int) -> None:
+    sock = bind_port(settings.host, settings.port)
+    if workers == 1:
+        asyncio.run(_serve(settings, with_worker=False, sock=sock))
+        return
+    from app.processes import Supervisor
+
+    Supervisor(settings, workers, _serve_process).run(sock)
+
+
 def cmd_dev(args: argparse.Namespace) -> None:
     from app.embedded import EmbeddedStack
 
@@ -289,7 +307,13 @@ def build_parser() -> argparse.ArgumentParser:
     dev = sub.add_parser("dev", help="embedded Postgres+Valkey, migrations, API and worker")
     dev.add_argument("--port", type=int, help="API port (default CONTEXTD_PORT or 8080)")
     dev.add_argument("--auth", action="store_true", help="keep API-key auth on")
-    sub.add_parser("serve", help="serve the API (DATABASE_URL, REDIS_URL)")
+    serve = sub.add_parser("serve", help="serve the API (DATABASE_URL, REDIS_URL)")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="API processes sharing the port (default 1; see README, Scaling out)",
+    )
     sub.add_parser("worker", help="run a job worker (DATABASE_URL, REDIS_URL)")
     sub.add_parser("migrate", help="apply database migrations")
     keys = sub.add_parser("keys", help="manage API keys")
@@ -339,8 +363,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.command == "migrate":
             cmd_migrate(settings)
         elif args.command == "serve":
-            sock = bind_port(settings.host, settings.port)
-            asyncio.run(_serve(settings, with_worker=False, sock=sock))
+            cmd_serve(settings, args.workers)
         elif args.command == "worker":
             asyncio.run(_serve(settings, with_worker=True, with_api=False))
         elif args.command == "keys":

@@ -77,6 +77,12 @@ class EmbeddingSettings(BaseModel):
     openai_dim: int = Field(1536, gt=0, description="vector size of the `openai` model")
     timeout_seconds: float = Field(10.0, gt=0, description="per embeddings HTTP call")
     batch_size: int = Field(32, gt=0, description="passages embedded per batch by the worker")
+    query_timeout_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="longest wait for a query embedding, queueing included; past it the build "
+        "goes on lexically (`vector_timeout`)",
+    )
 
 
 class RecallSettings(BaseModel):

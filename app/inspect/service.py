@@ -9,8 +9,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.schemas import Caller
 from app.core.context import AppContext
 from app.core.pagination import Page
-from app.db.models import Chunk, OffloadEvent, PromptBuild, Turn
+from app.db.models import Chunk, OffloadEvent, PromptBuild
 from app.domain.budget import REPLY_PRIMING_TOKENS
+from app.domain.records import TurnRecord
 from app.erasure import repository as erasure_repository
 from app.erasure.schemas import EraseReceiptOut
 from app.erasure.service import receipt_out
@@ -90,7 +91,7 @@ class SessionPage:
     notes_meta: dict[str, Any]
     chunks: list[Chunk]
     more_chunks: bool
-    window: list[Turn]
+    window: list[TurnRecord]
     memories: list[MemoryOut]
     builds: list[PromptBuild]
     receipts: list[EraseReceiptOut]

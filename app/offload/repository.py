@@ -5,29 +5,32 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, or_, select, text, tuple_, update
+from sqlalchemy import bindparam, func, or_, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Chunk, OffloadEvent
 
-INSERT_BATCH = 500  # rows per multi-VALUES insert (stays far below the bind-parameter limit)
+INSERT_BATCH = 1000  # rows per executemany call
 
 
 # --- write: offload, embeddings ------------------------------------------------------------------
 
 
 async def insert_chunks(db: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
-    """Insert chunks; each row's `lexical_source` becomes its `tsvector` ('simple' parser)."""
-    values = [
+    """Insert chunks; each row's `lexical_source` becomes its `tsvector` ('simple' parser). One
+    statement compiled once, its rows sent in batches (SQLAlchemy's insertmanyvalues)."""
+    if not rows:
+        return
+    columns = [k for k in rows[0] if k != "lexical_source"]
+    statement = insert(Chunk).values(
         {
-            **{k: v for k, v in row.items() if k != "lexical_source"},
-            "lexical": func.to_tsvector("simple", row["lexical_source"]),
+            **{name: bindparam(name) for name in columns},
+            "lexical": func.to_tsvector("simple", bindparam("lexical_source")),
         }
-        for row in rows
-    ]
-    for start in range(0, len(values), INSERT_BATCH):
-        await db.execute(insert(Chunk).values(values[start : start + INSERT_BATCH]))
+    )
+    for start in range(0, len(rows), INSERT_BATCH):
+        await db.execute(statement, list(rows[start : start + INSERT_BATCH]))
 
 
 async def add_offload_event(db: AsyncSession, **values: Any) -> None:

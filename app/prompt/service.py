@@ -42,7 +42,6 @@ from app.sessions.service import (
     effective_config,
     observe_watermark,
     session_budget,
-    to_record,
     write_session,
 )
 
@@ -149,9 +148,7 @@ async def build_prompt(
     timings["notes_and_offload"] = _ms(stage)
 
     window = [
-        to_record(t)
-        for t in await sessions_repository.window_turns(db, session.id)
-        if t.seq != appended_seq
+        t for t in await sessions_repository.window_turns(db, session.id) if t.seq != appended_seq
     ]
     top_k = config.recall_top_k if req.recall.top_k is None else req.recall.top_k
     if emergency:

@@ -22,7 +22,7 @@ from app.core.context import AppContext
 from app.core.text import terms
 from app.db.models import Chunk, Session
 from app.domain.records import RecalledItem
-from app.embeddings.base import EmbedderUnavailable
+from app.embeddings.base import EmbedderTimeout, EmbedderUnavailable
 from app.memory.repository import visible_memories
 from app.offload import repository
 from app.recall.bm25 import BM25Index
@@ -262,7 +262,8 @@ async def recall(
                 )
         except (EmbedderUnavailable, SQLAlchemyError) as exc:
             logger.warning("vector recall unavailable, lexical only: %s", exc)
-            fallbacks.append("vector_unavailable")
+            timed_out = isinstance(exc, EmbedderTimeout)
+            fallbacks.append("vector_timeout" if timed_out else "vector_unavailable")
         clock.lap("vector")
 
     memory_scores: dict[str, float] = {}
