@@ -22,6 +22,7 @@ async def healthz() -> dict[str, str]:
     operation_id="readyz",
     summary="Readiness: database and cache reachable, worker lag",
     description="503 when Postgres is unreachable; Redis down only degrades (cache bypassed).",
+    responses={503: {"description": "not ready: the database cannot be reached"}},
 )
 async def readyz(context: ContextDep) -> JSONResponse:
     parts: dict[str, Any] = {}

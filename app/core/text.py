@@ -7,6 +7,7 @@ see identical terms.
 """
 
 import re
+from collections.abc import Sequence
 
 _CJK_CLASS = (
     "\u3040-\u30ff"  # Hiragana, Katakana
@@ -56,17 +57,23 @@ def terms(text: str, *, drop_stopwords: bool = True) -> list[str]:
     return out
 
 
+_PART_SEPARATOR_RE = re.compile(r"[-_.@]")
+
+
 def lexical_document(text: str) -> str:
-    """Space-joined terms for Postgres `to_tsvector('simple', ...)`, so it indexes our terms.
+    """Space-joined terms for Postgres `to_tsvector('simple', ...)`, so it indexes our terms."""
+    return terms_document(terms(text))
+
+
+def terms_document(text_terms: Sequence[str]) -> str:
+    """`lexical_document` of text whose `terms()` are already at hand.
 
     Punctuation inside identifiers (AB-12345, a.b@c.d) would be split by the 'simple' parser, so
-    such terms are kept whole and also contribute their parts.
+    such terms are kept whole and also contribute their parts (CJK terms hold no separator).
     """
     out: list[str] = []
-    for term in terms(text):
+    for term in text_terms:
         out.append(term)
-        if not is_cjk(term):
-            parts = re.split(r"[-_.@]", term)
-            if len(parts) > 1:
-                out.extend(p for p in parts if p)
+        if _PART_SEPARATOR_RE.search(term):
+            out.extend(p for p in _PART_SEPARATOR_RE.split(term) if p)
     return " ".join(out)
