@@ -116,6 +116,12 @@ class EmbeddingSettings(BaseModel):
     openai_dim: int = Field(1536, gt=0, description="vector size of the `openai` model")
     timeout_seconds: float = Field(10.0, gt=0, description="per embeddings HTTP call")
     batch_size: int = Field(32, gt=0, description="passages embedded per batch by the worker")
+    query_timeout_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="longest wait for a query embedding, queueing included; past it the build "
+        "goes on lexically (`vector_timeout`)",
+    )
 
 
 class RecallSettings(BaseModel):
@@ -145,12 +151,6 @@ class RecallSettings(BaseModel):
         gt=0,
         description="an inline offload in build-prompt waits at most this for the session lock "
         "and for each statement, then gives up (`emergency_offload_failed`)",
-    )
-    query_embed_timeout_seconds: float = Field(
-        0.5,
-        gt=0,
-        description="budget of the query embedding in recall; on expiry lexical recall only "
-        "(`vector_unavailable`)",
     )
     embedder_breaker_failures: int = Field(
         3, gt=0, description="consecutive query-embedding failures that open the circuit breaker"

@@ -16,6 +16,7 @@ import contextvars
 import hashlib
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -31,6 +32,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from sqlalchemy import text
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -53,6 +55,7 @@ request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 TOKEN_BUCKETS = (0, 64, 256, 1_024, 4_096, 16_384, 65_536, 262_144, 1_048_576)
 QUEUE_QUERY_TIMEOUT_SECONDS = 2.0
+MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"  # set by `serve --workers N` for its processes
 DEFAULT_JOB_QUEUE = "contextd"  # app.jobs.queue.DEFAULT_QUEUE; not imported to keep core light
 
 # Pending jobs per queue and the age of the oldest one (same definition as /readyz's worker lag).
@@ -213,7 +216,14 @@ class Metrics:
         self._queue.snapshot = snapshot
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """This registry's series; under `serve --workers N` (prometheus_client's multiprocess
+        mode, `PROMETHEUS_MULTIPROC_DIR`) those of every API process, summed."""
+        if not os.environ.get(MULTIPROCESS_DIR_ENV):
+            return generate_latest(self.registry)
+        combined = CollectorRegistry()
+        MultiProcessCollector(combined)  # type: ignore[no-untyped-call]
+        combined.register(self._queue)
+        return generate_latest(combined)
 
 
 # --- request ids and the access log ---------------------------------------------------------

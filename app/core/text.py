@@ -17,7 +17,8 @@ _CJK_CLASS = (
     "\uac00-\ud7af"  # Hangul syllables
 )
 _WORD = rf"(?:(?![{_CJK_CLASS}])[^\W_])+"  # letters/digits, but not CJK (they form their own runs)
-_TOKEN_RE = re.compile(rf"[{_CJK_CLASS}]+|{_WORD}(?:[-_.@]{_WORD})*", re.UNICODE)
+# A token is a run of CJK characters (group 1) or a word (group 2), joined across -_.@.
+_TOKEN_RE = re.compile(rf"([{_CJK_CLASS}]+)|({_WORD}(?:[-_.@]{_WORD})*)", re.UNICODE)
 _CJK_RUN_RE = re.compile(rf"^[{_CJK_CLASS}]+$")
 
 # Common English function words. Negations and limit words ("no", "not", "only", "more", "before",
@@ -47,12 +48,12 @@ def cjk_terms(run: str) -> list[str]:
 def terms(text: str, *, drop_stopwords: bool = True) -> list[str]:
     """Index/search terms of `text`: lower-cased words, CJK runs as unigrams + bigrams."""
     out: list[str] = []
-    for match in _TOKEN_RE.finditer(text.lower()):
-        token = match.group(0)
-        if is_cjk(token):
-            out.extend(cjk_terms(token))
-        elif not (drop_stopwords and token in ENGLISH_STOPWORDS):
-            out.append(token)
+    stopwords = ENGLISH_STOPWORDS if drop_stopwords else frozenset()
+    for run, word in _TOKEN_RE.findall(text.lower()):  # one C pass; the group says which
+        if run:
+            out.extend(cjk_terms(run))
+        elif word not in stopwords:
+            out.append(word)
     return out
 
 

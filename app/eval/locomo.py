@@ -39,6 +39,7 @@ _EVIDENCE_RE = re.compile(r"D:?(\d+):0*(\d+)")
 DEGRADED_FLAGS = frozenset(
     {
         "vector_unavailable",
+        "vector_timeout",
         "recall_unavailable",
         "rerank_unavailable",
         "cache_bypass",

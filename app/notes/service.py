@@ -22,7 +22,7 @@ from app.notes import repository
 from app.notes.llm import NotesGenerationError, llm_extract
 from app.notes.policy import cap, merge, render_notes_block
 from app.notes.rules import extract
-from app.notes.schemas import NoteItem, Notes, NotesResult
+from app.notes.schemas import DroppedNote, NoteItem, Notes, NotesResult
 from app.sessions import repository as sessions_repository
 from app.sessions.service import to_record, write_session
 
@@ -121,6 +121,7 @@ async def write_notes(db: AsyncSession, cache: Cache, draft: NotesDraft) -> Note
             "generator": draft.generator,
             "rebuild_pending": False,
             "dropped_items": len(draft.result.dropped),
+            "dropped": [d.model_dump(mode="json") for d in draft.result.dropped],
         },
     )
     if not written:
@@ -161,6 +162,7 @@ class NotesSnapshot:
     covers_until_seq: int
     notes: Notes
     token_count: int
+    dropped: list[DroppedNote]  # what the token cap left out of this version
 
 
 def notes_cache_key(cache: Cache, session_pk: uuid.UUID, version: int) -> str:
@@ -177,15 +179,19 @@ async def current_notes(db: AsyncSession, cache: Cache, session: Session) -> Not
             covers_until_seq=cached["covers_until_seq"],
             notes=Notes.model_validate(cached["notes"]),
             token_count=cached["token_count"],
+            dropped=[DroppedNote.model_validate(d) for d in cached.get("dropped", [])],
         )
     pad = await repository.get_scratchpad(db, session.id)
     if pad is None:
-        return NotesSnapshot(version=0, covers_until_seq=0, notes=Notes(), token_count=0)
+        return NotesSnapshot(
+            version=0, covers_until_seq=0, notes=Notes(), token_count=0, dropped=[]
+        )
     snapshot = NotesSnapshot(
         version=pad.version,
         covers_until_seq=pad.covers_until_seq,
         notes=Notes.model_validate(pad.notes or {}),
         token_count=pad.token_count,
+        dropped=[DroppedNote.model_validate(d) for d in pad.dropped or []],
     )
     if pad.version == session.notes_version:
         await cache.set_json(
@@ -195,6 +201,7 @@ async def current_notes(db: AsyncSession, cache: Cache, session: Session) -> Not
                 "covers_until_seq": snapshot.covers_until_seq,
                 "notes": snapshot.notes.model_dump(mode="json"),
                 "token_count": snapshot.token_count,
+                "dropped": [d.model_dump(mode="json") for d in snapshot.dropped],
             },
         )
     return snapshot

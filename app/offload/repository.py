@@ -5,29 +5,32 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, or_, select, text, tuple_, update
+from sqlalchemy import bindparam, func, or_, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Chunk, OffloadEvent
 
-INSERT_BATCH = 500  # rows per multi-VALUES insert (stays far below the bind-parameter limit)
+INSERT_BATCH = 1000  # rows per executemany call
 
 
 # --- write: offload, embeddings ------------------------------------------------------------------
 
 
 async def insert_chunks(db: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
-    """Insert chunks; each row's `lexical_source` becomes its `tsvector` ('simple' parser)."""
-    values = [
+    """Insert chunks; each row's `lexical_source` becomes its `tsvector` ('simple' parser). One
+    statement compiled once, its rows sent in batches (SQLAlchemy's insertmanyvalues)."""
+    if not rows:
+        return
+    columns = [k for k in rows[0] if k != "lexical_source"]
+    statement = insert(Chunk).values(
         {
-            **{k: v for k, v in row.items() if k != "lexical_source"},
-            "lexical": func.to_tsvector("simple", row["lexical_source"]),
+            **{name: bindparam(name) for name in columns},
+            "lexical": func.to_tsvector("simple", bindparam("lexical_source")),
         }
-        for row in rows
-    ]
-    for start in range(0, len(values), INSERT_BATCH):
-        await db.execute(insert(Chunk).values(values[start : start + INSERT_BATCH]))
+    )
+    for start in range(0, len(rows), INSERT_BATCH):
+        await db.execute(statement, list(rows[start : start + INSERT_BATCH]))
 
 
 def active_chunk_count(session_pk: Any) -> Any:
@@ -262,3 +265,20 @@ async def count_session_chunks(db: AsyncSession, session_pk: uuid.UUID) -> tuple
     )
     chunks, embedded = row.one()
     return int(chunks), int(embedded)
+
+
+async def offload_events(db: AsyncSession, session_pk: uuid.UUID, limit: int) -> list[OffloadEvent]:
+    """The session's newest offload events, oldest first."""
+    newest = (
+        select(OffloadEvent)
+        .where(OffloadEvent.session_id == session_pk)
+        .order_by(OffloadEvent.created_at.desc(), OffloadEvent.id.desc())
+        .limit(limit)
+        .subquery()
+    )
+    query = (
+        select(OffloadEvent)
+        .join(newest, OffloadEvent.id == newest.c.id)
+        .order_by(OffloadEvent.created_at, OffloadEvent.id)
+    )
+    return list((await db.execute(query)).scalars().all())

@@ -27,7 +27,7 @@ from app.offload import repository
 from app.offload.chunking import ChunkDraft, ChunkingConfig, chunk_turns
 from app.offload.policy import select_offload
 from app.sessions import repository as sessions_repository
-from app.sessions.service import session_budget, to_record, write_session
+from app.sessions.service import session_budget, write_session
 
 
 @dataclass(frozen=True)
@@ -101,12 +101,15 @@ async def write_chunks(
     await repository.insert_chunks(db, rows)
     # Pieces of one split turn share its seq: the turn is covered by the first piece; the others
     # are marked copies (part > 1) that recall deduplicates.
-    marked = 0
-    for draft, chunk_id in zip(drafts, chunk_ids, strict=True):
-        if draft.part == 1:
-            marked += await sessions_repository.assign_turns(
-                db, session.id, chunk_id, draft.turn_first, draft.turn_last
-            )
+    marked = await sessions_repository.assign_turns(
+        db,
+        session.id,
+        [
+            (chunk_id, draft.turn_first, draft.turn_last)
+            for draft, chunk_id in zip(drafts, chunk_ids, strict=True)
+            if draft.part == 1
+        ],
+    )
     if marked != len(turns):
         raise RuntimeError(f"chunks cover {marked} turns, expected {len(turns)}")
     return chunk_ids
@@ -131,7 +134,7 @@ async def offload_session(
     # may grow them, and the session must still be at the target once it has.
     notes_cap = message_tokens("system", "") + settings.notes.max_tokens
     planning = budget.with_counters(c2=max(budget.c2, notes_cap))
-    window = [to_record(t) for t in await sessions_repository.window_turns(db, session.id)]
+    window = await sessions_repository.window_turns(db, session.id)
     plan = select_offload(
         window,
         fixed_tokens=planning.fixed_tokens,

@@ -51,7 +51,6 @@ from app.sessions.service import (
     effective_config,
     observe_watermark,
     session_budget,
-    to_record,
     write_session,
 )
 
@@ -234,9 +233,7 @@ async def build_prompt(
     timings["notes_and_offload"] = _ms(stage)
 
     window = [
-        to_record(t)
-        for t in await sessions_repository.window_turns(db, session.id)
-        if t.seq != appended_seq
+        t for t in await sessions_repository.window_turns(db, session.id) if t.seq != appended_seq
     ]
     top_k = config.recall_top_k if req.recall.top_k is None else req.recall.top_k
     if emergency:
@@ -275,6 +272,20 @@ async def build_prompt(
 
     included = {item.chunk_id for item in assembled.recalled}
     manifest = [ManifestItem(**entry.as_dict()) for entry in assembled.manifest]
+    # After the notes entry: each item the notes' token cap left out (no text, its turn has it).
+    at = next((n + 1 for n, m in enumerate(manifest) if m.id == "notes"), len(manifest))
+    manifest[at:at] = [
+        ManifestItem(
+            id=f"notes:{d.section}:{'memory' if d.seq is None else d.seq}",
+            layer="c2",
+            source=d.source,
+            tokens=d.tokens,
+            score=None,
+            included=False,
+            reason="notes_cap",
+        )
+        for d in notes.dropped
+    ]
     if outcome is not None:
         manifest.extend(
             ManifestItem(

@@ -25,7 +25,7 @@ from app.core.db import release
 from app.core.text import terms
 from app.db.models import Chunk, Session
 from app.domain.records import RecalledItem
-from app.embeddings.base import EmbedderUnavailable
+from app.embeddings.base import EmbedderTimeout, EmbedderUnavailable
 from app.memory.repository import visible_memories
 from app.offload import repository
 from app.recall.bm25 import BM25Index
@@ -163,10 +163,11 @@ async def _lexical(
 async def _query_vector(
     context: AppContext, query: str, fallbacks: list[str]
 ) -> list[float] | None:
-    """The query's embedding within its time budget, or None (lexical recall only, flagged
-    `vector_unavailable`). After repeated failures or timeouts the circuit breaker skips the
-    embedder for a while (`embedder_circuit_open` too), so a hanging embedder costs each build
-    nothing rather than its whole budget."""
+    """The query's embedding within the embedder's query budget, or None: lexical recall only,
+    flagged `vector_unavailable` (with `vector_timeout` when the budget ran out). After repeated
+    failures or timeouts the circuit breaker skips the embedder for a while
+    (`embedder_circuit_open` too), so a hanging embedder costs each build nothing rather than its
+    whole budget."""
     embedder = context.embedder
     if embedder is None:
         fallbacks.append("vector_unavailable")
@@ -178,16 +179,18 @@ async def _query_vector(
         return list(cached)
     breaker = context.query_embedder
     if not breaker.allow():
-        fallbacks.extend(["vector_unavailable", "embedder_circuit_open"])
+        fallbacks.append("vector_unavailable")
+        fallbacks.append("embedder_circuit_open")
         return None
     try:
-        async with asyncio.timeout(context.settings.recall.query_embed_timeout_seconds):
-            embedded = await embedder.embed_queries([query])
+        embedded = await embedder.embed_queries([query])
         vector: list[float] = embedded[0].tolist()
-    except (TimeoutError, EmbedderUnavailable) as exc:
+    except EmbedderUnavailable as exc:
         breaker.failed()
         logger.warning("query embedding unavailable, lexical only: %s", type(exc).__name__)
         fallbacks.append("vector_unavailable")
+        if isinstance(exc, EmbedderTimeout):
+            fallbacks.append("vector_timeout")
         return None
     breaker.succeeded()
     await context.cache.set_json(key, vector, ttl=24 * 3600)

@@ -19,6 +19,7 @@ from sqlalchemy import (
     or_,
     select,
     table,
+    text,
     update,
 )
 from sqlalchemy import true as sa_true
@@ -27,6 +28,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import IdempotencyRecord, Session, Turn
 from app.domain.budget import REPLY_PRIMING_TOKENS, BudgetConfig
+from app.domain.records import TurnRecord
+from app.sessions.schemas import SESSION_ID_PATTERN
 
 # procrastinate's job table (its schema is procrastinate's, not ours): what the sweep checks.
 JOBS = table("procrastinate_jobs", column("queueing_lock"), column("status"))
@@ -138,14 +141,28 @@ async def list_turns(
     return list((await db.execute(query)).scalars().all())
 
 
-async def window_turns(db: AsyncSession, session_pk: uuid.UUID) -> list[Turn]:
-    """C1: turns not yet offloaded nor forgotten, in order."""
+_RECORD_COLUMNS = (
+    Turn.seq,
+    Turn.role,
+    Turn.content,
+    Turn.token_count,
+    Turn.created_at,
+    Turn.name,
+    Turn.tool_calls,
+    Turn.tool_call_id,
+    Turn.metadata_,
+)
+
+
+async def window_turns(db: AsyncSession, session_pk: uuid.UUID) -> list[TurnRecord]:
+    """C1: turns not yet offloaded nor forgotten, in order (plain rows, no ORM objects: every
+    build and offload reads the whole window)."""
     query = (
-        select(Turn)
+        select(*_RECORD_COLUMNS)
         .where(Turn.session_id == session_pk, Turn.chunk_id.is_(None), Turn.forgotten_at.is_(None))
         .order_by(Turn.seq)
     )
-    return list((await db.execute(query)).scalars().all())
+    return [TurnRecord(*row) for row in await db.execute(query)]
 
 
 async def offloaded_turns(db: AsyncSession, session_pk: uuid.UUID, after_seq: int) -> list[Turn]:
@@ -178,18 +195,23 @@ async def live_turns(db: AsyncSession, session_pk: uuid.UUID, first: int, last: 
 
 
 async def assign_turns(
-    db: AsyncSession, session_pk: uuid.UUID, chunk_id: uuid.UUID, seq_first: int, seq_last: int
+    db: AsyncSession, session_pk: uuid.UUID, ranges: Sequence[tuple[uuid.UUID, int, int]]
 ) -> int:
-    """Mark the live turns seq_first..seq_last as covered by `chunk_id` (an offload moving them
-    out of the window, or a re-chunk after forget). Returns the rows marked."""
+    """Mark the live turns of each (chunk id, seq_first, seq_last) range as covered by that chunk
+    (an offload moving them out of the window, or a re-chunk after forget), in one statement.
+    Returns the rows marked."""
+    if not ranges:
+        return 0
+    chunk_ids, firsts, lasts = (list(column) for column in zip(*ranges, strict=True))
     result = await db.execute(
-        update(Turn)
-        .where(
-            Turn.session_id == session_pk,
-            Turn.seq.between(seq_first, seq_last),
-            Turn.forgotten_at.is_(None),
-        )
-        .values(chunk_id=chunk_id)
+        text(
+            "UPDATE turns SET chunk_id = r.chunk_id "
+            "FROM unnest(CAST(:chunk_ids AS uuid[]), CAST(:firsts AS bigint[]), "
+            "CAST(:lasts AS bigint[])) AS r(chunk_id, seq_first, seq_last) "
+            "WHERE turns.session_id = :session AND turns.seq BETWEEN r.seq_first AND r.seq_last "
+            "AND turns.forgotten_at IS NULL"
+        ),
+        {"session": session_pk, "chunk_ids": chunk_ids, "firsts": firsts, "lasts": lasts},
     )
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
@@ -354,6 +376,34 @@ async def sessions_over_watermark(
         .limit(limit)
     )
     return list((await db.execute(query)).scalars())
+
+
+async def list_sessions(
+    db: AsyncSession, tenant_id: uuid.UUID, *, limit: int, offset: int
+) -> list[Session]:
+    """A tenant's sessions, most recently changed first (not those being erased, whose ids no
+    client can name)."""
+    query = (
+        select(Session)
+        .where(
+            Session.tenant_id == tenant_id,
+            Session.external_id.regexp_match(SESSION_ID_PATTERN),
+        )
+        .order_by(Session.updated_at.desc(), Session.id)
+        .limit(limit)
+        .offset(offset)
+    )
+    return list((await db.execute(query)).scalars().all())
+
+
+async def turn_timeline(db: AsyncSession, session_pk: uuid.UUID) -> list[tuple[int, Any, int]]:
+    """(seq, created_at, token_count) of every turn of a session, in order (no content)."""
+    query = (
+        select(Turn.seq, Turn.created_at, Turn.token_count)
+        .where(Turn.session_id == session_pk)
+        .order_by(Turn.seq)
+    )
+    return [(int(r[0]), r[1], int(r[2])) for r in (await db.execute(query)).all()]
 
 
 # --- counters ------------------------------------------------------------------------------------

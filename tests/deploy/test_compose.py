@@ -88,7 +88,8 @@ def test_services_and_images(raw: dict[str, Any], services: dict[str, Any]) -> N
 
 def test_commands_are_contextd_subcommands(services: dict[str, Any]) -> None:
     assert services["migrate"]["command"] == ["migrate"]
-    assert services["api"]["command"] == ["serve"]
+    assert services["api"]["command"] == ["serve", "--workers", "2"]
+    assert build_parser().parse_args(services["api"]["command"]).workers == 2
     assert services["worker"]["command"] == ["worker"]
     for name in APP_SERVICES:
         args = build_parser().parse_args(services[name]["command"])

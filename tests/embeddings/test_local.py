@@ -1,13 +1,16 @@
 """In-process embedders against the real bundled models (no network, no mocks)."""
 
 import asyncio
+import os
+import threading
+from typing import Any
 
 import numpy as np
 import pytest
 
-from app.embeddings.base import EmbedderUnavailable
+from app.embeddings.base import EmbedderTimeout, EmbedderUnavailable
 from app.embeddings.factory import create_embedder
-from app.embeddings.local import E5Embedder, UseEmbedder
+from app.embeddings.local import PASSAGE_NICENESS, E5Embedder, UseEmbedder
 
 PASSAGES_EN = [
     "We deployed the billing service to eu-west-1 on Friday; the database is Postgres 16.",
@@ -83,8 +86,55 @@ async def test_e5_concurrent_calls_match_serial(e5: E5Embedder) -> None:
 
 async def test_e5_shares_one_loaded_model_and_warms_up(e5: E5Embedder) -> None:
     other = E5Embedder()
-    assert other._loaded is e5._loaded
+    assert other._lanes == e5._lanes
+    assert other._lanes["query"].model is not other._lanes["passage"].model
     await other.warm_up()
+
+
+async def test_a_query_never_waits_behind_a_passage_batch(e5: E5Embedder) -> None:
+    started = threading.Event()
+    long_batch = [f"{i}: " + " ".join(PASSAGES_EN) * 5 for i in range(16)]
+
+    def batch(model: Any) -> Any:
+        started.set()
+        return model.passage(long_batch)
+
+    passages = asyncio.create_task(e5._lanes["passage"].run(batch))
+    assert await asyncio.to_thread(started.wait, 60)
+    vectors = await e5.embed_queries(["which region did the billing service go to?"])
+    assert not passages.done()  # the query came back while the batch was still encoding
+    assert_unit_rows(vectors, 1, 384)
+    assert (await passages).shape == (16, 384)
+
+
+async def test_passages_encode_at_a_lower_cpu_priority(e5: E5Embedder) -> None:
+    def native_id(model: Any) -> int:
+        return threading.get_native_id()
+
+    query_tid = await e5._lanes["query"].run(native_id)
+    passage_tid = await e5._lanes["passage"].run(native_id)
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert os.getpriority(os.PRIO_PROCESS, query_tid) == base
+    assert os.getpriority(os.PRIO_PROCESS, passage_tid) == min(base + PASSAGE_NICENESS, 19)
+
+
+async def test_a_query_past_its_timeout_gives_up_and_the_lane_goes_on() -> None:
+    embedder = E5Embedder()
+    embedder.query_timeout_s = 0.05
+    started, release = threading.Event(), threading.Event()
+
+    def stuck(model: Any) -> bool:
+        started.set()
+        return release.wait(60)
+
+    busy = asyncio.create_task(embedder._lanes["query"].run(stuck))
+    assert await asyncio.to_thread(started.wait, 60)
+    with pytest.raises(EmbedderTimeout, match=r"within 0\.05s"):
+        await embedder.embed_queries(["queued behind a stuck call"])
+    release.set()
+    assert await busy
+    embedder.query_timeout_s = 60
+    assert_unit_rows(await embedder.embed_queries(["and now it answers"]), 1, 384)
 
 
 def test_unknown_e5_model_is_unavailable() -> None:
@@ -121,3 +171,11 @@ async def test_use_vectors_are_512_d_unit_float32(use: UseEmbedder) -> None:
 async def test_e5_accepts_nul_and_lone_surrogates(e5: E5Embedder) -> None:
     vectors = await e5.embed_passages(["broken \ud800 surrogate", "nul\x00inside", "ok?"])
     assert_unit_rows(vectors, 3, 384)
+
+
+async def test_warm_up_is_not_bounded_by_the_query_timeout() -> None:
+    embedder = E5Embedder()
+    embedder.query_timeout_s = 1e-9  # no query could meet it; a cold start must not either
+    await embedder.warm_up()
+    with pytest.raises(EmbedderTimeout):
+        await embedder.embed_queries(["a real query is bounded"])

@@ -160,11 +160,15 @@ def embedder_settings(settings: Settings, url: str, budget: float) -> Settings:
     return settings.model_copy(
         update={
             "embedding": settings.embedding.model_copy(
-                update={"kind": "openai", "openai_base_url": url, "openai_dim": DIM}
+                update={
+                    "kind": "openai",
+                    "openai_base_url": url,
+                    "openai_dim": DIM,
+                    "query_timeout_seconds": budget,
+                }
             ),
             "recall": settings.recall.model_copy(
                 update={
-                    "query_embed_timeout_seconds": budget,
                     "embedder_breaker_failures": 2,
                     "embedder_breaker_cooldown_seconds": 600,
                 }

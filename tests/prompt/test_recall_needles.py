@@ -3,6 +3,7 @@ and with anaphora, in English and Chinese: the fact must come back in the recall
 Also each degradation path, forced for real."""
 
 import random
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -206,6 +207,42 @@ async def test_embedder_down_falls_back_to_lexical(settings: Settings, api_key: 
             )
         ).json()
     assert "vector_unavailable" in body["fallbacks"]
+    assert "ORD-58213" in recalled_block(body)
+
+
+async def test_slow_query_embedding_goes_on_lexically(settings: Settings, api_key: str) -> None:
+    release = threading.Event()
+    question = "what was that order number again?"
+
+    def stalled_embeddings(method: str, path: str, body: Any) -> tuple[int, Any]:
+        if body["input"] == [question]:
+            release.wait(60)  # the query's embedding hangs until the test is over
+        vectors = [{"index": i, "embedding": [1.0] * 8} for i in range(len(body["input"]))]
+        return 200, {"data": vectors}
+
+    with loopback_server(stalled_embeddings) as embeddings:
+        own = settings.model_copy(
+            update={
+                "embedding": settings.embedding.model_copy(
+                    update={
+                        "kind": "openai",
+                        "openai_base_url": embeddings.url,
+                        "openai_dim": 8,
+                        "query_timeout_seconds": 0.3,
+                    }
+                )
+            }
+        )
+        try:
+            async with offloaded_session(own, api_key, "slowvec", seed=6) as http:
+                body = (
+                    await http.post("/v1/sessions/slowvec/build-prompt", json={"query": question})
+                ).json()
+        finally:
+            release.set()
+    assert "vector_timeout" in body["fallbacks"]
+    assert "vector_unavailable" in body["fallbacks"]  # the general flag, the timeout its reason
+    assert "embedder_circuit_open" not in body["fallbacks"]
     assert "ORD-58213" in recalled_block(body)
 
 

@@ -1,0 +1,319 @@
+"""contextd against the performance floor of this machine, measured side by side.
+
+    .venv/bin/python -m benchmarks.floor_compare [--floor-dir ../shared/perf] [--rounds 3]
+        [--requests 480] [--serve-args "--workers 2"]
+
+The floor (`floor_bench.py` + `floor_app.py` in `--floor-dir`, not part of this repository) is the
+least work any build-prompt must do here: one Redis read, one indexed read of the recent turns,
+tokenising the query; with recall also one e5 query embedding, a pgvector top-30 and a full-text
+top-30. This command runs it as it is, and drives a `contextd dev` (API and worker in one process,
+default settings, its own embedded Postgres and Valkey) with the floor's own load function and
+query generator, imported from `floor_bench.py`: the same httpx client, the same distinct
+queries, the same concurrency (1 and 16 clients) and number of requests.
+
+contextd holds what the floor holds: 200 sessions of 50 turns (no recall: never offloaded, so no
+search runs) and one session of 5,000 turns offloaded into chunks and embedded with e5 (recall);
+the floor gets as many chunks as contextd wrote. Each round runs both, alternating which goes
+first; the query-embedding cache is emptied before each contextd round (the floor has none), so
+every query is embedded. Prints each round, then per figure the median over rounds and the ratio
+contextd / floor (median and range), and the load average of the machine.
+"""
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import httpx
+import redis
+
+from app.embedded import EmbeddedStack
+from benchmarks.build_prompt_latency import ingest, wait_offloaded
+
+SCENARIOS = ("no recall", "recall")
+CLIENTS = (1, 16)
+FLOOR_LINE = re.compile(
+    r"floor (no recall|recall)\s+clients=\s*(\d+)\s+p50\s+([\d.]+) ms\s+p95\s+([\d.]+) ms\s+"
+    r"([\d.]+) req/s"
+)
+FALLBACKS = re.compile(rb'"fallbacks":(\[[^\]]*\])')
+SMALL_SESSIONS = 200
+SMALL_TURNS = 50
+BIG_SESSION = "floor-recall"
+BIG_CONFIG = {"context_limit": 16000, "reserve_tokens": 2000, "min_recent_tokens": 2000}
+
+Figures = dict[tuple[str, int], tuple[float, float, float]]  # (scenario, clients) -> p50, p95, rps
+
+
+def floor_module(floor_dir: Path) -> ModuleType:
+    """`floor_bench.py`, imported from where it lives (it is run, never copied)."""
+    spec = importlib.util.spec_from_file_location("floor_bench", floor_dir / "floor_bench.py")
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"no floor_bench.py in {floor_dir} (see --floor-dir)")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_floor(floor_dir: Path, chunks: int, requests: int) -> Figures:
+    """One run of the floor as it is; its printed figures."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(floor_dir / "floor_bench.py"),
+            "--chunks",
+            str(chunks),
+            "--requests",
+            str(requests),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    figures: Figures = {}
+    for match in FLOOR_LINE.finditer(out):
+        name, clients, p50, p95, rps = match.groups()
+        figures[(name, int(clients))] = (float(p50), float(p95), float(rps))
+    if len(figures) != len(SCENARIOS) * len(CLIENTS):
+        raise SystemExit(f"unexpected floor output:\n{out}")
+    return figures
+
+
+class BuildPromptClient:
+    """What the floor's `load` calls (`get(path, params={"q": ...})`), answered by contextd's
+    build-prompt: a POST with the query in the body. The same httpx client underneath. Counts
+    the fallback flags of the answers (a degraded build is cheaper, so it must show)."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+        self.fallbacks: Counter[str] = Counter()
+
+    async def get(self, path: str, params: dict[str, str]) -> httpx.Response:
+        response = await self.http.post(path, json={"query": params["q"]})
+        if b'"fallbacks":[]' not in response.content:
+            flags = FALLBACKS.search(response.content)
+            self.fallbacks.update(json.loads(flags.group(1)) if flags else ["(unreadable)"])
+        return response
+
+
+@dataclass(frozen=True)
+class DevServer:
+    url: str
+    redis_url: str
+    database_url: str
+
+
+@contextmanager
+def contextd_dev(workdir: Path, port: int, serve_args: list[str]) -> Iterator[DevServer]:
+    """`contextd dev` (default settings) on an embedded stack of its own."""
+    stack = EmbeddedStack(workdir / "stack", persist=False).start()
+    env = dict(
+        os.environ,
+        DATABASE_URL=stack.database_url,
+        REDIS_URL=stack.redis_url,
+        CONTEXTD_DATA_DIR=str(workdir / "dev"),
+    )
+    log = (workdir / "contextd.log").open("w")
+    command = [sys.executable, "-m", "app.cli", "dev", "--port", str(port), *serve_args]
+    server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"contextd did not start; see {workdir / 'contextd.log'}")
+            time.sleep(0.5)
+        yield DevServer(base, stack.redis_url, stack.database_url)
+    finally:
+        server.terminate()
+        server.wait(30)
+        log.close()
+        stack.stop()
+
+
+async def load_contextd(base: str, big_turns: int) -> int:
+    """The floor's data shape in contextd; returns the chunks of the recall session."""
+    async with httpx.AsyncClient(base_url=base, timeout=120) as http:
+        for s in range(SMALL_SESSIONS):
+            turns = [
+                {
+                    "role": "user" if i % 2 else "assistant",
+                    "content": f"turn {i} of session {s} " * 8,
+                }
+                for i in range(1, SMALL_TURNS + 1)
+            ]
+            resp = await http.post(f"/v1/sessions/floor-s{s}/turns", json={"turns": turns})
+            resp.raise_for_status()
+        await ingest(http, BIG_SESSION, big_turns, BIG_CONFIG)
+        info = await wait_offloaded(http, BIG_SESSION, True, 3600)
+        return int(info["counts"]["chunks"])
+
+
+def forget_query_embeddings(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match="*:qemb:*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+async def measure_contextd(
+    floor: ModuleType, base: str, requests: int
+) -> tuple[Figures, dict[str, Counter[str]]]:
+    """The floor's own measurement loop (warm-up, then 1 and 16 clients) against contextd;
+    also the fallback flags of the measured builds, per scenario."""
+    figures: Figures = {}
+    flags: dict[str, Counter[str]] = {}
+    paths: dict[str, Callable[[int], str]] = {
+        "no recall": lambda j: f"/v1/sessions/floor-s{j % SMALL_SESSIONS}/build-prompt",
+        "recall": lambda j: f"/v1/sessions/{BIG_SESSION}/build-prompt",
+    }
+    async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+        client = BuildPromptClient(http)
+        for name in SCENARIOS:
+            await floor.load(client, paths[name], 4, 60)
+            client.fallbacks.clear()
+            for clients in CLIENTS:
+                figures[(name, clients)] = await floor.load(client, paths[name], clients, requests)
+            flags[name] = Counter(client.fallbacks)
+    return figures, flags
+
+
+def print_round(
+    n: int,
+    floor: Figures,
+    contextd: Figures,
+    flags: dict[str, Counter[str]],
+    load: tuple[float, ...],
+) -> None:
+    print(f"round {n}  (load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})")
+    for name, counts in flags.items():
+        if counts:
+            print(f"  contextd fallbacks ({name}): {dict(counts)}")
+    for key in floor:
+        f, c = floor[key], contextd[key]
+        print(
+            f"  {key[0]:9s} clients={key[1]:2d}  floor p50 {f[0]:7.2f} p95 {f[1]:7.2f} "
+            f"{f[2]:5.0f} req/s | contextd p50 {c[0]:7.2f} p95 {c[1]:7.2f} {c[2]:5.0f} req/s | "
+            f"x{c[0] / f[0]:.2f} p50, x{c[2] / f[2]:.2f} req/s"
+        )
+    sys.stdout.flush()
+
+
+def summary(rounds: list[tuple[Figures, Figures]]) -> list[dict[str, Any]]:
+    rows = []
+    for key in rounds[0][0]:
+        p50_ratios = [c[key][0] / f[key][0] for f, c in rounds]
+        p95_ratios = [c[key][1] / f[key][1] for f, c in rounds]
+        rps_ratios = [c[key][2] / f[key][2] for f, c in rounds]
+        rows.append(
+            {
+                "scenario": key[0],
+                "clients": key[1],
+                "floor_p50": statistics.median(f[key][0] for f, _ in rounds),
+                "floor_p95": statistics.median(f[key][1] for f, _ in rounds),
+                "floor_rps": statistics.median(f[key][2] for f, _ in rounds),
+                "contextd_p50": statistics.median(c[key][0] for _, c in rounds),
+                "contextd_p95": statistics.median(c[key][1] for _, c in rounds),
+                "contextd_rps": statistics.median(c[key][2] for _, c in rounds),
+                "p50_ratio": statistics.median(p50_ratios),
+                "p50_ratio_range": (min(p50_ratios), max(p50_ratios)),
+                "p95_ratio": statistics.median(p95_ratios),
+                "rps_ratio": statistics.median(rps_ratios),
+                "rps_ratio_range": (min(rps_ratios), max(rps_ratios)),
+            }
+        )
+    return rows
+
+
+def print_summary(rows: list[dict[str, Any]], n_rounds: int) -> None:
+    print(f"\nmedians over {n_rounds} round(s); ratio = contextd / floor (range over rounds)")
+    print(
+        "| scenario | clients | floor p50 | contextd p50 | p50 ratio | floor p95 | contextd p95 "
+        "| floor req/s | contextd req/s | req/s ratio |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        lo, hi = r["p50_ratio_range"]
+        rlo, rhi = r["rps_ratio_range"]
+        print(
+            f"| {r['scenario']} | {r['clients']} | {r['floor_p50']:.2f} ms | "
+            f"{r['contextd_p50']:.2f} ms | {r['p50_ratio']:.2f} ({lo:.2f}-{hi:.2f}) | "
+            f"{r['floor_p95']:.2f} ms | {r['contextd_p95']:.2f} ms | {r['floor_rps']:.0f} | "
+            f"{r['contextd_rps']:.0f} | {r['rps_ratio']:.2f} ({rlo:.2f}-{rhi:.2f}) |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--floor-dir", type=Path, default=Path("../shared/perf"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=480, help="per scenario and concurrency")
+    parser.add_argument("--big-turns", type=int, default=5000)
+    parser.add_argument("--port", type=int, default=random.randint(18100, 18900))
+    parser.add_argument("--serve-args", default="", help="extra `contextd dev` arguments")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    floor = floor_module(args.floor_dir.resolve())
+    rounds: list[tuple[Figures, Figures]] = []
+    loads: list[tuple[float, ...]] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="floor-compare-") as tmp,
+        contextd_dev(Path(tmp), args.port, args.serve_args.split()) as server,
+    ):
+        base = server.url
+        started = time.monotonic()
+        chunks = asyncio.run(load_contextd(base, args.big_turns))
+        print(
+            f"contextd: {SMALL_SESSIONS} sessions x {SMALL_TURNS} turns, {args.big_turns} turns "
+            f"offloaded into {chunks} chunks and embedded in {time.monotonic() - started:.0f}s"
+        )
+        for n in range(1, args.rounds + 1):
+            load = os.getloadavg()
+            forget_query_embeddings(server.redis_url)
+            if n % 2:
+                floor_figures = run_floor(args.floor_dir, chunks, args.requests)
+                ours, flags = asyncio.run(measure_contextd(floor, base, args.requests))
+            else:
+                ours, flags = asyncio.run(measure_contextd(floor, base, args.requests))
+                floor_figures = run_floor(args.floor_dir, chunks, args.requests)
+            rounds.append((floor_figures, ours))
+            loads.append(load)
+            print_round(n, floor_figures, ours, flags, load)
+    rows = summary(rounds)
+    print_summary(rows, len(rounds))
+    end = os.getloadavg()
+    print(f"load average at the end {end[0]:.1f} {end[1]:.1f} {end[2]:.1f}; {os.cpu_count()} cores")
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {"rounds": [[list(f.items()), list(c.items())] for f, c in rounds], "summary": rows}
+                | {"loadavg": loads, "chunks": chunks},
+                indent=2,
+                default=list,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
