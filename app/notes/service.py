@@ -159,12 +159,18 @@ class NotesSnapshot:
     token_count: int
 
 
+EMPTY_NOTES = NotesSnapshot(version=0, covers_until_seq=0, notes=Notes(), token_count=0)
+
+
 def notes_cache_key(cache: Cache, session_pk: uuid.UUID, version: int) -> str:
     return cache.key("notes", session_pk, f"v{version}")
 
 
 async def current_notes(db: AsyncSession, cache: Cache, session: Session) -> NotesSnapshot:
-    """The notes version the session row names, from the cache when it holds that version."""
+    """The notes version the session row names, from the cache when it holds that version.
+    Version 0 is the empty notes no writer has replaced yet: no read at all."""
+    if session.notes_version == 0:
+        return EMPTY_NOTES
     key = notes_cache_key(cache, session.id, session.notes_version)
     cached = await cache.get_json(key)
     if cached is not None:
@@ -176,7 +182,7 @@ async def current_notes(db: AsyncSession, cache: Cache, session: Session) -> Not
         )
     pad = await repository.get_scratchpad(db, session.id)
     if pad is None:
-        return NotesSnapshot(version=0, covers_until_seq=0, notes=Notes(), token_count=0)
+        return EMPTY_NOTES
     snapshot = NotesSnapshot(
         version=pad.version,
         covers_until_seq=pad.covers_until_seq,
