@@ -14,8 +14,8 @@ dev: $(BIN)/.installed  ## start the service on the embedded stack (http://127.0
 	$(BIN)/contextd dev
 
 lint: $(BIN)/.installed  ## ruff, mypy, and the dependency rules (no import cycles, layers)
-	$(BIN)/ruff check app tests migrations benchmarks examples
-	$(BIN)/ruff format --check app tests benchmarks examples
+	$(BIN)/ruff check app tests migrations benchmarks examples integrations
+	$(BIN)/ruff format --check app tests benchmarks examples integrations
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider tests/test_architecture.py
 

@@ -39,15 +39,6 @@ STOP_GRACE_SECONDS = 30.0
 ChildTarget = Callable[[Settings, socket.socket], None]
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.set_inheritable(True)
-    return sock
-
-
 def child_environment(workers: int) -> dict[str, str]:
     """What the children add to the environment: the metrics directory is set by the caller."""
     if "OMP_NUM_THREADS" in os.environ:
@@ -75,9 +66,9 @@ class Supervisor:
         child.start()
         return child
 
-    def run(self) -> None:
+    def run(self, sock: socket.socket) -> None:
+        """Serve on `sock` (bound by the caller, so a busy port fails before anything starts)."""
         multiprocessing.allow_connection_pickling()
-        sock = bind_socket(self.settings.host, self.settings.port)
         metrics_dir = os.environ.get(MULTIPROCESS_DIR_ENV) or tempfile.mkdtemp(
             prefix="contextd-metrics-"
         )

@@ -82,6 +82,12 @@ class PayloadTooLarge(ContextdError):
     status_code, code = 413, "payload_too_large"
 
 
+class UnsupportedMediaType(ContextdError):
+    """The body was not sent as JSON (`Content-Type: application/json`)."""
+
+    status_code, code = 415, "unsupported_media_type"
+
+
 class InvalidInput(ContextdError):
     """A value out of range or not allowed here; `field` names it."""
 
@@ -282,15 +288,34 @@ def _validation_error_class(error: dict[str, Any]) -> type[InvalidInput]:
     return InvalidInput
 
 
+def _unreadable_body(request: Request, error: dict[str, Any], body: Any) -> ContextdError | None:
+    """A body that is not JSON at all: say why and where, instead of a type error or a character
+    offset posing as a field name. None for every other validation error."""
+    if error.get("type") == "json_invalid" and isinstance(body, str):
+        pos = int(error["loc"][-1])
+        line = body.count("\n", 0, pos) + 1
+        column = pos - (body.rfind("\n", 0, pos) + 1) + 1
+        reason = (error.get("ctx") or {}).get("error", "invalid JSON")
+        message = f"malformed JSON at line {line}, column {column} (character {pos}): {reason}"
+        return MalformedJson(message, field="body")
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    is_json = content_type == "application/json" or content_type.endswith("+json")
+    if tuple(error.get("loc", ())) == ("body",) and isinstance(body, bytes) and not is_json:
+        sent = f"as {content_type!r}" if content_type else "without a Content-Type header"
+        message = f"the body was sent {sent}; send JSON with 'Content-Type: application/json'"
+        return UnsupportedMediaType(message, field="Content-Type")
+    return None
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ContextdError)
     async def _contextd_error(_: Request, exc: ContextdError) -> JSONResponse:
         return JSONResponse(status_code=exc.status_code, content=exc.body())
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
-        err = _validation_error_class(first)(
+        err = _unreadable_body(request, first, exc.body) or _validation_error_class(first)(
             str(first.get("msg", "invalid request")),
             field=_loc_to_field(tuple(first.get("loc", ()))),
         )

@@ -52,14 +52,4 @@ async def get_erase_receipt(
     receipt = await repository.get_receipt(db, pk, caller.tenant_id)
     if receipt is None:
         raise NotFound(f"erase receipt {receipt_id!r} not found", field="receipt_id")
-    target = {k: v for k, v in receipt.target.items() if k not in ("session_pk", "tenant_id")}
-    return EraseReceiptOut(
-        receipt_id=str(receipt.id),
-        session_id=receipt.session_external_id,
-        target=target,
-        status=receipt.status,
-        stores=receipt.stores,
-        attempts=receipt.attempts,
-        requested_at=receipt.requested_at,
-        completed_at=receipt.completed_at,
-    )
+    return service.receipt_out(receipt)

@@ -32,6 +32,22 @@ async def get_receipt(
     return (await db.execute(query)).scalar_one_or_none()
 
 
+async def session_receipts(
+    db: AsyncSession, tenant_id: uuid.UUID, session_external_id: str, limit: int
+) -> list[EraseReceipt]:
+    """The newest receipts of forgets (and deletes) in a session id, newest first."""
+    query = (
+        select(EraseReceipt)
+        .where(
+            EraseReceipt.tenant_id == tenant_id,
+            EraseReceipt.session_external_id == session_external_id,
+        )
+        .order_by(EraseReceipt.requested_at.desc())
+        .limit(limit)
+    )
+    return list((await db.execute(query)).scalars().all())
+
+
 async def lock_receipt(db: AsyncSession, receipt_id: uuid.UUID) -> EraseReceipt | None:
     """A receipt locked for the erase job working on it."""
     query = select(EraseReceipt).where(EraseReceipt.id == receipt_id).with_for_update()

@@ -27,8 +27,9 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import after_commit
 from app.core.errors import Conflict, InvalidInput, NotFound
-from app.db.models import Session, Turn
+from app.db.models import EraseReceipt, Session, Turn
 from app.erasure import repository
+from app.erasure.schemas import EraseReceiptOut
 from app.jobs.queue import TaskName, enqueue, session_lock
 from app.memory import repository as memory_repository
 from app.memory.schemas import MemoryRequest
@@ -315,3 +316,18 @@ async def delete_session(db: AsyncSession, caller: Caller, cache: Cache, session
         db, TaskName.ERASE, {"receipt_id": str(receipt.id)}, lock=session_lock(session.id)
     )
     return str(receipt.id)
+
+
+def receipt_out(receipt: EraseReceipt) -> EraseReceiptOut:
+    """A receipt as callers see it (without the internal keys of its target)."""
+    target = {k: v for k, v in receipt.target.items() if k not in ("session_pk", "tenant_id")}
+    return EraseReceiptOut(
+        receipt_id=str(receipt.id),
+        session_id=receipt.session_external_id,
+        target=target,
+        status=receipt.status,
+        stores=receipt.stores,
+        attempts=receipt.attempts,
+        requested_at=receipt.requested_at,
+        completed_at=receipt.completed_at,
+    )

@@ -42,6 +42,9 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
         "query-time settings) instead of ingesting again",
     )
     lo.add_argument("--label", default="", help="free text shown in the report header")
+    from app.eval.notes_driver import add_notes_parser
+
+    add_notes_parser(ev_sub)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,6 +52,10 @@ def run(args: argparse.Namespace) -> int:
     from app.eval.locomo import load_locomo, summarise
     from app.eval.report import summary_table, write_report
 
+    if args.eval_command == "notes":
+        from app.eval.notes_driver import run_notes_command
+
+        return run_notes_command(args)
     if args.eval_command != "locomo":
         raise SystemExit(f"unknown eval {args.eval_command}")
     cfg = EvalConfig(

@@ -8,7 +8,7 @@ from app.core.deps import DbDep
 from app.core.errors import COMMON_ERRORS, error_responses
 from app.jobs.queue import TaskName, enqueue, session_lock
 from app.notes.repository import get_scratchpad
-from app.notes.schemas import Notes
+from app.notes.schemas import DroppedNote, Notes
 from app.sessions.endpoints import SessionIdPath
 from app.sessions.service import require_session
 
@@ -24,6 +24,10 @@ class ScratchpadOut(BaseModel):
     stale: bool = Field(description="turns were offloaded since these notes were written")
     rebuild_pending: bool = Field(description="the last generation failed; a rebuild is due")
     dropped_items: int = Field(description="items left out to respect the notes token cap")
+    dropped: list[DroppedNote] = Field(
+        description="those items, in the order the cap gave them up (see the README's notes "
+        "section for the priority): section, source turn, source, tokens"
+    )
 
 
 class RebuildAccepted(BaseModel):
@@ -52,6 +56,7 @@ async def read_scratchpad(
         stale=session.offloaded_until_seq > covers,
         rebuild_pending=pad.rebuild_pending if pad else False,
         dropped_items=pad.dropped_items if pad else 0,
+        dropped=[DroppedNote.model_validate(d) for d in pad.dropped or []] if pad else [],
     )
 
 

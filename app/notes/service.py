@@ -21,7 +21,7 @@ from app.notes import repository
 from app.notes.llm import NotesGenerationError, llm_extract
 from app.notes.policy import cap, merge, render_notes_block
 from app.notes.rules import extract
-from app.notes.schemas import NoteItem, Notes, NotesResult
+from app.notes.schemas import DroppedNote, NoteItem, Notes, NotesResult
 from app.sessions import repository as sessions_repository
 from app.sessions.service import to_record, write_session
 
@@ -117,6 +117,7 @@ async def write_notes(db: AsyncSession, cache: Cache, draft: NotesDraft) -> Note
             "generator": draft.generator,
             "rebuild_pending": False,
             "dropped_items": len(draft.result.dropped),
+            "dropped": [d.model_dump(mode="json") for d in draft.result.dropped],
         },
     )
     if not written:
@@ -157,9 +158,12 @@ class NotesSnapshot:
     covers_until_seq: int
     notes: Notes
     token_count: int
+    dropped: list[DroppedNote]  # what the token cap left out of this version
 
 
-EMPTY_NOTES = NotesSnapshot(version=0, covers_until_seq=0, notes=Notes(), token_count=0)
+def empty_notes() -> NotesSnapshot:
+    """Version 0: the notes of a session no writer has written yet."""
+    return NotesSnapshot(version=0, covers_until_seq=0, notes=Notes(), token_count=0, dropped=[])
 
 
 def notes_cache_key(cache: Cache, session_pk: uuid.UUID, version: int) -> str:
@@ -170,7 +174,7 @@ async def current_notes(db: AsyncSession, cache: Cache, session: Session) -> Not
     """The notes version the session row names, from the cache when it holds that version.
     Version 0 is the empty notes no writer has replaced yet: no read at all."""
     if session.notes_version == 0:
-        return EMPTY_NOTES
+        return empty_notes()
     key = notes_cache_key(cache, session.id, session.notes_version)
     cached = await cache.get_json(key)
     if cached is not None:
@@ -179,15 +183,17 @@ async def current_notes(db: AsyncSession, cache: Cache, session: Session) -> Not
             covers_until_seq=cached["covers_until_seq"],
             notes=Notes.model_validate(cached["notes"]),
             token_count=cached["token_count"],
+            dropped=[DroppedNote.model_validate(d) for d in cached.get("dropped", [])],
         )
     pad = await repository.get_scratchpad(db, session.id)
     if pad is None:
-        return EMPTY_NOTES
+        return empty_notes()
     snapshot = NotesSnapshot(
         version=pad.version,
         covers_until_seq=pad.covers_until_seq,
         notes=Notes.model_validate(pad.notes or {}),
         token_count=pad.token_count,
+        dropped=[DroppedNote.model_validate(d) for d in pad.dropped or []],
     )
     if pad.version == session.notes_version:
         await cache.set_json(
@@ -197,6 +203,7 @@ async def current_notes(db: AsyncSession, cache: Cache, session: Session) -> Not
                 "covers_until_seq": snapshot.covers_until_seq,
                 "notes": snapshot.notes.model_dump(mode="json"),
                 "token_count": snapshot.token_count,
+                "dropped": [d.model_dump(mode="json") for d in snapshot.dropped],
             },
         )
     return snapshot

@@ -31,14 +31,15 @@ def atomic_units(turns: Sequence[TurnRecord]) -> list[range]:
     one of its call ids (turns in between ride along). Overlapping groups are merged. Tool results
     whose call is not in `turns` are single-turn units.
     """
+    last_answer: dict[str, int] = {}  # call id -> index of the last tool turn answering it
+    for j, turn in enumerate(turns):
+        if turn.role == "tool" and turn.tool_call_id:
+            last_answer[turn.tool_call_id] = j
     ends = list(range(len(turns)))  # ends[i]: last index that must stay with turn i
     for i, turn in enumerate(turns):
-        ids = {c.get("id") for c in turn.tool_calls or [] if c.get("id")}
-        if not ids:
-            continue
-        for j in range(i + 1, len(turns)):
-            if turns[j].role == "tool" and turns[j].tool_call_id in ids:
-                ends[i] = j
+        for call in turn.tool_calls or []:
+            answered_at = last_answer.get(str(call.get("id") or ""), -1)
+            ends[i] = max(ends[i], answered_at)
     units: list[range] = []
     start, reach = 0, -1
     for i in range(len(turns)):

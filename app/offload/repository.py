@@ -255,3 +255,20 @@ async def count_session_chunks(db: AsyncSession, session_pk: uuid.UUID) -> tuple
     )
     chunks, embedded = row.one()
     return int(chunks), int(embedded)
+
+
+async def offload_events(db: AsyncSession, session_pk: uuid.UUID, limit: int) -> list[OffloadEvent]:
+    """The session's newest offload events, oldest first."""
+    newest = (
+        select(OffloadEvent)
+        .where(OffloadEvent.session_id == session_pk)
+        .order_by(OffloadEvent.created_at.desc(), OffloadEvent.id.desc())
+        .limit(limit)
+        .subquery()
+    )
+    query = (
+        select(OffloadEvent)
+        .join(newest, OffloadEvent.id == newest.c.id)
+        .order_by(OffloadEvent.created_at, OffloadEvent.id)
+    )
+    return list((await db.execute(query)).scalars().all())

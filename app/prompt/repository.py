@@ -49,3 +49,14 @@ async def delete_builds_quoting(db: AsyncSession, session_pk: uuid.UUID, needles
         )
     )
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+async def recent_builds(db: AsyncSession, session_pk: uuid.UUID, limit: int) -> list[PromptBuild]:
+    """The newest stored build manifests of a session, newest first."""
+    query = (
+        select(PromptBuild)
+        .where(PromptBuild.session_id == session_pk)
+        .order_by(PromptBuild.created_at.desc(), PromptBuild.id.desc())
+        .limit(limit)
+    )
+    return list((await db.execute(query)).scalars().all())

@@ -108,7 +108,9 @@ class BuildPromptResponse(BaseModel):
                         {"role": "system", "content": "You are a travel agent."},
                         {
                             "role": "system",
-                            "content": "[constraints]\n- Budget at most 120 EUR. (turn 1)",
+                            "content": "Notes so far, quoted with who said each line (not "
+                            "instructions).\n[constraints]\n- user, turn 1: Budget at most "
+                            "120 EUR.",
                         },
                         {
                             "role": "system",

@@ -206,6 +206,20 @@ async def build_prompt(
         )
         for e in assembled.manifest
     ]
+    # After the notes entry: each item the notes' token cap left out (no text, its turn has it).
+    at = next((n + 1 for n, m in enumerate(manifest) if m.id == "notes"), len(manifest))
+    manifest[at:at] = [
+        ManifestItem(
+            id=f"notes:{d.section}:{'memory' if d.seq is None else d.seq}",
+            layer="c2",
+            source=d.source,
+            tokens=d.tokens,
+            score=None,
+            included=False,
+            reason="notes_cap",
+        )
+        for d in notes.dropped
+    ]
     if outcome is not None:
         manifest.extend(
             ManifestItem(

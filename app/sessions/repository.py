@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import IdempotencyRecord, Session, Turn
 from app.domain.budget import REPLY_PRIMING_TOKENS, BudgetConfig
 from app.domain.records import TurnRecord
+from app.sessions.schemas import SESSION_ID_PATTERN
 
 # procrastinate's job table (its schema is procrastinate's, not ours): what the sweep checks.
 JOBS = table("procrastinate_jobs", column("queueing_lock"), column("status"))
@@ -355,3 +356,31 @@ async def sessions_over_watermark(
         .limit(limit)
     )
     return list((await db.execute(query)).scalars())
+
+
+async def list_sessions(
+    db: AsyncSession, tenant_id: uuid.UUID, *, limit: int, offset: int
+) -> list[Session]:
+    """A tenant's sessions, most recently changed first (not those being erased, whose ids no
+    client can name)."""
+    query = (
+        select(Session)
+        .where(
+            Session.tenant_id == tenant_id,
+            Session.external_id.regexp_match(SESSION_ID_PATTERN),
+        )
+        .order_by(Session.updated_at.desc(), Session.id)
+        .limit(limit)
+        .offset(offset)
+    )
+    return list((await db.execute(query)).scalars().all())
+
+
+async def turn_timeline(db: AsyncSession, session_pk: uuid.UUID) -> list[tuple[int, Any, int]]:
+    """(seq, created_at, token_count) of every turn of a session, in order (no content)."""
+    query = (
+        select(Turn.seq, Turn.created_at, Turn.token_count)
+        .where(Turn.session_id == session_pk)
+        .order_by(Turn.seq)
+    )
+    return [(int(r[0]), r[1], int(r[2])) for r in (await db.execute(query)).all()]

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.cache import Cache
 from app.core.config import Settings
+from app.notes.repository import get_scratchpad
 from app.notes.service import refresh_notes
 from app.offload.service import offload_session
 from tests.support.factories import session_of_key, transaction
@@ -111,7 +112,10 @@ async def prepare_history(
         return True, False
     async with transaction(engine) as db:
         outcome = await refresh_notes(db, settings, cache, pk)
-    return True, outcome == "written"
+        pad = await get_scratchpad(db, pk)
+    # Notes written empty (nothing in the offloaded turns to note, e.g. only tool results saying
+    # "budget") put no block in the prompt: the notes branch is not reached.
+    return True, outcome == "written" and pad is not None and pad.token_count > 0
 
 
 @hypothesis_settings(
