@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppContext
 from app.core.text import terms
-from app.db.models import Chunk, Session
+from app.db.models import Session
 from app.domain.records import RecalledItem
 from app.embeddings.base import EmbedderTimeout, EmbedderUnavailable
 from app.memory.repository import visible_memories
@@ -108,7 +108,7 @@ class RecallOutcome:
     candidates: int = 0
 
 
-def _chunk_fields(chunk: Chunk) -> dict[str, Any]:
+def _chunk_fields(chunk: repository.ShownChunk) -> dict[str, Any]:
     return {
         "turn_first": chunk.turn_first,
         "turn_last": chunk.turn_last,
