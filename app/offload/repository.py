@@ -168,23 +168,20 @@ async def nearest_chunks(
     db: AsyncSession,
     session_pk: uuid.UUID,
     model: str,
-    dim: int,
     vector: Sequence[float],
     limit: int,
 ) -> dict[str, float]:
     """Cosine similarity of the session's chunks closest to `vector`, best first, by an exact scan
-    of the session's own rows (there is no approximate index: a session holds few chunks, and
-    pgvector applies a session filter only after an index scan, which would return too few).
-    The materialised CTE keeps the planner on the session index.
+    of the session's own rows through the session index (there is no approximate index: the
+    server's pgvector, 0.6, has no iterative index scans, so an index scan filtered to one session
+    would return too few rows). The vectors are compared as stored, without a cast to the model's
+    dimension (a cast copies every vector); one model's vectors all have that dimension.
     """
     query = text(
-        f"""
-        WITH own AS MATERIALIZED (
-            SELECT id, embedding FROM chunks
-            WHERE session_id = :session AND status = 'active' AND embedding_model = :model
-        )
-        SELECT id, embedding::vector({int(dim)}) <=> CAST(:vector AS vector({int(dim)})) AS distance
-        FROM own ORDER BY distance LIMIT :limit
+        """
+        SELECT id, embedding <=> CAST(:vector AS vector) AS distance FROM chunks
+        WHERE session_id = :session AND status = 'active' AND embedding_model = :model
+        ORDER BY distance LIMIT :limit
         """
     )
     rows = await db.execute(

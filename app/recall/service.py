@@ -258,7 +258,7 @@ async def recall(
             clock.lap("embed")
             async with db.begin_nested():
                 vector = await repository.nearest_chunks(
-                    db, session.id, context.embedder.name, context.embedder.dim, qvec, candidates
+                    db, session.id, context.embedder.name, qvec, candidates
                 )
         except (EmbedderUnavailable, SQLAlchemyError) as exc:
             logger.warning("vector recall unavailable, lexical only: %s", exc)

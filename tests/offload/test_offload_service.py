@@ -258,3 +258,16 @@ async def test_exact_hits_find_ids_and_quotes_verbatim_through_the_lexical_index
         assert await repository.exact_hits(db, pk, ["AB-99999"], 10) == []
         # A needle of stopwords only has no terms: every chunk is checked, and it is still found.
         assert len(await repository.exact_hits(db, pk, ["of the"], 3)) == 3
+
+
+async def test_embeddings_are_stored_in_the_row(engine: AsyncEngine) -> None:
+    # MAIN: the vector stays in the chunk row (pgvector's own default, EXTERNAL, moves it out of
+    # line once the row passes 2 kB, and every exact scan then reads it through the TOAST index).
+    async with engine.connect() as conn:
+        storage = await conn.scalar(
+            text(
+                "SELECT attstorage FROM pg_attribute "
+                "WHERE attrelid = 'chunks'::regclass AND attname = 'embedding'"
+            )
+        )
+    assert storage == "m"
