@@ -105,7 +105,8 @@ async def _recall(
     rendered: dict[str, tuple[RecalledItem, str]] = {}
     scored: list[ScoredCandidate] = []
     for hit in outcome.hits:
-        if not is_match(wanted, hit.text, exact_hit=hit.fused.exact_rank is not None):
+        exact_hit = hit.fused.exact_rank is not None
+        if not is_match(wanted, hit.text, exact_hit=exact_hit, vector_margin=hit.vector_margin):
             continue
         item = recalled_item(hit, memory_source="remembered")
         body = f"{item_header(item)}\n{cut_text(hit.text, per_item)}"
@@ -232,6 +233,8 @@ async def _remember(
         lexical_document(text),
     )
     await refresh_notes_of(db, session, user_scope=scope == "user")
+    if settings.embedding.kind != "none":
+        await enqueue(db, TaskName.EMBED_MEMORIES, {"memory_ids": [str(memory.id)]})
     data = {**_memory_data(memory), "outcome": "superseded" if previous else "stored"}
     if previous is not None:
         return (

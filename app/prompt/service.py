@@ -18,7 +18,9 @@ from app.auth.schemas import Caller
 from app.core.context import AppContext
 from app.core.errors import BudgetExceeded, InvalidInput
 from app.core.tokens import REPLY_PRIMING_TOKENS, message_tokens
+from app.memory.policy import normalise
 from app.notes.policy import render_notes_block
+from app.notes.schemas import Notes
 from app.notes.service import current_notes
 from app.offload.service import offload_session
 from app.prompt import repository
@@ -32,7 +34,13 @@ from app.prompt.schemas import (
     RecalledItemOut,
     RecallReport,
 )
-from app.recall.service import MEMORY_PREFIX, RecallOutcome, recall, recalled_item
+from app.recall.service import (
+    MEMORY_PREFIX,
+    RecallOutcome,
+    rank_user_memories,
+    recall,
+    recalled_item,
+)
 from app.sessions import repository as sessions_repository
 from app.sessions.schemas import AppendTurnsRequest, TurnIn
 from app.sessions.service import (
@@ -157,6 +165,10 @@ async def build_prompt(
         else req.recall.budget_tokens
     )
 
+    stage = time.perf_counter()
+    about, about_dropped = await _about_user(db, context, session, req, window, notes.notes)
+    if about or about_dropped:
+        timings["user_memory"] = _ms(stage)
     outcome, skipped = await _recall(db, context, session, req, window, fallbacks)
     if outcome is not None:
         timings.update({f"recall_{k}": v for k, v in outcome.timings_ms.items()})
@@ -177,6 +189,9 @@ async def build_prompt(
                 tools=req.tools,
                 notes_block=notes_block,
                 recalled=recalled,
+                about_user=about,
+                about_user_budget_tokens=settings.recall.user_memory_budget_tokens,
+                about_user_top_k=settings.recall.user_memory_top_k,
                 format=req.format,
             )
         )
@@ -193,6 +208,18 @@ async def build_prompt(
 
     included = {item.chunk_id for item in assembled.recalled}
     manifest = [ManifestItem(**entry.as_dict()) for entry in assembled.manifest]
+    manifest.extend(
+        ManifestItem(
+            id=item.chunk_id,
+            layer="c2",
+            source=item.source,
+            tokens=0,
+            score=item.score,
+            included=False,
+            reason="in_notes",
+        )
+        for item in about_dropped
+    )
     if outcome is not None:
         manifest.extend(
             ManifestItem(
@@ -264,6 +291,44 @@ async def build_prompt(
     return response
 
 
+async def _about_user(
+    db: AsyncSession,
+    context: AppContext,
+    session: Any,
+    req: BuildPromptRequest,
+    window: list[Any],
+    notes: Notes,
+) -> tuple[list[RecalledItem], list[RecalledItem]]:
+    """The remembered items of the session's user (scope user), ranked against the query, from
+    the session's first turn on; (offered, left out because the notes already hold them).
+    Nothing at all for a session without a user_id (its prompt stays the baseline)."""
+    if not session.user_id or req.recall.mode == "never":
+        return [], []
+    query = req.query
+    if query is None:
+        query = next((t.content for t in reversed(window) if t.role == "user"), "")
+    try:
+        async with db.begin_nested():
+            ranked = await rank_user_memories(db, context, session, query, [])
+    except Exception:  # the user's items are an extra: their failure never fails the build
+        logger.exception("user memories unavailable")
+        return [], []
+    in_notes = {normalise(item.text) for item in notes.remembered}
+    offered: list[RecalledItem] = []
+    dropped: list[RecalledItem] = []
+    for r in ranked:
+        item = RecalledItem(
+            chunk_id=str(r.memory.id),
+            text=r.memory.text,
+            ts=r.memory.created_at,
+            trusted=r.memory.trusted,
+            score=r.score,
+            source="user_memory",
+        )
+        (dropped if normalise(r.memory.text) in in_notes else offered).append(item)
+    return offered, dropped
+
+
 async def _recall(
     db: AsyncSession,
     context: AppContext,
@@ -296,6 +361,9 @@ async def _recall(
                 recent_turns=recent,
                 candidates=candidates,
                 window_seqs={t.seq for t in window},
+                # Remembered items reach the prompt through the notes and the "about this
+                # user" block, not as recalled history.
+                include_memories=False,
             )
     except Exception:  # any failure of the recall chain degrades to C0 + C1 + C2, never a 500
         logger.exception("recall unavailable")

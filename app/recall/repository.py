@@ -8,6 +8,7 @@ from sqlalchemy import or_, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Chunk
+from app.embeddings.base import vector_literal
 
 
 async def term_stats(db: AsyncSession, session_pk: uuid.UUID) -> list[tuple[str, dict[str, int]]]:
@@ -70,13 +71,9 @@ async def nearest_chunks(
     )
     rows = await db.execute(
         query,
-        {"session": session_pk, "model": model, "vector": _vector_literal(vector), "limit": limit},
+        {"session": session_pk, "model": model, "vector": vector_literal(vector), "limit": limit},
     )
     return {str(cid): 1.0 - float(distance) for cid, distance in rows}
-
-
-def _vector_literal(vector: Sequence[float]) -> str:
-    return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
 
 
 async def chunks_by_id(db: AsyncSession, ids: Sequence[str]) -> dict[str, Chunk]:

@@ -8,6 +8,7 @@ rewrite failure the rule-based rewrite (`rewrite_unavailable`).
 
 import hashlib
 import logging
+import statistics
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,9 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppContext
 from app.core.text import terms
-from app.db.models import Session
+from app.db.models import Memory, Session
 from app.embeddings.base import EmbedderUnavailable
-from app.notes.repository import visible_memories
+from app.memory import repository as memory_repository
 from app.prompt.blocks import RecalledItem
 from app.recall import repository
 from app.recall.bm25 import BM25Index
@@ -81,6 +82,9 @@ class RecallHit:
     score: float
     fused: FusedCandidate
     features: RerankFeatures | None
+    # How far the hit's cosine similarity stands above the mean of its vector arm's candidates
+    # (None: the vector arm did not return it). The memory tool's match gate reads it.
+    vector_margin: float | None = None
 
 
 def recalled_item(hit: RecallHit, *, memory_source: str = "memory") -> RecalledItem:
@@ -134,6 +138,40 @@ async def _lexical(
     return dict(index.score(query_terms, top_n=limit))
 
 
+def _normalised(scores: dict[str, float]) -> dict[str, float]:
+    """Min-max to [0, 1] (all equal: 1.0), the relative fusion's scale, order kept."""
+    if not scores:
+        return {}
+    low, high = min(scores.values()), max(scores.values())
+    span = high - low
+    return {d: (v - low) / span if span > 0 else 1.0 for d, v in scores.items()}
+
+
+def _memory_lexical(
+    context: AppContext, memories: dict[str, Memory], query_terms: dict[str, float], limit: int
+) -> dict[str, float]:
+    """BM25 over the remembered items the session sees. The index is kept per process under the
+    set of item ids (an item's text never changes: a new value is a new item), so it is built
+    once per change of that set, not per request."""
+    if not memories:
+        return {}
+    ids = sorted(memories)
+    key = ("memories:" + hashlib.sha256("\n".join(ids).encode()).hexdigest(), 0)
+    index = context.lexical_indexes.get(key)
+    if index is None:
+        index = BM25Index([(mid, terms(memories[mid].text)) for mid in ids])
+        context.lexical_indexes.put(key, index)
+    return dict(index.score(query_terms, top_n=limit))
+
+
+def _memory_exact(memories: dict[str, Memory], needles: Sequence[str]) -> list[str]:
+    """Items holding one of the query's IDs or quoted strings verbatim (case-insensitive)."""
+    folded = [n.casefold() for n in needles if n]
+    if not folded:
+        return []
+    return [mid for mid, m in memories.items() if any(n in m.text.casefold() for n in folded)]
+
+
 async def _query_vector(context: AppContext, query: str) -> list[float]:
     embedder = context.embedder
     assert embedder is not None
@@ -145,6 +183,63 @@ async def _query_vector(context: AppContext, query: str) -> list[float]:
     vector = (await embedder.embed_queries([query]))[0].tolist()
     await context.cache.set_json(key, vector, ttl=24 * 3600)
     return vector
+
+
+@dataclass(frozen=True)
+class RankedMemory:
+    memory: Memory
+    score: float  # fused score (relative fusion: 0 .. the arms' summed weights)
+
+
+async def rank_user_memories(
+    db: AsyncSession, context: AppContext, session: Session, query: str, fallbacks: list[str]
+) -> list[RankedMemory]:
+    """The user-scope remembered items of the session's user, ranked against `query` by the
+    arms recall uses for them (exact, BM25, vector), best first; [] without a user_id."""
+    if not session.user_id:
+        return []
+    memories = {
+        f"{MEMORY_PREFIX}{m.id}": m
+        for m in await memory_repository.active_visible_memories(db, session, user_scope_only=True)
+    }
+    if not memories:
+        return []
+    rewritten = rewrite_query(query, [])
+    limit = len(memories)
+    lexical = _memory_lexical(context, memories, weighted_terms(query, rewritten), limit)
+    vector: dict[str, float] = {}
+    if context.embedder is not None:
+        try:
+            qvec = await _query_vector(context, embedding_query(query, rewritten))
+            async with db.begin_nested():
+                found = await memory_repository.nearest_memories(
+                    db,
+                    [m.id for m in memories.values()],
+                    context.embedder.name,
+                    context.embedder.dim,
+                    qvec,
+                    limit,
+                )
+            vector = {f"{MEMORY_PREFIX}{mid}": sim for mid, sim in found.items()}
+        except (EmbedderUnavailable, SQLAlchemyError) as exc:
+            logger.warning("vector ranking of user memories unavailable: %s", exc)
+            fallbacks.append("vector_unavailable")
+    settings = context.settings.recall
+    fused = fuse_arms(
+        exact=_memory_exact(memories, [*rewritten.ids, *rewritten.quoted]),
+        lexical=sorted(lexical, key=lambda d: -lexical[d]),
+        vector=list(vector),
+        k=settings.rrf_k,
+        weights=ArmWeights(settings.weight_exact, settings.weight_lexical, settings.weight_vector),
+        method=settings.fusion,
+        lexical_scores=lexical,
+        vector_scores=vector,
+    )
+    ranked = [RankedMemory(memories[f.id], round(f.score, 6)) for f in fused]
+    seen = {r.memory.id for r in ranked}
+    # Items no arm returned (no shared term, no vector yet) follow, newest first.
+    rest = sorted((m for m in memories.values() if m.id not in seen), key=lambda m: m.created_at)
+    return ranked + [RankedMemory(m, 0.0) for m in reversed(rest)]
 
 
 async def _rerank(
@@ -237,6 +332,16 @@ async def recall(
     clock.lap("lexical")
 
     vector: dict[str, float] = {}
+    memories: dict[str, Memory] = {}
+    memory_lexical: dict[str, float] = {}
+    memory_vector: dict[str, float] = {}
+    if include_memories:
+        memories = {
+            f"{MEMORY_PREFIX}{m.id}": m
+            for m in await memory_repository.active_visible_memories(db, session)
+        }
+        memory_lexical = _memory_lexical(context, memories, query_terms, candidates)
+        clock.lap("memories")
     if context.embedder is None:
         fallbacks.append("vector_unavailable")
     else:
@@ -247,37 +352,43 @@ async def recall(
                 vector = await repository.nearest_chunks(
                     db, session.id, context.embedder.name, context.embedder.dim, qvec, candidates
                 )
+                if memories:
+                    found = await memory_repository.nearest_memories(
+                        db,
+                        [m.id for m in memories.values()],
+                        context.embedder.name,
+                        context.embedder.dim,
+                        qvec,
+                        candidates,
+                    )
+                    memory_vector = {f"{MEMORY_PREFIX}{mid}": sim for mid, sim in found.items()}
         except (EmbedderUnavailable, SQLAlchemyError) as exc:
             logger.warning("vector recall unavailable, lexical only: %s", exc)
             fallbacks.append("vector_unavailable")
         clock.lap("vector")
-
-    memory_scores: dict[str, float] = {}
-    memories: dict[str, Any] = {}
-    if include_memories:
-        for memory in await visible_memories(db, session):
-            memories[f"{MEMORY_PREFIX}{memory.id}"] = memory
-        memory_index = BM25Index([(mid, terms(m.text)) for mid, m in memories.items()])
-        memory_scores = dict(memory_index.score(query_terms, top_n=candidates))
-        clock.lap("memories")
 
     weights = ArmWeights(
         exact=context.settings.recall.weight_exact,
         lexical=context.settings.recall.weight_lexical,
         vector=context.settings.recall.weight_vector,
     )
-    # Remembered items join the lexical arm (they are few; BM25 over them is their recall).
-    lexical_all = {**lexical, **memory_scores}
+    memory_exact = _memory_exact(memories, [*rewritten.ids, *rewritten.quoted])
+    # Chunks and remembered items are ranked by different BM25 indexes, whose scores are not
+    # comparable: each corpus is normalised on its own. Cosine similarities come from one
+    # embedder and are comparable as they are.
+    lexical_all = {**_normalised(lexical), **_normalised(memory_lexical)}
+    vector_all = {**vector, **memory_vector}
     fused = fuse_arms(
-        exact=exact,
+        exact=[*exact, *memory_exact],
         lexical=sorted(lexical_all, key=lambda d: -lexical_all[d]),
-        vector=list(vector),
+        vector=sorted(vector_all, key=lambda d: -vector_all[d]),
         k=context.settings.recall.rrf_k,
         weights=weights,
         method=context.settings.recall.fusion,
         lexical_scores=lexical_all,
-        vector_scores=vector,
+        vector_scores=vector_all,
     )
+    vector_mean = statistics.fmean(vector_all.values()) if vector_all else 0.0
     clock.lap("fuse")
 
     chunks = await repository.chunks_by_id(
@@ -340,6 +451,9 @@ async def recall(
             score=round(item.score, 6),
             fused=by_id[item.id],
             features=item.features,
+            vector_margin=(
+                round(vector_all[item.id] - vector_mean, 6) if item.id in vector_all else None
+            ),
         )
 
     clock.lap("select")
