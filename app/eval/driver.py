@@ -223,8 +223,11 @@ def _window_seqs(resp: Mapping[str, Any]) -> set[int]:
 def _item_dias(resp: Mapping[str, Any], seq_to_dia: Mapping[int, str]) -> list[set[str]]:
     units = []
     for item in resp["recall"]["items"]:
-        rng = item.get("turn_range")
-        units.append(dia_ids_of_range(rng[0], rng[1], seq_to_dia) if rng else set())
+        rng, shown = item.get("turn_range"), item.get("turns")
+        if shown is not None:  # cut down to some turns of its range: only those are in the prompt
+            units.append({seq_to_dia[s] for s in shown if s in seq_to_dia})
+        else:
+            units.append(dia_ids_of_range(rng[0], rng[1], seq_to_dia) if rng else set())
     return units
 
 

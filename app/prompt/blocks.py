@@ -52,6 +52,8 @@ class RecalledItem:
     trusted: bool = True
     score: float | None = None
     source: str = "chunk"
+    # The turns the text shows when it is cut down to some of the range's turns (None: all).
+    seqs: tuple[int, ...] | None = None
 
 
 def format_ts(ts: datetime) -> str:

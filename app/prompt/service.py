@@ -40,6 +40,7 @@ from app.recall.service import (
     rank_user_memories,
     recall,
     recalled_item,
+    show_best_turns,
 )
 from app.sessions import repository as sessions_repository
 from app.sessions.schemas import AppendTurnsRequest, TurnIn
@@ -54,6 +55,10 @@ from app.sessions.service import (
 
 logger = logging.getLogger("contextd.prompt")
 EMERGENCY_TOP_K = 2  # at the emergency ratio recall is tightened to this many items
+# Hits cut down to their best turns per build: enough for the assembler to fill the budget when
+# the first ones do not fit (its top-k counts what it includes, not what it tries).
+SHOWN_PER_K = 3
+SHOWN_MIN = 20
 
 
 def system_messages(system: BuildPromptRequest) -> list[dict[str, Any]]:
@@ -173,7 +178,12 @@ async def build_prompt(
     if outcome is not None:
         timings.update({f"recall_{k}": v for k, v in outcome.timings_ms.items()})
         fallbacks.extend(f for f in outcome.fallbacks if f not in fallbacks)
-    recalled = [recalled_item(hit) for hit in (outcome.hits if outcome else [])]
+    recalled: list[RecalledItem] = []
+    if outcome is not None:
+        shown = await show_best_turns(
+            db, context, session, outcome, max(SHOWN_PER_K * top_k, SHOWN_MIN)
+        )
+        recalled = [recalled_item(hit) for hit in shown]
 
     stage = time.perf_counter()
     try:
@@ -238,6 +248,7 @@ async def build_prompt(
             chunk_id=e.id,
             source="memory" if e.source == "memory" else "chunk",
             turn_range=_turn_range(recalled, e.id),
+            turns=_shown_turns(recalled, e.id),
             score=e.score or 0.0,
             tokens=e.tokens,
         )
@@ -376,6 +387,13 @@ def _turn_range(items: list[RecalledItem], item_id: str) -> list[int] | None:
     for item in items:
         if item.chunk_id == item_id and item.turn_first is not None and item.turn_last is not None:
             return [item.turn_first, item.turn_last]
+    return None
+
+
+def _shown_turns(items: list[RecalledItem], item_id: str) -> list[int] | None:
+    for item in items:
+        if item.chunk_id == item_id and item.seqs is not None:
+            return list(item.seqs)
     return None
 
 

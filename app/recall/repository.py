@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import or_, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Chunk
+from app.db.models import Chunk, Turn
 from app.embeddings.base import vector_literal
 
 
@@ -93,3 +93,24 @@ def chunk_fields(chunk: Chunk) -> dict[str, Any]:
         "text": chunk.raw_text,
         "trusted": chunk.trusted,
     }
+
+
+async def turns_of_chunks(
+    db: AsyncSession, session_pk: uuid.UUID, chunk_ids: Sequence[str]
+) -> dict[str, list[Turn]]:
+    """The live turns each chunk covers, in seq order (for showing a chunk's best turns)."""
+    if not chunk_ids:
+        return {}
+    rows = await db.execute(
+        select(Turn)
+        .where(
+            Turn.session_id == session_pk,
+            Turn.chunk_id.in_([uuid.UUID(c) for c in chunk_ids]),
+            Turn.forgotten_at.is_(None),
+        )
+        .order_by(Turn.seq)
+    )
+    out: dict[str, list[Turn]] = {}
+    for turn in rows.scalars():
+        out.setdefault(str(turn.chunk_id), []).append(turn)
+    return out

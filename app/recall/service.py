@@ -23,9 +23,10 @@ from app.core.text import terms
 from app.db.models import Memory, Session
 from app.embeddings.base import EmbedderUnavailable
 from app.memory import repository as memory_repository
+from app.offload.chunking import render_turn
 from app.prompt.blocks import RecalledItem
 from app.recall import repository
-from app.recall.bm25 import BM25Index
+from app.recall.bm25 import BM25Index, idf
 from app.recall.cross_encoder import HttpReranker, RerankUnavailable
 from app.recall.fusion import ArmWeights, FusedCandidate, fuse_arms
 from app.recall.llm_rewrite import QueryRewriteUnavailable, llm_rewrite
@@ -37,6 +38,8 @@ from app.recall.rerank import (
     select_within_budget,
 )
 from app.recall.rewrite import RewrittenQuery, content_term_count, rewrite_query
+from app.recall.trim import trim_chunk
+from app.sessions.service import to_record
 
 logger = logging.getLogger("contextd.recall")
 MEMORY_PREFIX = "memory:"
@@ -85,6 +88,9 @@ class RecallHit:
     # How far the hit's cosine similarity stands above the mean of its vector arm's candidates
     # (None: the vector arm did not return it). The memory tool's match gate reads it.
     vector_margin: float | None = None
+    seqs: tuple[int, ...] | None = None  # the turns `text` shows when trimmed (None: all)
+    part: int = 1
+    parts: int = 1
 
 
 def recalled_item(hit: RecallHit, *, memory_source: str = "memory") -> RecalledItem:
@@ -98,6 +104,7 @@ def recalled_item(hit: RecallHit, *, memory_source: str = "memory") -> RecalledI
         trusted=hit.trusted,
         score=hit.score,
         source=memory_source if hit.source == "memory" else "chunk",
+        seqs=hit.seqs,
     )
 
 
@@ -105,6 +112,7 @@ def recalled_item(hit: RecallHit, *, memory_source: str = "memory") -> RecalledI
 class RecallOutcome:
     query: RewrittenQuery
     hits: list[RecallHit]  # ranked, in-window and duplicate candidates removed
+    query_terms: dict[str, float] = field(default_factory=dict)  # BM25 weights of the query
     dropped: list[tuple[RecallHit, str]] = field(default_factory=list)
     fallbacks: list[str] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)
@@ -122,6 +130,16 @@ class _Clock:
         self._last = now
 
 
+async def _chunk_index(db: AsyncSession, context: AppContext, session: Session) -> BM25Index:
+    """The session's BM25 index over its active chunks, kept per process per chunk state."""
+    key = (str(session.id), session.chunks_version)
+    index = context.lexical_indexes.get(key)
+    if index is None:
+        index = BM25Index.from_term_counts(await repository.term_stats(db, session.id))
+        context.lexical_indexes.put(key, index)
+    return index
+
+
 async def _lexical(
     db: AsyncSession,
     context: AppContext,
@@ -130,12 +148,38 @@ async def _lexical(
     limit: int,
 ) -> dict[str, float]:
     """BM25 scores of the best `limit` chunks, best first."""
-    key = (str(session.id), session.chunks_version)
-    index = context.lexical_indexes.get(key)
-    if index is None:
-        index = BM25Index.from_term_counts(await repository.term_stats(db, session.id))
-        context.lexical_indexes.put(key, index)
+    index = await _chunk_index(db, context, session)
     return dict(index.score(query_terms, top_n=limit))
+
+
+async def show_best_turns(
+    db: AsyncSession,
+    context: AppContext,
+    session: Session,
+    outcome: "RecallOutcome",
+    limit: int,
+) -> list[RecallHit]:
+    """The first `limit` hits with each chunk cut down to the turns that answer the query
+    (`app.recall.trim`); pieces of a split turn and remembered items are shown as they are."""
+    hits = outcome.hits[:limit]
+    wanted = [h.id for h in hits if h.source == "chunk" and h.parts == 1]
+    turns = await repository.turns_of_chunks(db, session.id, wanted)
+    index = await _chunk_index(db, context, session)
+    n_docs = len(index)
+
+    def term_idf(term: str) -> float:
+        return idf(n_docs, index.df(term))
+
+    out: list[RecallHit] = []
+    for hit in hits:
+        own = turns.get(hit.id)
+        if not own:
+            out.append(hit)
+            continue
+        lines = [(t.seq, render_turn(to_record(t))) for t in own]
+        trimmed = trim_chunk(lines, outcome.query_terms, term_idf)
+        out.append(replace(hit, text=trimmed.text, seqs=trimmed.seqs) if trimmed.trimmed else hit)
+    return out
 
 
 def _normalised(scores: dict[str, float]) -> dict[str, float]:
@@ -454,6 +498,8 @@ async def recall(
             vector_margin=(
                 round(vector_all[item.id] - vector_mean, 6) if item.id in vector_all else None
             ),
+            part=f["part"],
+            parts=f["parts"],
         )
 
     clock.lap("select")
@@ -464,4 +510,5 @@ async def recall(
         fallbacks=fallbacks,
         timings_ms=clock.timings,
         candidates=len(fused),
+        query_terms=query_terms,
     )
