@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.schemas import Caller
 from app.core.context import AppContext
+from app.core.dates import said_at
 from app.core.errors import InvalidInput, RateLimited
 from app.core.text import lexical_document, terms
 from app.core.tokens import count_tokens
@@ -97,6 +98,7 @@ async def _recall(
         request.query,
         recent_turns=[t.content for t in window[-2:]],
         candidates=config.recall_candidates,
+        now=said_at(window[-1].metadata_, window[-1].created_at) if window else None,
     )
     # Relevance is judged on the caller's own words; the rewrite (context terms added to
     # resolve 'that one') is only a fallback when the query has no terms of its own.

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.cache import Cache
 from app.core.config import Settings
+from app.core.dates import date_terms
 from app.core.text import lexical_document, terms
 from app.core.tokens import REPLY_PRIMING_TOKENS, count_tokens, message_tokens
 from app.db.models import Session
@@ -59,7 +60,9 @@ def chunking_config(settings: Settings) -> ChunkingConfig:
 def chunk_row(
     draft: ChunkDraft, chunk_id: uuid.UUID, tenant_id: uuid.UUID, session_pk: uuid.UUID
 ) -> dict[str, object]:
-    counts = Counter(terms(draft.raw_text))
+    # The chunk's days and months are search terms too ("in May", "last week": app.core.dates).
+    dates = date_terms(draft.ts_first, draft.ts_last)
+    counts = Counter([*terms(draft.raw_text), *dates])
     return {
         "id": chunk_id,
         "tenant_id": tenant_id,
@@ -77,7 +80,7 @@ def chunk_row(
         "token_count": draft.token_count,
         "term_counts": dict(counts),
         "term_total": sum(counts.values()),
-        "lexical_source": lexical_document(draft.raw_text),
+        "lexical_source": " ".join([lexical_document(draft.raw_text), *dates]),
         "trusted": draft.trusted,
     }
 

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.schemas import Caller
 from app.core.context import AppContext
+from app.core.dates import said_at
 from app.core.errors import BudgetExceeded, InvalidInput
 from app.core.tokens import REPLY_PRIMING_TOKENS, message_tokens
 from app.memory.policy import normalise
@@ -375,6 +376,7 @@ async def _recall(
                 # Remembered items reach the prompt through the notes and the "about this
                 # user" block, not as recalled history.
                 include_memories=False,
+                now=said_at(window[-1].metadata, window[-1].created_at) if window else None,
             )
     except Exception:  # any failure of the recall chain degrades to C0 + C1 + C2, never a 500
         logger.exception("recall unavailable")

@@ -12,13 +12,14 @@ import statistics
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppContext
+from app.core.dates import query_date_terms
 from app.core.text import terms
 from app.db.models import Memory, Session
 from app.embeddings.base import EmbedderUnavailable
@@ -85,7 +86,7 @@ class RecallHit:
     score: float
     fused: FusedCandidate
     features: RerankFeatures | None
-    # How far the hit's cosine similarity stands above the mean of its vector arm's candidates
+    # How far the hit's cosine similarity stands above the median of its vector arm's candidates
     # (None: the vector arm did not return it). The memory tool's match gate reads it.
     vector_margin: float | None = None
     seqs: tuple[int, ...] | None = None  # the turns `text` shows when trimmed (None: all)
@@ -354,17 +355,21 @@ async def recall(
     candidates: int,
     window_seqs: Collection[int] = frozenset(),
     include_memories: bool = True,
+    now: datetime | None = None,
 ) -> RecallOutcome:
-    """Ranked history relevant to `query` (chunks, and remembered items when asked)."""
+    """Ranked history relevant to `query` (chunks, and remembered items when asked); `now` is
+    the time of the conversation's latest turn (relative dates in the query count from it)."""
     clock = _Clock()
     fallbacks: list[str] = []
     rewritten = rewrite_query(query, recent_turns)
     query_terms = weighted_terms(query, rewritten)
+    dates = query_date_terms(query, now or datetime.now(UTC))
     clock.lap("rewrite")
     llm_query = await _llm_query(context, query, recent_turns, fallbacks)
     if llm_query is not None:
         rewritten = replace(rewritten, rewritten=llm_query)
         query_terms = weighted_terms(query, rewritten, llm_query)
+    query_terms.update(dict.fromkeys(dates, 1.0))
     if context.settings.recall.rewrite_llm_base_url:
         clock.lap("rewrite_llm")
 
@@ -432,7 +437,7 @@ async def recall(
         lexical_scores=lexical_all,
         vector_scores=vector_all,
     )
-    vector_mean = statistics.fmean(vector_all.values()) if vector_all else 0.0
+    vector_median = statistics.median(vector_all.values()) if vector_all else 0.0
     clock.lap("fuse")
 
     chunks = await repository.chunks_by_id(
@@ -496,7 +501,7 @@ async def recall(
             fused=by_id[item.id],
             features=item.features,
             vector_margin=(
-                round(vector_all[item.id] - vector_mean, 6) if item.id in vector_all else None
+                round(vector_all[item.id] - vector_median, 6) if item.id in vector_all else None
             ),
             part=f["part"],
             parts=f["parts"],
