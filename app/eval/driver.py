@@ -119,7 +119,8 @@ async def _ingest(http: Any, cfg: EvalConfig, conv: Conversation) -> tuple[str, 
                 {
                     "role": "user" if t.speaker == conv.speaker_a else "assistant",
                     "content": t.content,
-                    "metadata": {"dia_id": t.dia_id, "session_date": t.date},
+                    # `time`: when the turn was said (dates chunks and their search terms).
+                    "metadata": {"dia_id": t.dia_id, "session_date": t.date, "time": t.date},
                 }
                 for t in batch
             ]
