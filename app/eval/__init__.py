@@ -26,6 +26,9 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     )
     lo.add_argument("--k", type=_ints, default=(5, 10), help="e.g. 5,10")
     lo.add_argument(
+        "--categories", type=_ints, default=(1, 2, 3, 4, 5), help="question categories asked"
+    )
+    lo.add_argument(
         "--tune-conversations",
         type=int,
         default=4,
@@ -102,6 +105,7 @@ def _run_locomo(args: argparse.Namespace) -> int:
         budgets=tuple(args.budgets),
         ks=tuple(args.k),
         tune_conversations=args.tune_conversations,
+        categories=tuple(args.categories),
         context_limit=args.context_limit,
         reserve_tokens=args.reserve_tokens,
         min_recent_turns=args.min_recent_turns,
