@@ -217,6 +217,21 @@ def _memory_exact(memories: dict[str, Memory], needles: Sequence[str]) -> list[s
     return [mid for mid, m in memories.items() if any(n in m.text.casefold() for n in folded)]
 
 
+# A query of several lines (a stretch of dialogue, say) is embedded whole and by its last lines, and
+# the two vectors are averaged: the whole is dominated by what came first, while what was said
+# last is what the question is about. On MADial (zh, the dialogue so far as the query) R@5 went
+# from .572 (whole only) to .600 (whole + last 3 lines), offline, BM25 + e5 fused as recall does.
+QUERY_TAIL_LINES = 3
+
+
+def query_views(query: str) -> list[str]:
+    """What to embed for `query`: itself, and its last `QUERY_TAIL_LINES` lines when longer."""
+    lines = [line for line in query.splitlines() if line.strip()]
+    if len(lines) <= QUERY_TAIL_LINES:
+        return [query]
+    return [query, "\n".join(lines[-QUERY_TAIL_LINES:])]
+
+
 async def _query_vector(context: AppContext, query: str) -> list[float]:
     embedder = context.embedder
     assert embedder is not None
@@ -225,7 +240,8 @@ async def _query_vector(context: AppContext, query: str) -> list[float]:
     cached = await context.cache.get_json(key)
     if cached is not None:
         return list(cached)
-    vector = (await embedder.embed_queries([query]))[0].tolist()
+    # The mean of unit vectors ranks by the mean of the cosine similarities (search normalises).
+    vector = (await embedder.embed_queries(query_views(query))).mean(axis=0).tolist()
     await context.cache.set_json(key, vector, ttl=24 * 3600)
     return vector
 
