@@ -209,6 +209,24 @@ def _memory_lexical(
     return dict(index.score(query_terms, top_n=limit))
 
 
+async def _memory_vector(
+    db: AsyncSession,
+    context: AppContext,
+    memories: dict[str, Memory],
+    qvec: Sequence[float],
+    limit: int,
+) -> dict[str, float]:
+    """Cosine similarity of the closest of `memories` (keyed `memory:<id>`), best first."""
+    embedder = context.embedder
+    if embedder is None or not memories:
+        return {}
+    ids = [m.id for m in memories.values()]
+    found = await memory_repository.nearest_memories(
+        db, ids, embedder.name, embedder.dim, qvec, limit
+    )
+    return {f"{MEMORY_PREFIX}{mid}": sim for mid, sim in found.items()}
+
+
 def _memory_exact(memories: dict[str, Memory], needles: Sequence[str]) -> list[str]:
     """Items holding one of the query's IDs or quoted strings verbatim (case-insensitive)."""
     folded = [n.casefold() for n in needles if n]
@@ -273,15 +291,7 @@ async def rank_user_memories(
         try:
             qvec = await _query_vector(context, embedding_query(query, rewritten))
             async with db.begin_nested():
-                found = await memory_repository.nearest_memories(
-                    db,
-                    [m.id for m in memories.values()],
-                    context.embedder.name,
-                    context.embedder.dim,
-                    qvec,
-                    limit,
-                )
-            vector = {f"{MEMORY_PREFIX}{mid}": sim for mid, sim in found.items()}
+                vector = await _memory_vector(db, context, memories, qvec, limit)
         except (EmbedderUnavailable, SQLAlchemyError) as exc:
             logger.warning("vector ranking of user memories unavailable: %s", exc)
             fallbacks.append("vector_unavailable")
@@ -417,16 +427,7 @@ async def recall(
                 vector = await repository.nearest_chunks(
                     db, session.id, context.embedder.name, context.embedder.dim, qvec, candidates
                 )
-                if memories:
-                    found = await memory_repository.nearest_memories(
-                        db,
-                        [m.id for m in memories.values()],
-                        context.embedder.name,
-                        context.embedder.dim,
-                        qvec,
-                        candidates,
-                    )
-                    memory_vector = {f"{MEMORY_PREFIX}{mid}": sim for mid, sim in found.items()}
+                memory_vector = await _memory_vector(db, context, memories, qvec, candidates)
         except (EmbedderUnavailable, SQLAlchemyError) as exc:
             logger.warning("vector recall unavailable, lexical only: %s", exc)
             fallbacks.append("vector_unavailable")
