@@ -179,21 +179,28 @@ def _choose(
         if item.turn_first is not None and in_window.issuperset(range(item.turn_first, last + 1)):
             choice.outcome[index] = ("in_window", 0)
             continue
-        # What the item's own text costs: about what it adds to the block, and cheap to count.
-        alone = count_tokens(render_one(item))
         if len(choice.chosen) >= top_k:
-            choice.outcome[index] = ("below_k", alone)
+            choice.outcome[index] = ("below_k", count_tokens(render_one(item)))
             continue
-        if used + alone > limit:
-            choice.outcome[index] = ("over_budget", alone)
-            continue
-        cost = block_cost(render_block([*choice.chosen, item]))
-        if cost > limit:
-            choice.outcome[index] = ("over_budget", cost - used)
-        else:
-            choice.chosen.append(item)
-            choice.outcome[index] = (None, cost - used)
+        # The whole item first; when it does not fit, its compact version (if it has one).
+        reason: tuple[str | None, int] = ("over_budget", 0)
+        for option in (item, item.compact):
+            if option is None:
+                continue
+            # What the option's own text costs: about what it adds to the block, cheap to count.
+            alone = count_tokens(render_one(option))
+            if used + alone > limit:
+                reason = ("over_budget", alone)
+                continue
+            cost = block_cost(render_block([*choice.chosen, option]))
+            if cost > limit:
+                reason = ("over_budget", cost - used)
+                continue
+            choice.chosen.append(option)
+            reason = (None, cost - used)
             used = cost
+            break
+        choice.outcome[index] = reason
     return choice
 
 

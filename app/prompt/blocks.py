@@ -54,6 +54,8 @@ class RecalledItem:
     source: str = "chunk"
     # The turns the text shows when it is cut down to some of the range's turns (None: all).
     seqs: tuple[int, ...] | None = None
+    # A shorter version (the turns that answer the query), used when the whole does not fit.
+    compact: "RecalledItem | None" = None
 
 
 def format_ts(ts: datetime) -> str:

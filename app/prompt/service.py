@@ -249,7 +249,7 @@ async def build_prompt(
             chunk_id=e.id,
             source="memory" if e.source == "memory" else "chunk",
             turn_range=_turn_range(recalled, e.id),
-            turns=_shown_turns(recalled, e.id),
+            turns=_shown_turns(assembled.recalled, e.id),
             score=e.score or 0.0,
             tokens=e.tokens,
         )

@@ -89,14 +89,17 @@ class RecallHit:
     # How far the hit's cosine similarity stands above the median of its vector arm's candidates
     # (None: the vector arm did not return it). The memory tool's match gate reads it.
     vector_margin: float | None = None
-    seqs: tuple[int, ...] | None = None  # the turns `text` shows when trimmed (None: all)
+    # The hit cut down to the turns that answer the query (None: not cut).
+    compact_text: str | None = None
+    compact_seqs: tuple[int, ...] | None = None
     part: int = 1
     parts: int = 1
 
 
 def recalled_item(hit: RecallHit, *, memory_source: str = "memory") -> RecalledItem:
-    """A hit as the prompt and the memory tool render it (`[ts | turn a-b | id]` + text)."""
-    return RecalledItem(
+    """A hit as the prompt and the memory tool render it (`[ts | turn a-b | id]` + text), with
+    its compact version when it has one."""
+    item = RecalledItem(
         chunk_id=hit.id.removeprefix(MEMORY_PREFIX),
         text=hit.text,
         ts=hit.ts,
@@ -105,8 +108,10 @@ def recalled_item(hit: RecallHit, *, memory_source: str = "memory") -> RecalledI
         trusted=hit.trusted,
         score=hit.score,
         source=memory_source if hit.source == "memory" else "chunk",
-        seqs=hit.seqs,
     )
+    if hit.compact_text is None:
+        return item
+    return replace(item, compact=replace(item, text=hit.compact_text, seqs=hit.compact_seqs))
 
 
 @dataclass
@@ -160,8 +165,9 @@ async def show_best_turns(
     outcome: "RecallOutcome",
     limit: int,
 ) -> list[RecallHit]:
-    """The first `limit` hits with each chunk cut down to the turns that answer the query
-    (`app.recall.trim`); pieces of a split turn and remembered items are shown as they are."""
+    """The first `limit` hits, each chunk with a compact version cut down to the turns that
+    answer the query (`app.recall.trim`), which the assembler uses when the whole chunk does not
+    fit; pieces of a split turn and remembered items have none."""
     hits = outcome.hits[:limit]
     wanted = [h.id for h in hits if h.source == "chunk" and h.parts == 1]
     turns = await repository.turns_of_chunks(db, session.id, wanted)
@@ -179,7 +185,9 @@ async def show_best_turns(
             continue
         lines = [(t.seq, render_turn(to_record(t))) for t in own]
         trimmed = trim_chunk(lines, outcome.query_terms, term_idf)
-        out.append(replace(hit, text=trimmed.text, seqs=trimmed.seqs) if trimmed.trimmed else hit)
+        if trimmed.trimmed:
+            hit = replace(hit, compact_text=trimmed.text, compact_seqs=trimmed.seqs)
+        out.append(hit)
     return out
 
 
