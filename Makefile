@@ -13,9 +13,11 @@ $(BIN)/.installed: pyproject.toml
 dev: $(BIN)/.installed  ## start the service on the embedded stack (http://127.0.0.1:8080)
 	$(BIN)/contextd dev
 
-lint: $(BIN)/.installed
-	$(BIN)/ruff check app tests migrations benchmarks examples
-	$(BIN)/ruff format --check app tests benchmarks examples
+lint: $(BIN)/.installed  ## ruff, mypy, and the dependency rules (no import cycles, layers)
+	$(BIN)/ruff check app tests migrations benchmarks examples integrations
+	$(BIN)/ruff format --check app tests benchmarks examples integrations
+	$(BIN)/mypy
+	$(BIN)/pytest -q -p no:cacheprovider tests/test_architecture.py
 
 test: lint  ## every test, against real Postgres+pgvector and Valkey started by the test session
 	$(BIN)/pytest

@@ -1,17 +1,74 @@
-"""The `contextd` command: dev, serve, worker, migrate, keys, reembed, openapi."""
+"""The `contextd` command: dev, serve, worker, migrate, keys, reembed, openapi.
+
+Without `DATABASE_URL` every command works on the embedded stack of `contextd dev` in the data
+directory (`CONTEXTD_DATA_DIR`, default `./.contextd`): it joins the running `contextd dev` there
+(whose addresses it finds in `dev.json`), or, for one-shot commands (`migrate`, `keys`,
+`reembed`), starts that directory's PostgreSQL for the duration of the command.
+"""
 
 import argparse
 import asyncio
+import errno
 import json
 import logging
 import os
+import socket
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.core.config import Settings, load_settings
 
+if TYPE_CHECKING:
+    import uvicorn
+
+    from app.embedded import EmbeddedStack
+
 OPENAPI_PATH = Path(__file__).resolve().parents[1] / "openapi" / "openapi.json"
+DEV_STATE_FILE = "dev.json"  # in the data directory while a `contextd dev` runs there
+
+
+class CliError(Exception):
+    """A problem the user can fix: printed as one line on stderr, exit status 2, no traceback."""
+
+
+@dataclass(frozen=True)
+class DevState:
+    pid: int
+    api_url: str
+    database_url: str
+    redis_url: str
+
+
+def running_dev(data_dir: Path) -> DevState | None:
+    """The `contextd dev` running on this data directory, if its process is still alive."""
+    try:
+        state = DevState(**json.loads((data_dir / DEV_STATE_FILE).read_text()))
+        os.kill(state.pid, 0)
+    except (OSError, ValueError, TypeError):
+        return None
+    return state
+
+
+def bind_port(host: str, port: int) -> socket.socket:
+    """Bind the API's socket now, so a busy port fails before anything says "ready"."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise CliError(
+                f"{host}:{port} is already in use (another contextd?): stop that process or "
+                "choose another port with --port N or CONTEXTD_PORT"
+            ) from None
+        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def _configure_logging(settings: Settings) -> None:
@@ -27,9 +84,41 @@ def _configure_logging(settings: Settings) -> None:
 def cmd_migrate(settings: Settings) -> None:
     from app.core.migrate import upgrade
 
-    assert settings.database_url, "DATABASE_URL is not set"
+    if not settings.database_url:
+        raise CliError("DATABASE_URL is not set")
     upgrade(settings.database_url)
     print("migrations applied")
+
+
+def with_dev_stack(
+    settings: Settings, *, one_shot: bool
+) -> tuple[Settings, "EmbeddedStack | None"]:
+    """Fill unset `DATABASE_URL` / `REDIS_URL` from the data directory's embedded stack.
+
+    Joins a running `contextd dev`; otherwise a one-shot command starts the directory's
+    PostgreSQL itself (migrated, stopped again when the command ends; Redis is a cache and
+    one-shot commands do without it). Returns the stack to stop, if one was started."""
+    if settings.database_url and (settings.redis_url or one_shot):
+        return settings, None
+    dev = running_dev(settings.data_dir)
+    if dev is not None:
+        urls = {"database_url": settings.database_url or dev.database_url}
+        urls["redis_url"] = settings.redis_url or dev.redis_url
+        return settings.model_copy(update=urls), None
+    if not one_shot:
+        raise CliError(
+            "DATABASE_URL and REDIS_URL are not set and no `contextd dev` is running with data "
+            f"in {settings.data_dir.resolve()}: start `contextd dev` there (from that directory, "
+            "or with CONTEXTD_DATA_DIR) or set both variables"
+        )
+    from app.embedded import EmbeddedStack
+
+    stack = EmbeddedStack(settings.data_dir).start_postgres()
+    started = settings.model_copy(update={"database_url": stack.database_url})
+    from app.core.migrate import upgrade
+
+    upgrade(stack.database_url)
+    return started, stack
 
 
 async def _serve(
@@ -37,8 +126,12 @@ async def _serve(
     with_worker: bool,
     with_api: bool = True,
     server_box: dict[str, object] | None = None,
+    sock: socket.socket | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
-    """Serve the API and/or a worker in this loop; `server_box` exposes the server to stop it."""
+    """Serve the API and/or a worker in this loop; `server_box` exposes the server to stop it;
+    `sock`: an already bound socket (see `bind_port`); `on_ready` runs once the API accepts
+    requests (its lifespan done)."""
     import uvicorn
 
     from app.core.context import AppContext
@@ -64,7 +157,9 @@ async def _serve(
             server = uvicorn.Server(config)
             if server_box is not None:
                 server_box["server"] = server
-            await server.serve()
+            if on_ready is not None:
+                tasks.append(asyncio.create_task(_when_started(server, on_ready)))
+            await server.serve(sockets=[sock] if sock is not None else None)
         else:
             await asyncio.gather(*tasks)
     finally:
@@ -75,36 +170,61 @@ async def _serve(
             await worker_context.aclose()
 
 
+async def _when_started(server: "uvicorn.Server", action: Callable[[], None]) -> None:
+    while not server.started:
+        await asyncio.sleep(0.05)
+    action()
+
+
 def cmd_dev(args: argparse.Namespace) -> None:
     from app.embedded import EmbeddedStack
 
     started = time.monotonic()
     base = load_settings()
+    port = args.port or base.port
+    embedded = not base.database_url or not base.redis_url
+    already = running_dev(base.data_dir) if embedded else None
+    sock = bind_port(base.host, port)
+    if already is not None:
+        sock.close()
+        raise CliError(
+            f"a contextd dev (pid {already.pid}, {already.api_url}) already runs with data in "
+            f"{base.data_dir.resolve()}: stop it, or start this one in another directory "
+            "(or with CONTEXTD_DATA_DIR)"
+        )
     stack = None
-    overrides: dict[str, object] = {"auth_disabled": not args.auth}
-    if args.port:
-        overrides["port"] = args.port
-    if not base.database_url or not base.redis_url:
+    overrides: dict[str, object] = {"auth_disabled": not args.auth, "port": port}
+    if embedded:
         stack = EmbeddedStack(base.data_dir).start()
         overrides["database_url"] = base.database_url or stack.database_url
         overrides["redis_url"] = base.redis_url or stack.redis_url
     settings = load_settings(**overrides)
     _configure_logging(settings)
-    cmd_migrate(settings)
-    url = f"http://{settings.host}:{settings.port}"
-    print(f"contextd dev ready in {time.monotonic() - started:.1f}s")
-    print(f"  API   {url}/v1   docs {url}/docs   data {base.data_dir.resolve()}")
-    if settings.auth_disabled:
-        print("  auth  DISABLED (dev on loopback): no Authorization header needed")
-    else:
-        print("  auth  send 'Authorization: Bearer <key>' (create one: contextd keys create)")
-    sys.stdout.flush()
+    state_file = base.data_dir / DEV_STATE_FILE
     try:
-        asyncio.run(_serve(settings, with_worker=True))
+        cmd_migrate(settings)
+        url = f"http://{settings.host}:{settings.port}"
+        if stack is not None:  # other commands of this directory join this stack
+            urls = (settings.database_url or "", settings.redis_url or "")
+            state_file.write_text(json.dumps(DevState(os.getpid(), url, *urls).__dict__))
+
+        def banner() -> None:
+            print(f"contextd dev ready in {time.monotonic() - started:.1f}s")
+            print(f"  API   {url}/v1   docs {url}/docs   data {base.data_dir.resolve()}")
+            print(f"  see   {url}/inspect (sessions, watermark, notes, chunks)   MCP {url}/mcp")
+            if settings.auth_disabled:
+                print("  auth  DISABLED (dev on loopback): no Authorization header needed")
+            else:
+                print("  auth  'Authorization: Bearer <key>' (create one: contextd keys create)")
+            sys.stdout.flush()
+
+        asyncio.run(_serve(settings, with_worker=True, sock=sock, on_ready=banner))
     except KeyboardInterrupt:
         pass
     finally:
+        sock.close()
         if stack is not None:
+            state_file.unlink(missing_ok=True)
             stack.stop()
         print("contextd dev stopped")
 
@@ -123,14 +243,19 @@ def cmd_keys_create(settings: Settings, tenant: str, scopes: list[str]) -> None:
         finally:
             await context.aclose()
 
-    key, key_id = asyncio.run(_create())
+    from app.core.errors import ContextdError
+
+    try:
+        key, key_id = asyncio.run(_create())
+    except ContextdError as exc:
+        raise CliError(exc.message) from None
     print(json.dumps({"key": key, "key_id": key_id, "tenant": tenant}))
     print("store this key now: it is not shown again", file=sys.stderr)
 
 
 def cmd_reembed(settings: Settings, batch_size: int | None) -> None:
     from app.core.context import AppContext
-    from app.embeddings.reembed import reembed
+    from app.offload.reembed import reembed
 
     async def _run() -> int:
         context = AppContext.create(settings)
@@ -185,9 +310,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "dev":
-        cmd_dev(args)
-        return 0
     if args.command == "openapi":
         return cmd_openapi(args.check)
     if args.command == "eval":
@@ -199,18 +321,35 @@ def main(argv: list[str] | None = None) -> int:
 
         print(settings_table())
         return 0
-    settings = load_settings()
+    try:
+        return _run(args)
+    except CliError as exc:
+        print(f"contextd {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "dev":
+        cmd_dev(args)
+        return 0
+    one_shot = args.command in ("migrate", "keys", "reembed")
+    settings, stack = with_dev_stack(load_settings(), one_shot=one_shot)
     _configure_logging(settings)
-    if args.command == "migrate":
-        cmd_migrate(settings)
-    elif args.command == "serve":
-        asyncio.run(_serve(settings, with_worker=False))
-    elif args.command == "worker":
-        asyncio.run(_serve(settings, with_worker=True, with_api=False))
-    elif args.command == "keys":
-        cmd_keys_create(settings, args.tenant, args.scope)
-    elif args.command == "reembed":
-        cmd_reembed(settings, args.batch_size)
+    try:
+        if args.command == "migrate":
+            cmd_migrate(settings)
+        elif args.command == "serve":
+            sock = bind_port(settings.host, settings.port)
+            asyncio.run(_serve(settings, with_worker=False, sock=sock))
+        elif args.command == "worker":
+            asyncio.run(_serve(settings, with_worker=True, with_api=False))
+        elif args.command == "keys":
+            cmd_keys_create(settings, args.tenant, args.scope)
+        elif args.command == "reembed":
+            cmd_reembed(settings, args.batch_size)
+    finally:
+        if stack is not None:
+            stack.stop()
     return 0
 
 

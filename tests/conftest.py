@@ -1,7 +1,10 @@
 """Session-wide real services: embedded PostgreSQL+pgvector and Valkey, migrated once.
 
 Tests are isolated by tenant: each test gets a fresh tenant and API key, so tests can run in any
-order against the one database.
+order against the one database. A module that runs a worker declares `OWN_DATABASE = True` and
+gets a fresh copy of the migrated schema for itself (`settings`, `engine`, `cache` and the key
+fixtures follow it): a worker takes every pending job of its database, and the rest of the suite
+leaves jobs behind that no worker of theirs runs.
 """
 
 import tempfile
@@ -20,6 +23,7 @@ from app.core.config import Settings, load_settings, to_sqlalchemy_url
 from app.core.db import create_sessionmaker, unit_of_work
 from app.core.migrate import upgrade
 from app.embedded import EmbeddedStack
+from tests.support.databases import create_template, fresh_database
 from tests.support.server import RunningServer, run_server
 
 
@@ -35,7 +39,13 @@ def stack() -> Iterator[EmbeddedStack]:
 
 
 @pytest.fixture(scope="session")
-def settings(stack: EmbeddedStack) -> Settings:
+def template(stack: EmbeddedStack) -> None:
+    """The migrated template that modules with a database of their own copy."""
+    create_template(stack.database_url)
+
+
+@pytest.fixture(scope="session")
+def shared_settings(stack: EmbeddedStack) -> Settings:
     """Lexical-only by default (fast); tests about vectors build settings with an embedder."""
     return load_settings(
         database_url=stack.database_url,
@@ -49,13 +59,27 @@ def settings(stack: EmbeddedStack) -> Settings:
     )
 
 
+@pytest.fixture(scope="module")
+def settings(
+    request: pytest.FixtureRequest, shared_settings: Settings, stack: EmbeddedStack
+) -> Iterator[Settings]:
+    """The suite's settings, on a database of the module's own when it sets OWN_DATABASE."""
+    if not getattr(request.module, "OWN_DATABASE", False):
+        yield shared_settings
+        return
+    request.getfixturevalue("template")
+    with fresh_database(stack.database_url) as url:
+        yield shared_settings.model_copy(update={"database_url": url})
+
+
 @pytest.fixture(scope="session")
-def server(settings: Settings) -> Iterator[RunningServer]:
-    with run_server(settings) as running:
+def server(shared_settings: Settings) -> Iterator[RunningServer]:
+    """The API on the shared database (modules with their own database start their own)."""
+    with run_server(shared_settings) as running:
         yield running
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 async def engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
     engine = create_async_engine(to_sqlalchemy_url(settings.database_url or ""))
     yield engine
@@ -92,7 +116,7 @@ async def client(server: RunningServer, api_key: str) -> AsyncIterator[httpx.Asy
         yield http
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 async def cache(settings: Settings) -> AsyncIterator[Cache]:
     real = Cache(settings.redis_url, settings.cache)
     yield real

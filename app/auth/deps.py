@@ -1,12 +1,20 @@
-"""The `CallerDep` alias: every endpoint that touches tenant data depends on it."""
+"""Who may call an endpoint, said in its signature: every endpoint that touches tenant data takes
+one of the caller aliases below, which authenticate the key and check its scope.
 
+- `ReadCaller`: the key has `sessions:read`.
+- `WriteCaller`: the key has `sessions:write`.
+- `ToolCaller`: any valid key; the memory tool checks each call's type against its own rules
+  (`app.memory.policy.RULES`), since what a call may do depends on its body.
+"""
+
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.auth import service
-from app.auth.schemas import Caller
+from app.auth.schemas import Caller, Scope
 from app.core.deps import DbDep, SettingsDep
 
 # auto_error=False: our own 401 body, not FastAPI's 403; the scheme still appears in OpenAPI.
@@ -31,4 +39,15 @@ async def get_caller(
     return caller
 
 
-CallerDep = Annotated[Caller, Depends(get_caller)]
+def _with_scope(scope: Scope) -> Callable[[Caller], Awaitable[Caller]]:
+    async def caller_with_scope(caller: Annotated[Caller, Depends(get_caller)]) -> Caller:
+        service.require_scope(caller, scope)
+        return caller
+
+    caller_with_scope.__name__ = f"caller_with_{scope.name.lower()}"
+    return caller_with_scope
+
+
+ReadCaller = Annotated[Caller, Depends(_with_scope(Scope.READ))]
+WriteCaller = Annotated[Caller, Depends(_with_scope(Scope.WRITE))]
+ToolCaller = Annotated[Caller, Depends(get_caller)]

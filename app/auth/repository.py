@@ -1,6 +1,7 @@
 """SQL for tenants and API keys."""
 
 import uuid
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
@@ -34,3 +35,8 @@ async def find_active_key(db: AsyncSession, key_hash: str) -> tuple[ApiKey, Tena
         )
     ).first()
     return (row[0], row[1]) if row else None
+
+
+async def tenant_settings(db: AsyncSession, tenant_id: uuid.UUID) -> dict[str, Any]:
+    found = await db.execute(select(Tenant.settings).where(Tenant.id == tenant_id))
+    return dict(found.scalar_one_or_none() or {})

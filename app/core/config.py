@@ -5,34 +5,23 @@ Variables use the `CONTEXTD_` prefix and `__` between a group and its field, e.g
 the prefix, as every hosting platform names them.
 """
 
-from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.domain.budget import BudgetConfig
 
-class SessionDefaults(BaseModel):
-    """The budget and recall configuration a new session starts with (overridable per session)."""
-
-    context_limit: int = Field(128_000, gt=0, description="model context window C, tokens")
-    reserve_tokens: int = Field(8_192, ge=0, description="reserve r: output + tool jitter + margin")
-    trigger_ratio: float = Field(0.80, gt=0, le=1, description="θ: offload when u/(C-r) reaches it")
-    emergency_ratio: float = Field(0.95, gt=0, le=1, description="build-prompt offloads inline")
-    target_ratio: float = Field(0.65, gt=0, le=1, description="ratio an offload brings usage to")
-    min_recent_turns: int = Field(12, ge=0, description="C1 floor in turns")
-    min_recent_tokens: int = Field(6_000, ge=0, description="C1 floor in tokens")
-    c0_tokens: int = Field(0, ge=0, description="system prompt size until build-prompt reports it")
-    recall_top_k: int = Field(5, ge=0, description="recalled chunks per build")
-    recall_budget_tokens: int = Field(1_000, ge=0, description="B: tokens for recalled history")
-    recall_candidates: int = Field(30, ge=1, description="R: wide-recall candidates per arm")
+MAX_PAGE_SIZE = 10_000  # the largest `max_page_size` a deployment may set
 
 
 class Limits(BaseModel):
     max_turn_bytes: int = Field(262_144, gt=0, description="largest turn content (413 above)")
     max_turns_per_request: int = Field(100, gt=0, description="turns in one append call")
-    max_page_size: int = Field(500, gt=0, description="largest page of a list endpoint")
+    max_page_size: int = Field(
+        500, gt=0, le=MAX_PAGE_SIZE, description="largest page of a list endpoint"
+    )
 
 
 class CacheSettings(BaseModel):
@@ -190,7 +179,7 @@ class Settings(BaseSettings):
         "json", description="log lines: one JSON object (with request_id) or plain text"
     )
 
-    session_defaults: SessionDefaults = SessionDefaults()
+    session_defaults: BudgetConfig = BudgetConfig()
     limits: Limits = Limits()
     cache: CacheSettings = CacheSettings()
     db: DatabaseSettings = DatabaseSettings()
@@ -207,8 +196,9 @@ class Settings(BaseSettings):
             raise ValueError("auth_disabled is only allowed when binding to a loopback address")
         return self
 
-    @cached_property
+    @property
     def sqlalchemy_url(self) -> str:
+        # A plain property: a cached one would survive `model_copy(update={"database_url": ...})`.
         if not self.database_url:
             raise RuntimeError(
                 "DATABASE_URL is not set (use `contextd dev` for the embedded stack)"

@@ -5,7 +5,7 @@ worker one per process, so tests can run several instances side by side.
 """
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -13,11 +13,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import create_engine, create_sessionmaker
+from app.core.lru import VersionedLRU
 from app.core.observability import Metrics
-
-if TYPE_CHECKING:
-    from app.embeddings.base import Embedder
-    from app.recall.lexical import LexicalIndexCache
+from app.embeddings.base import Embedder
+from app.embeddings.factory import embedder_from_settings
 
 
 @dataclass
@@ -27,14 +26,13 @@ class AppContext:
     sessionmaker: async_sessionmaker[AsyncSession]
     cache: Cache
     http: httpx.AsyncClient  # outbound calls: LLM notes, rerank, query rewrite
-    lexical_indexes: "LexicalIndexCache"  # per-session BM25 indexes of this process
+    # Recall's per-session BM25 indexes (`app.recall.bm25.BM25Index`) of this process.
+    lexical_indexes: VersionedLRU[Any]
     metrics: Metrics  # this instance's Prometheus registry (shared by API and worker in `dev`)
-    embedder: "Embedder | None" = None  # set by `start_embedder`; None means lexical recall only
+    embedder: Embedder | None = None  # set by `start_embedder`; None means lexical recall only
 
     @classmethod
     def create(cls, settings: Settings, metrics: Metrics | None = None) -> "AppContext":
-        from app.recall.lexical import LexicalIndexCache
-
         engine = create_engine(settings)
         return cls(
             settings=settings,
@@ -42,15 +40,12 @@ class AppContext:
             sessionmaker=create_sessionmaker(engine),
             cache=Cache(settings.redis_url, settings.cache),
             http=httpx.AsyncClient(timeout=10.0),
-            lexical_indexes=LexicalIndexCache(settings.recall.lexical_index_cache_sessions),
+            lexical_indexes=VersionedLRU(settings.recall.lexical_index_cache_sessions),
             metrics=metrics or Metrics(),
         )
 
     async def start_embedder(self) -> None:
-        """Load the configured embedder once, warm it up and make sure its vector index exists."""
-        from app.embeddings.factory import embedder_from_settings
-        from app.offload.repository import ensure_vector_index
-
+        """Load the configured embedder once and warm it up."""
         self.embedder = embedder_from_settings(self.settings.embedding)
         if self.embedder is None:
             return
@@ -58,8 +53,6 @@ class AppContext:
         warm_up = getattr(self.embedder, "warm_up", None)
         if warm_up is not None:
             await warm_up()
-        async with self.engine.begin() as conn:
-            await ensure_vector_index(conn, self.embedder.name, self.embedder.dim)
 
     async def aclose(self) -> None:
         if self.embedder is not None:

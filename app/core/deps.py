@@ -13,7 +13,8 @@ from app.core.db import commit
 
 
 def get_context(request: Request) -> AppContext:
-    return request.app.state.context
+    context: AppContext = request.app.state.context
+    return context
 
 
 ContextDep = Annotated[AppContext, Depends(get_context)]

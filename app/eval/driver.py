@@ -261,7 +261,7 @@ async def _evaluate_question(
 ) -> QuestionResult:
     r = QuestionResult(conv.sample_id, q.category, len(q.evidence))
     for b in cfg.budgets:
-        body = {
+        body: dict[str, Any] = {
             "query": q.question,
             "recall": {"mode": "always", "budget_tokens": b, "top_k": cfg.top_k},
         }
@@ -288,13 +288,13 @@ async def _evaluate_question(
             )
         )
     if cfg.ks:
-        body = {
+        ranking_body = {
             "query": q.question,
             "context_limit": RANKING_LIMIT,
             "reserve_tokens": 0,
             "recall": {"mode": "always", "budget_tokens": RANKING_LIMIT, "top_k": cfg.top_k},
         }
-        resp, _, _ = await _build(http, sid, body)
+        resp, _, _ = await _build(http, sid, ranking_body)
         units = _item_dias(resp, seq_to_dia) if resp is not None else []
         for k in cfg.ks:
             r.at_k[k] = recall_at_k(q.evidence, units, k)

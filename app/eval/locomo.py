@@ -27,7 +27,8 @@ from typing import Any
 
 from app.core.text import terms
 from app.core.tokens import count_tokens, message_tokens
-from app.prompt.blocks import RecalledItem, render_item, render_recalled_block
+from app.domain.records import RecalledItem
+from app.prompt.blocks import render_item, render_recalled_block
 from app.recall.bm25 import BM25Index
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}

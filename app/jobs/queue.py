@@ -1,4 +1,5 @@
-"""Transactional enqueue into procrastinate's tables.
+"""Jobs: transactional enqueue into procrastinate's tables, and what every task shares (the retry
+policy, the process's `AppContext`).
 
 A job row is inserted with `procrastinate_defer_jobs_v1` on the caller's own connection, inside the
 caller's transaction: the job exists if and only if the write that needs it commits. A pending job
@@ -11,11 +12,22 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from procrastinate import JobContext, RetryStrategy
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.context import AppContext
+
 DEFAULT_QUEUE = "contextd"
+# Offload, embedding, notes and erase jobs are idempotent, so retrying them is always safe.
+DEFAULT_RETRY = RetryStrategy(max_attempts=8, exponential_wait=2)
+
+
+def app_context(job_context: JobContext) -> AppContext:
+    """The worker process's resources, handed to every task (tasks reload state by id)."""
+    context: AppContext = job_context.additional_context["app"]
+    return context
 
 
 class TaskName(StrEnum):

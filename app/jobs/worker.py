@@ -8,20 +8,17 @@ import asyncio
 import contextlib
 import logging
 
-from procrastinate import App, JobContext, PsycopgConnector, RetryStrategy
+from procrastinate import App, PsycopgConnector
 
 from app.core.config import Settings
 from app.core.context import AppContext
+from app.erasure.tasks import blueprint as erasure_tasks
 from app.jobs.queue import DEFAULT_QUEUE
+from app.memory.tasks import blueprint as memory_tasks
+from app.notes.tasks import blueprint as notes_tasks
+from app.offload.tasks import blueprint as offload_tasks
 
 logger = logging.getLogger("contextd.worker")
-
-# Offload, embedding and notes jobs are idempotent, so retrying them is always safe.
-DEFAULT_RETRY = RetryStrategy(max_attempts=8, exponential_wait=2)
-
-
-def app_context(job_context: JobContext) -> AppContext:
-    return job_context.additional_context["app"]
 
 
 def plain_postgres_url(url: str) -> str:
@@ -30,22 +27,19 @@ def plain_postgres_url(url: str) -> str:
 
 
 def create_job_app(settings: Settings) -> App:
-    from app.memory.tasks import blueprint as memory_tasks
-    from app.notes.tasks import blueprint as notes_tasks
-    from app.offload.tasks import blueprint as offload_tasks
-
     assert settings.database_url
     app = App(connector=PsycopgConnector(conninfo=plain_postgres_url(settings.database_url)))
     app.add_tasks_from(offload_tasks(), namespace="offload")
     app.add_tasks_from(notes_tasks(), namespace="notes")
-    app.add_tasks_from(memory_tasks(), namespace="memory")
+    app.add_tasks_from(erasure_tasks(), namespace="memory")  # task name `memory:erase`
+    app.add_tasks_from(memory_tasks(), namespace="memory")  # `memory:embed`, the sweep
     return app
 
 
 async def retry_stalled_jobs(job_app: App, stalled_after_seconds: float) -> int:
     """Jobs whose worker died (SIGKILL, lost host) go back to the queue: tasks are idempotent."""
     manager = job_app.job_manager
-    stalled = await manager.get_stalled_jobs(seconds_since_heartbeat=stalled_after_seconds)
+    stalled = list(await manager.get_stalled_jobs(seconds_since_heartbeat=stalled_after_seconds))
     for job in stalled:
         logger.warning("retrying stalled job %s (%s)", job.id, job.task_name)
         await manager.retry_job(job)

@@ -1,20 +1,26 @@
 """HTTP endpoints of the memory tool, remembered items and erase receipts."""
 
-import uuid
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter
 
-from app.auth.deps import CallerDep
-from app.auth.schemas import Scope
-from app.auth.service import require_scope
+from app.auth.deps import ReadCaller, ToolCaller
 from app.core.deps import ContextDep, DbDep
-from app.core.errors import COMMON_ERRORS, Forbidden, NotFound, RateLimited, error_responses
-from app.memory import repository, service
-from app.memory.schemas import EraseReceiptOut, MemoryAnswer, MemoryList, MemoryRequest
+from app.core.errors import (
+    COMMON_ERRORS,
+    Conflict,
+    ConflictingFields,
+    RateLimited,
+    TooLong,
+    UnexpectedField,
+    error_responses,
+)
+from app.core.pagination import PageDep
+from app.memory import service
+from app.memory.schemas import MemoryAnswer, MemoryList, MemoryRequest
 from app.sessions.endpoints import SessionIdPath
 
-router = APIRouter(tags=["memory tool"], responses=COMMON_ERRORS)
+router = APIRouter(tags=["memory tool"], responses=error_responses(*COMMON_ERRORS))
 
 
 @router.post(
@@ -28,12 +34,14 @@ router = APIRouter(tags=["memory tool"], responses=COMMON_ERRORS)
         "when nothing relevant is stored. offload and forget need the scopes `memory:offload` / "
         "`memory:forget` (or the tenant setting); remember is rate-limited per session."
     ),
-    responses=error_responses(Forbidden, RateLimited),
+    responses=error_responses(
+        *COMMON_ERRORS, TooLong, UnexpectedField, ConflictingFields, Conflict, RateLimited
+    ),
 )
 async def memory_tool(
     session_id: SessionIdPath,
     body: MemoryRequest,
-    caller: CallerDep,
+    caller: ToolCaller,
     db: DbDep,
     context: ContextDep,
 ) -> MemoryAnswer:
@@ -51,7 +59,7 @@ async def memory_tool(
     ),
 )
 async def memory_tool_definition(
-    caller: CallerDep,
+    caller: ToolCaller,
     db: DbDep,
     context: ContextDep,
     format: Literal["openai", "anthropic"] = "openai",
@@ -71,46 +79,11 @@ async def memory_tool_definition(
 )
 async def list_memories(
     session_id: SessionIdPath,
-    caller: CallerDep,
+    caller: ReadCaller,
     db: DbDep,
+    page: PageDep,
     include_superseded: bool = False,
 ) -> MemoryList:
-    require_scope(caller, Scope.READ)
     return await service.list_memories(
-        db, caller, session_id, include_superseded=include_superseded
-    )
-
-
-@router.get(
-    "/v1/erase-receipts/{receipt_id}",
-    operation_id="get_erase_receipt",
-    summary="Read an erase receipt",
-    description=(
-        "What a forget or session delete erased: target, status (pending until the erase job "
-        "completes), each store cleaned with its time, and the job attempts."
-    ),
-)
-async def get_erase_receipt(
-    receipt_id: Annotated[str, Path(max_length=64)],
-    caller: CallerDep,
-    db: DbDep,
-) -> EraseReceiptOut:
-    require_scope(caller, Scope.READ)
-    try:
-        pk = uuid.UUID(receipt_id)
-    except ValueError:
-        raise NotFound(f"erase receipt {receipt_id!r} not found", field="receipt_id") from None
-    receipt = await repository.get_receipt(db, pk, caller.tenant_id)
-    if receipt is None:
-        raise NotFound(f"erase receipt {receipt_id!r} not found", field="receipt_id")
-    target = {k: v for k, v in receipt.target.items() if k not in ("session_pk", "tenant_id")}
-    return EraseReceiptOut(
-        receipt_id=str(receipt.id),
-        session_id=receipt.session_external_id,
-        target=target,
-        status=receipt.status,  # type: ignore[arg-type]
-        stores=receipt.stores,
-        attempts=receipt.attempts,
-        requested_at=receipt.requested_at,
-        completed_at=receipt.completed_at,
+        db, caller, session_id, page, include_superseded=include_superseded
     )

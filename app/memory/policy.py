@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.auth.schemas import Caller, Scope
-from app.core.errors import Forbidden, InvalidInput
+from app.core.errors import (
+    ConflictingFields,
+    Forbidden,
+    InvalidInput,
+    MissingField,
+    UnexpectedField,
+)
 from app.core.text import is_cjk, terms
 from app.memory.schemas import MemoryRequest, MemoryType
 
@@ -98,20 +104,17 @@ def check_params(request: MemoryRequest) -> None:
     if rule.one_of:
         chosen = given & set(rule.one_of)
         if len(chosen) != 1:
-            err = InvalidInput(
+            error = ConflictingFields if chosen else MissingField
+            raise error(
                 f"{request.type.value} takes exactly one of {', '.join(rule.one_of)}",
                 field=rule.one_of[0] if not chosen else sorted(chosen)[1],
             )
-            err.code = "missing_field" if not chosen else "conflicting_fields"
-            raise err
     for name in sorted(given - set(rule.params)):
-        err = InvalidInput(
+        raise UnexpectedField(
             f"{name!r} is not a parameter of type {request.type.value!r} "
             f"(it takes: {', '.join(rule.params) or 'nothing'})",
             field=name,
         )
-        err.code = "unexpected_field"
-        raise err
     if request.turn_range is not None:
         first, last = request.turn_range
         if first < 1 or last < first:
@@ -121,9 +124,7 @@ def check_params(request: MemoryRequest) -> None:
 
 
 def _missing(kind: MemoryType, name: str) -> None:
-    err = InvalidInput(f"type {kind.value!r} needs the parameter {name!r}", field=name)
-    err.code = "missing_field"
-    raise err
+    raise MissingField(f"type {kind.value!r} needs the parameter {name!r}", field=name)
 
 
 # --- remember: near-duplicates ----------------------------------------------------------------

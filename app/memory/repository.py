@@ -1,43 +1,18 @@
-"""SQL of the memory tool: remembered items, tenant switches, tombstones, erase, receipts."""
+"""SQL for remembered items (the `memories` table): every query of it lives here."""
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import String, cast, delete, func, or_, select, text, update
+from sqlalchemy import func, select, text, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import (
-    Chunk,
-    EraseReceipt,
     Memory,
-    PromptBuild,
-    Scratchpad,
     Session,
-    Tenant,
-    Turn,
 )
 from app.embeddings.base import vector_literal
-
-# --- tenants and sessions ------------------------------------------------------------------------
-
-
-async def tenant_settings(db: AsyncSession, tenant_id: uuid.UUID) -> dict[str, Any]:
-    found = await db.execute(select(Tenant.settings).where(Tenant.id == tenant_id))
-    return dict(found.scalar_one_or_none() or {})
-
-
-async def user_session_ids(
-    db: AsyncSession, tenant_id: uuid.UUID, user_id: str, limit: int
-) -> list[uuid.UUID]:
-    rows = await db.execute(
-        select(Session.id)
-        .where(Session.tenant_id == tenant_id, Session.user_id == user_id)
-        .order_by(Session.updated_at.desc())
-        .limit(limit)
-    )
-    return list(rows.scalars())
 
 
 async def lock_owner(db: AsyncSession, owner: str) -> None:
@@ -55,17 +30,31 @@ def _visible(session: Session) -> Any:
     return own
 
 
+async def visible_memories(db: AsyncSession, session: Session) -> list[Memory]:
+    """Active remembered items of the session, and of its user when the session has one."""
+    return await list_memories(db, session, include_superseded=False)
+
+
 async def list_memories(
-    db: AsyncSession, session: Session, *, include_superseded: bool
+    db: AsyncSession,
+    session: Session,
+    *,
+    include_superseded: bool,
+    after: tuple[datetime, uuid.UUID] | None = None,
+    limit: int | None = None,
 ) -> list[Memory]:
+    """Visible items, oldest first (`created_at`, then id); a page of them with `after`/`limit`."""
     statuses = ["active", "superseded"] if include_superseded else ["active"]
     query = (
         select(Memory)
         .where(
             Memory.tenant_id == session.tenant_id, _visible(session), Memory.status.in_(statuses)
         )
-        .order_by(Memory.created_at, Memory.version)
+        .order_by(Memory.created_at, Memory.id)
+        .limit(limit)
     )
+    if after is not None:
+        query = query.where(tuple_(Memory.created_at, Memory.id) > after)
     return list((await db.execute(query)).scalars())
 
 
@@ -102,11 +91,6 @@ async def visible_memory_ids(db: AsyncSession, session: Session) -> list[uuid.UU
         _visible(session),
         Memory.status.in_(["active", "superseded"]),
     )
-    return list((await db.execute(query)).scalars().all())
-
-
-async def active_chunk_ids(db: AsyncSession, session_pk: uuid.UUID) -> list[uuid.UUID]:
-    query = select(Chunk.id).where(Chunk.session_id == session_pk, Chunk.status == "active")
     return list((await db.execute(query)).scalars().all())
 
 
@@ -213,146 +197,7 @@ async def memories_written_since(db: AsyncSession, session_pk: uuid.UUID, since:
     return int((await db.execute(query)).scalar_one())
 
 
-# --- forget: tombstones --------------------------------------------------------------------------
-
-
-async def get_chunk(db: AsyncSession, session_pk: uuid.UUID, chunk_id: uuid.UUID) -> Chunk | None:
-    query = select(Chunk).where(Chunk.session_id == session_pk, Chunk.id == chunk_id)
-    return (await db.execute(query)).scalar_one_or_none()
-
-
-async def live_turns(db: AsyncSession, session_pk: uuid.UUID, first: int, last: int) -> list[Turn]:
-    query = (
-        select(Turn)
-        .where(
-            Turn.session_id == session_pk,
-            Turn.seq.between(first, last),
-            Turn.forgotten_at.is_(None),
-        )
-        .order_by(Turn.seq)
-    )
-    return list((await db.execute(query)).scalars())
-
-
-async def chunks_overlapping(
-    db: AsyncSession, session_pk: uuid.UUID, first: int, last: int
-) -> list[Chunk]:
-    query = (
-        select(Chunk)
-        .where(
-            Chunk.session_id == session_pk,
-            Chunk.status == "active",
-            Chunk.turn_first <= last,
-            Chunk.turn_last >= first,
-        )
-        .order_by(Chunk.turn_first, Chunk.part)
-    )
-    return list((await db.execute(query)).scalars())
-
-
-async def forget_turns(db: AsyncSession, turn_ids: Sequence[int], now: datetime) -> None:
-    if turn_ids:
-        await db.execute(update(Turn).where(Turn.id.in_(turn_ids)).values(forgotten_at=now))
-
-
-async def tombstone_chunks(db: AsyncSession, chunk_ids: Sequence[uuid.UUID]) -> None:
-    if chunk_ids:
-        await db.execute(update(Chunk).where(Chunk.id.in_(chunk_ids)).values(status="tombstoned"))
-
-
-async def reassign_turns(
-    db: AsyncSession, session_pk: uuid.UUID, chunk_id: uuid.UUID, first: int, last: int
-) -> None:
-    await db.execute(
-        update(Turn)
-        .where(
-            Turn.session_id == session_pk,
-            Turn.seq.between(first, last),
-            Turn.forgotten_at.is_(None),
-            Turn.chunk_id.is_not(None),
-        )
-        .values(chunk_id=chunk_id)
-    )
-
-
-async def rename_session(db: AsyncSession, session_pk: uuid.UUID, tombstone_name: str) -> None:
-    """Tombstone a whole session: an external id no client can name, so every read is a 404."""
-    await db.execute(
-        update(Session).where(Session.id == session_pk).values(external_id=tombstone_name)
-    )
-
-
-async def tombstone_session_rows(db: AsyncSession, session_pk: uuid.UUID, now: datetime) -> None:
-    await db.execute(
-        update(Turn)
-        .where(Turn.session_id == session_pk, Turn.forgotten_at.is_(None))
-        .values(forgotten_at=now)
-    )
-    await db.execute(
-        update(Chunk)
-        .where(Chunk.session_id == session_pk, Chunk.status == "active")
-        .values(status="tombstoned")
-    )
-    # Includes user-scope items this session wrote: they leave the user's other sessions now.
-    await db.execute(
-        update(Memory)
-        .where(Memory.session_id == session_pk, Memory.status.in_(["active", "superseded"]))
-        .values(status="tombstoned")
-    )
-
-
 # --- erase ---------------------------------------------------------------------------------------
-
-
-async def erase_turns(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, list[str]]:
-    """Blank forgotten turns; returns the count and their former texts (to hunt cached copies)."""
-    rows = await db.execute(
-        select(Turn.content).where(
-            Turn.session_id == session_pk, Turn.forgotten_at.is_not(None), Turn.content != ""
-        )
-    )
-    texts = [t for t in rows.scalars() if t]
-    result = await db.execute(
-        update(Turn)
-        .where(
-            Turn.session_id == session_pk,
-            Turn.forgotten_at.is_not(None),
-            or_(
-                Turn.content != "",
-                Turn.tool_calls.is_not(None),
-                Turn.name.is_not(None),
-                cast(Turn.metadata_, String) != "{}",
-            ),
-        )
-        .values(content="", tool_calls=None, name=None, metadata_={})
-    )
-    return int(result.rowcount or 0), texts  # type: ignore[attr-defined]
-
-
-async def erase_chunks(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, int, list[str]]:
-    """Tombstoned chunks lose text, terms, tsvector and embedding; (chunks, embeddings, texts)."""
-    rows = await db.execute(
-        select(Chunk.raw_text, Chunk.embedding.is_not(None)).where(
-            Chunk.session_id == session_pk, Chunk.status == "tombstoned"
-        )
-    )
-    found = list(rows)
-    result = await db.execute(
-        update(Chunk)
-        .where(Chunk.session_id == session_pk, Chunk.status == "tombstoned")
-        .values(
-            raw_text="",
-            summary_hint="",
-            term_counts={},
-            term_total=0,
-            lexical=func.to_tsvector("simple", ""),
-            embedding=None,
-            embedding_model=None,
-            status="erased",
-        )
-    )
-    embeddings = sum(1 for _, had in found if had)
-    return int(result.rowcount or 0), embeddings, [t for t, _ in found if t]  # type: ignore[attr-defined]
 
 
 async def erase_memories(
@@ -385,82 +230,30 @@ async def session_memory_texts(db: AsyncSession, session_pk: uuid.UUID) -> list[
     return [t for t in rows.scalars() if t]
 
 
-async def delete_prompt_builds(db: AsyncSession, session_pk: uuid.UUID, needles: list[str]) -> int:
-    """Stored build manifests of the session that quote any erased text or id."""
-    if not needles:
-        return 0
-    result = await db.execute(
-        delete(PromptBuild).where(
-            PromptBuild.session_id == session_pk,
-            or_(*(cast(PromptBuild.record, String).contains(n) for n in needles)),
-        )
-    )
-    return int(result.rowcount or 0)  # type: ignore[attr-defined]
-
-
-async def scratchpad(db: AsyncSession, session_pk: uuid.UUID) -> Scratchpad | None:
-    return await db.get(Scratchpad, session_pk, populate_existing=True)
-
-
-async def delete_session_row(db: AsyncSession, session_pk: uuid.UUID) -> dict[str, int]:
-    """Delete the session and (by cascade) its turns, chunks, notes, memories and metrics."""
-    counts: dict[str, int] = {}
-    for name, model in (("turns", Turn), ("chunks", Chunk), ("memories", Memory)):
-        found = await db.execute(
-            select(func.count()).select_from(model).where(model.session_id == session_pk)  # type: ignore[attr-defined]
-        )
-        counts[name] = int(found.scalar_one())
-    embeddings = await db.execute(
-        select(func.count()).where(Chunk.session_id == session_pk, Chunk.embedding.is_not(None))
-    )
-    counts["embeddings"] = int(embeddings.scalar_one())
-    await db.execute(delete(Session).where(Session.id == session_pk))
-    return counts
-
-
-# --- receipts ------------------------------------------------------------------------------------
-
-
-async def add_receipt(
-    db: AsyncSession, tenant_id: uuid.UUID, session_external_id: str, target: dict[str, Any]
-) -> EraseReceipt:
-    receipt = EraseReceipt(
-        tenant_id=tenant_id, session_external_id=session_external_id, target=target
-    )
-    db.add(receipt)
-    await db.flush()
-    await db.refresh(receipt)
-    return receipt
-
-
-async def get_receipt(
-    db: AsyncSession, receipt_id: uuid.UUID, tenant_id: uuid.UUID | None = None
-) -> EraseReceipt | None:
-    query = select(EraseReceipt).where(EraseReceipt.id == receipt_id)
-    if tenant_id is not None:
-        query = query.where(EraseReceipt.tenant_id == tenant_id)
-    return (
-        await db.execute(query.with_for_update() if tenant_id is None else query)
-    ).scalar_one_or_none()
-
-
-async def count_attempt(db: AsyncSession, receipt_id: uuid.UUID) -> None:
+async def tombstone_session_memories(db: AsyncSession, session_pk: uuid.UUID) -> None:
+    """Includes user-scope items the session wrote: they leave the user's other sessions too."""
     await db.execute(
-        update(EraseReceipt)
-        .where(EraseReceipt.id == receipt_id)
-        .values(attempts=EraseReceipt.attempts + 1)
+        update(Memory)
+        .where(Memory.session_id == session_pk, Memory.status.in_(["active", "superseded"]))
+        .values(status="tombstoned")
     )
 
 
-async def complete_receipt(
-    db: AsyncSession, receipt_id: uuid.UUID, stores: dict[str, Any], now: datetime
-) -> None:
-    await db.execute(
-        update(EraseReceipt)
-        .where(EraseReceipt.id == receipt_id)
-        .values(stores=stores, status="completed", completed_at=now)
+async def count_session_memories(db: AsyncSession, session_pk: uuid.UUID) -> int:
+    query = select(func.count()).where(Memory.session_id == session_pk)
+    return int((await db.execute(query)).scalar_one())
+
+
+async def count_memories(
+    db: AsyncSession, tenant_id: uuid.UUID, session_id: str, user_id: str | None
+) -> int:
+    """Active remembered items visible in a session (by its external id, so a cached session
+    view can be completed without loading the row): its own, and its user's."""
+    own = Memory.session_id.in_(
+        select(Session.id).where(Session.tenant_id == tenant_id, Session.external_id == session_id)
     )
-
-
-def window_start(now: datetime, seconds: int) -> datetime:
-    return now - timedelta(seconds=seconds)
+    visible = own | ((Memory.scope == "user") & (Memory.user_id == user_id)) if user_id else own
+    query = select(func.count()).where(
+        Memory.tenant_id == tenant_id, Memory.status == "active", visible
+    )
+    return int((await db.execute(query)).scalar_one())

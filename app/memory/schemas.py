@@ -1,4 +1,4 @@
-"""Wire shapes of the memory tool, the memories list and erase receipts."""
+"""Wire shapes of the memory tool and the memories list."""
 
 from datetime import datetime
 from enum import StrEnum
@@ -69,20 +69,4 @@ class MemoryOut(BaseModel):
 
 class MemoryList(BaseModel):
     memories: list[MemoryOut]
-
-
-class EraseReceiptOut(BaseModel):
-    receipt_id: str
-    session_id: str
-    target: dict[str, Any]
-    status: Literal["pending", "completed", "failed"]
-    stores: dict[str, Any]
-    attempts: int
-    requested_at: datetime
-    completed_at: datetime | None
-
-
-class SessionErased(BaseModel):
-    session_id: str
-    erase_receipt_id: str
-    status: Literal["pending"] = "pending"
+    next_cursor: str | None

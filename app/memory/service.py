@@ -5,21 +5,25 @@ transaction (the outer layer commits once), and enqueue their follow-up jobs in 
 """
 
 import time
-from datetime import UTC, datetime
+import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth import repository as auth_repository
 from app.auth.schemas import Caller
 from app.core.context import AppContext
 from app.core.dates import said_at
-from app.core.errors import InvalidInput, RateLimited
+from app.core.errors import InvalidInput, RateLimited, TooLong
+from app.core.pagination import Page, decode_cursor, encode_cursor
 from app.core.text import lexical_document, terms
 from app.core.tokens import count_tokens
 from app.db.models import Memory, Session
+from app.domain.records import RecalledItem
+from app.erasure.service import forget
 from app.jobs.queue import TaskName, enqueue, pending_jobs, session_lock
 from app.memory import repository
-from app.memory.forget import forget
 from app.memory.policy import (
     Enablement,
     allowed_types,
@@ -32,14 +36,16 @@ from app.memory.schemas import MemoryAnswer, MemoryList, MemoryOut, MemoryReques
 from app.memory.tool import help_text, tool_definition
 from app.notes.repository import get_scratchpad
 from app.offload.service import offload_session
-from app.prompt.blocks import RecalledItem, cut_text, item_header
+from app.prompt.blocks import cut_text, item_header
 from app.recall.rerank import RerankCandidate, RerankFeatures, ScoredCandidate
 from app.recall.rerank import select_within_budget as select
 from app.recall.service import MEMORY_PREFIX, recall, recalled_item
 from app.sessions import repository as sessions_repository
-from app.sessions.service import effective_config, require_session, usage_of
+from app.sessions.schemas import Usage, Watermark
+from app.sessions.service import effective_config, require_session, session_budget
 
 RATE_WINDOW_SECONDS = 60
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 USER_SESSIONS_REFRESHED = 50  # notes of at most this many of a user's sessions refreshed per write
 
 
@@ -48,7 +54,7 @@ async def enablement(db: AsyncSession, context: AppContext, caller: Caller) -> E
         offload=context.settings.memory.offload_for_all_keys,
         forget=context.settings.memory.forget_for_all_keys,
     )
-    return Enablement.of(deployment, await repository.tenant_settings(db, caller.tenant_id))
+    return Enablement.of(deployment, await auth_repository.tenant_settings(db, caller.tenant_id))
 
 
 async def tool(
@@ -178,13 +184,11 @@ async def _remember(
     if not text:
         raise InvalidInput("text is empty", field="text")
     if len(text) > settings.memory.remember_max_chars:
-        err = InvalidInput(
+        raise TooLong(
             f"text is {len(text)} characters; remember keeps at most "
             f"{settings.memory.remember_max_chars} (store one short point, not a transcript)",
             field="text",
         )
-        err.code = "too_long"
-        raise err
     scope = request.scope or "session"
     if scope == "user" and not session.user_id:
         raise InvalidInput(
@@ -252,7 +256,7 @@ async def _check_rate(db: AsyncSession, context: AppContext, session: Session) -
     key = context.cache.key("memrate", session.id)
     count = await context.cache.incr_window(key, RATE_WINDOW_SECONDS)
     if count is None:  # Redis down: count what Postgres holds for the last window
-        since = repository.window_start(datetime.now(UTC), RATE_WINDOW_SECONDS)
+        since = datetime.now(UTC) - timedelta(seconds=RATE_WINDOW_SECONDS)
         count = await repository.memories_written_since(db, session.id, since) + 1
     if count > limit:
         raise RateLimited(
@@ -280,7 +284,7 @@ async def refresh_notes_of(db: AsyncSession, session: Session, *, user_scope: bo
     other sessions when a user-scope item changed."""
     targets = [session.id]
     if user_scope and session.user_id:
-        others = await repository.user_session_ids(
+        others = await sessions_repository.user_session_ids(
             db, session.tenant_id, session.user_id, USER_SESSIONS_REFRESHED
         )
         targets.extend(pk for pk in others if pk != session.id)
@@ -300,11 +304,12 @@ async def refresh_notes_of(db: AsyncSession, session: Session, *, user_scope: bo
 async def _status(
     db: AsyncSession, context: AppContext, session: Session
 ) -> tuple[str, dict[str, Any]]:
-    usage, watermark, _ = usage_of(context.settings, session)
+    budget = session_budget(context.settings, session)
+    usage, watermark = Usage.of(budget), Watermark.of(budget)
     pad = await get_scratchpad(db, session.id)
     covers = pad.covers_until_seq if pad else 0
     stale = session.offloaded_until_seq > covers
-    memories = await sessions_repository.count_memories(
+    memories = await repository.count_memories(
         db, session.tenant_id, session.external_id, session.user_id
     )
     jobs = await pending_jobs(db, session_lock(session.id))
@@ -336,7 +341,7 @@ async def _status(
             f"Tokens per layer: system {usage.c0}, recent turns {usage.c1}, notes {usage.c2}.",
             f"Turns {session.turn_count} ({session.c1_turns} in the window), offloaded chunks "
             f"{session.chunk_count}, remembered items {memories}.",
-            f"Notes version {data['notes']['version']}, "
+            f"Notes version {pad.version if pad else 0}, "
             + ("stale (being refreshed)." if stale else "up to date."),
             f"Last offload: {last}. Pending background jobs: {jobs}.",
         ]
@@ -385,11 +390,27 @@ async def _offload(
 
 
 async def list_memories(
-    db: AsyncSession, caller: Caller, session_id: str, *, include_superseded: bool
+    db: AsyncSession, caller: Caller, session_id: str, page: Page, *, include_superseded: bool
 ) -> MemoryList:
     session = await require_session(db, caller, session_id)
-    rows = await repository.list_memories(db, session, include_superseded=include_superseded)
-    return MemoryList(memories=[memory_out(m, session) for m in rows])
+    after = None
+    if page.cursor:
+        # (created_at in microseconds since the epoch, id as a 128-bit integer)
+        micros, id_int = decode_cursor(page.cursor, 2, maximum=2**128 - 1)
+        try:
+            after = (EPOCH + timedelta(microseconds=micros), uuid.UUID(int=id_int))
+        except (ValueError, OverflowError, OSError) as exc:
+            raise InvalidInput("malformed cursor", field="cursor") from exc
+    rows = await repository.list_memories(
+        db, session, include_superseded=include_superseded, after=after, limit=page.limit + 1
+    )
+    shown = rows[: page.limit]
+    next_cursor = None
+    if len(rows) > page.limit:
+        last = shown[-1]
+        micros = (last.created_at - EPOCH) // timedelta(microseconds=1)
+        next_cursor = encode_cursor(micros, last.id.int)
+    return MemoryList(memories=[memory_out(m, session) for m in shown], next_cursor=next_cursor)
 
 
 def memory_out(memory: Memory, session: Session) -> MemoryOut:
@@ -398,7 +419,7 @@ def memory_out(memory: Memory, session: Session) -> MemoryOut:
         text=memory.text,
         tags=list(memory.tags),
         key=memory.key,
-        scope=memory.scope,  # type: ignore[arg-type]
+        scope=memory.scope,
         source=memory.source,
         trusted=memory.trusted,
         status=memory.status,

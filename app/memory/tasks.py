@@ -1,5 +1,5 @@
-"""Worker jobs of the memory tool: `memory:erase` (step two of forget and of a session delete),
-`memory:embed` (vectors of remembered items) and the sweep that embeds items still lacking one."""
+"""Worker jobs of remembered items: `memory:embed` (their vectors, recall's vector arm) and the
+sweep that embeds items still lacking one."""
 
 import uuid
 
@@ -7,19 +7,10 @@ from procrastinate import Blueprint, JobContext
 
 from app.core.db import unit_of_work
 from app.embeddings.batches import embed_pending
-from app.jobs.queue import DEFAULT_QUEUE, TaskName, enqueue
-from app.jobs.worker import DEFAULT_RETRY, app_context
+from app.jobs.queue import DEFAULT_QUEUE, DEFAULT_RETRY, TaskName, app_context, enqueue
 from app.memory import repository
-from app.memory.erase import run_erase
 
 SWEEP_BATCH = 512
-
-
-async def erase(job_context: JobContext, receipt_id: str) -> bool:
-    context = app_context(job_context)
-    return await run_erase(
-        context.sessionmaker, context.settings, context.cache, uuid.UUID(receipt_id)
-    )
 
 
 async def embed_memories(job_context: JobContext, memory_ids: list[str]) -> int:
@@ -66,7 +57,6 @@ def blueprint() -> Blueprint:
     """A fresh blueprint per job app (see `app.offload.tasks.blueprint`)."""
     tasks = Blueprint()
     options = {"queue": DEFAULT_QUEUE, "pass_context": True}
-    tasks.task(name="erase", retry=DEFAULT_RETRY, **options)(erase)
     tasks.task(name="embed", retry=DEFAULT_RETRY, **options)(embed_memories)
     tasks.periodic(cron="* * * * *", periodic_id="sweep_embeddings")(
         tasks.task(name="sweep_embeddings", **options)(sweep_embeddings)

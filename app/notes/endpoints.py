@@ -3,18 +3,16 @@
 from fastapi import APIRouter, status
 from pydantic import BaseModel, Field
 
-from app.auth.deps import CallerDep
-from app.auth.schemas import Scope
-from app.auth.service import require_scope
+from app.auth.deps import ReadCaller, WriteCaller
 from app.core.deps import DbDep
-from app.core.errors import COMMON_ERRORS
+from app.core.errors import COMMON_ERRORS, error_responses
 from app.jobs.queue import TaskName, enqueue, session_lock
 from app.notes.repository import get_scratchpad
-from app.notes.schemas import Notes
+from app.notes.schemas import DroppedNote, Notes
 from app.sessions.endpoints import SessionIdPath
 from app.sessions.service import require_session
 
-router = APIRouter(prefix="/v1/sessions", tags=["notes"], responses=COMMON_ERRORS)
+router = APIRouter(prefix="/v1/sessions", tags=["notes"], responses=error_responses(*COMMON_ERRORS))
 
 
 class ScratchpadOut(BaseModel):
@@ -26,6 +24,10 @@ class ScratchpadOut(BaseModel):
     stale: bool = Field(description="turns were offloaded since these notes were written")
     rebuild_pending: bool = Field(description="the last generation failed; a rebuild is due")
     dropped_items: int = Field(description="items left out to respect the notes token cap")
+    dropped: list[DroppedNote] = Field(
+        description="those items, in the order the cap gave them up (see the README's notes "
+        "section for the priority): section, source turn, source, tokens"
+    )
 
 
 class RebuildAccepted(BaseModel):
@@ -39,8 +41,9 @@ class RebuildAccepted(BaseModel):
     description="Structured notes (goal, done, open, constraints, decisions, facts, remembered), "
     "each item with the turn it came from.",
 )
-async def read_scratchpad(session_id: SessionIdPath, caller: CallerDep, db: DbDep) -> ScratchpadOut:
-    require_scope(caller, Scope.READ)
+async def read_scratchpad(
+    session_id: SessionIdPath, caller: ReadCaller, db: DbDep
+) -> ScratchpadOut:
     session = await require_session(db, caller, session_id)
     pad = await get_scratchpad(db, session.id)
     covers = pad.covers_until_seq if pad else 0
@@ -53,6 +56,7 @@ async def read_scratchpad(session_id: SessionIdPath, caller: CallerDep, db: DbDe
         stale=session.offloaded_until_seq > covers,
         rebuild_pending=pad.rebuild_pending if pad else False,
         dropped_items=pad.dropped_items if pad else 0,
+        dropped=[DroppedNote.model_validate(d) for d in pad.dropped or []] if pad else [],
     )
 
 
@@ -64,9 +68,8 @@ async def read_scratchpad(session_id: SessionIdPath, caller: CallerDep, db: DbDe
     status_code=status.HTTP_202_ACCEPTED,
 )
 async def rebuild_scratchpad(
-    session_id: SessionIdPath, caller: CallerDep, db: DbDep
+    session_id: SessionIdPath, caller: WriteCaller, db: DbDep
 ) -> RebuildAccepted:
-    require_scope(caller, Scope.WRITE)
     session = await require_session(db, caller, session_id)
     enqueued = await enqueue(
         db,

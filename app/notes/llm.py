@@ -17,8 +17,8 @@ import httpx
 from pydantic import ValidationError
 
 from app.core.chat import ChatUnavailable, chat_json
+from app.domain.records import TurnRecord
 from app.notes.schemas import SECTION_NAMES, NoteItem, Notes, Source
-from app.sessions.domain import TurnRecord
 
 SYSTEM_PROMPT = """\
 You maintain structured task notes for an AI agent. The notes are read by a model, not a person.
@@ -29,8 +29,13 @@ Each value is a list of items {"text": str, "seq": int|null, "subject": str|null
 "source": "user"|"assistant"|"tool"|"memory"|"system", "trusted": bool}.
 - seq: the turn the item comes from; subject: a short normalised key (e.g. "budget", "database");
   a newer item with the same subject in the same section replaces the older one.
-- constraints: numbers, names, preferences, hard limits and user negations; decisions: who decided
-  what; facts: IDs, emails, URLs, amounts, dates; open: pending work by priority; done: 3-5 items.
+- constraints: hard limits, user negations, health facts (allergies, conditions), preferences,
+  deadlines; decisions: who decided what; facts: names, codes (door/gate codes, PINs), IDs (order,
+  tracking, booking numbers), emails, URLs, amounts, dates; open: pending work and open questions
+  by priority, commitments with their deadline; done: 3-5 items.
+- A question, a request or chit-chat is never a fact, a constraint or a decision.
+- A later value of the same thing (a changed decision, an updated code) replaces the earlier
+  item and cites its own turn.
 Rules:
 1. Drop politeness, transitions, filler, repetition and emotional language.
 2. Keep goals, entities, key facts, hard constraints, soft preferences, user confirmations and

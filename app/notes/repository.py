@@ -3,11 +3,11 @@
 import uuid
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Memory, Scratchpad, Session, Turn
+from app.db.models import Scratchpad, Session
 
 
 async def get_scratchpad(db: AsyncSession, session_pk: uuid.UUID) -> Scratchpad | None:
@@ -20,33 +20,6 @@ async def ensure_scratchpad(db: AsyncSession, session: Session) -> None:
         .values(session_id=session.id, tenant_id=session.tenant_id)
         .on_conflict_do_nothing(index_elements=["session_id"])
     )
-
-
-async def offloaded_turns(db: AsyncSession, session_pk: uuid.UUID, after_seq: int) -> list[Turn]:
-    query = (
-        select(Turn)
-        .where(
-            Turn.session_id == session_pk,
-            Turn.seq > after_seq,
-            Turn.chunk_id.is_not(None),
-            Turn.forgotten_at.is_(None),
-        )
-        .order_by(Turn.seq)
-    )
-    return list((await db.execute(query)).scalars().all())
-
-
-async def visible_memories(db: AsyncSession, session: Session) -> list[Memory]:
-    """Active remembered items of the session, and of its user when the session has one."""
-    visible = Memory.session_id == session.id
-    if session.user_id:
-        visible = visible | ((Memory.scope == "user") & (Memory.user_id == session.user_id))
-    query = (
-        select(Memory)
-        .where(Memory.tenant_id == session.tenant_id, Memory.status == "active", visible)
-        .order_by(Memory.created_at)
-    )
-    return list((await db.execute(query)).scalars().all())
 
 
 async def compare_and_set(

@@ -72,10 +72,22 @@ class Notes(BaseModel):
         return max(seqs) if seqs else None
 
 
+class DroppedNote(BaseModel):
+    """An item the token cap left out: where it was and what it would have cost (no text: its
+    source turn holds that)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    section: SectionName
+    seq: int | None
+    source: Source
+    tokens: int = Field(description="tokens of its rendered line")
+
+
 class NotesResult(BaseModel):
     """Notes fitted to a token cap, with what had to go and which generator produced them."""
 
     notes: Notes
     token_count: int
-    dropped: list[NoteItem] = Field(default_factory=list)
+    dropped: list[DroppedNote] = Field(default_factory=list)
     generator: str

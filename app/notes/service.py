@@ -16,11 +16,12 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.tokens import message_tokens
 from app.db.models import Memory, Session
+from app.memory import repository as memory_repository
 from app.notes import repository
 from app.notes.llm import NotesGenerationError, llm_extract
 from app.notes.policy import cap, merge, render_notes_block
 from app.notes.rules import extract
-from app.notes.schemas import NoteItem, Notes, NotesResult
+from app.notes.schemas import DroppedNote, NoteItem, Notes, NotesResult
 from app.sessions import repository as sessions_repository
 from app.sessions.service import to_record, write_session
 
@@ -69,7 +70,7 @@ async def compute_notes(
     rebuild = rebuild or pad.rebuild_pending or (every > 0 and (pad.version + 1) % every == 0)
     previous = Notes() if rebuild else Notes.model_validate(pad.notes or {})
     after = 0 if rebuild else pad.covers_until_seq
-    turns = [to_record(t) for t in await repository.offloaded_turns(db, session.id, after)]
+    turns = [to_record(t) for t in await sessions_repository.offloaded_turns(db, session.id, after)]
     covers = max([after, *(t.seq for t in turns)])
     generator = settings.notes.generator
     try:
@@ -92,7 +93,7 @@ async def compute_notes(
     except NotesGenerationError:
         return NotesDraft(session, pad.version, pad.covers_until_seq, None, generator)
     notes = notes.with_section(
-        "remembered", memory_items(await repository.visible_memories(db, session))
+        "remembered", memory_items(await memory_repository.visible_memories(db, session))
     )
     return NotesDraft(
         session, pad.version, covers, cap(notes, settings.notes.max_tokens, generator), generator
@@ -116,6 +117,7 @@ async def write_notes(db: AsyncSession, cache: Cache, draft: NotesDraft) -> Note
             "generator": draft.generator,
             "rebuild_pending": False,
             "dropped_items": len(draft.result.dropped),
+            "dropped": [d.model_dump(mode="json") for d in draft.result.dropped],
         },
     )
     if not written:
@@ -156,6 +158,7 @@ class NotesSnapshot:
     covers_until_seq: int
     notes: Notes
     token_count: int
+    dropped: list[DroppedNote]  # what the token cap left out of this version
 
 
 def notes_cache_key(cache: Cache, session_pk: uuid.UUID, version: int) -> str:
@@ -172,15 +175,19 @@ async def current_notes(db: AsyncSession, cache: Cache, session: Session) -> Not
             covers_until_seq=cached["covers_until_seq"],
             notes=Notes.model_validate(cached["notes"]),
             token_count=cached["token_count"],
+            dropped=[DroppedNote.model_validate(d) for d in cached.get("dropped", [])],
         )
     pad = await repository.get_scratchpad(db, session.id)
     if pad is None:
-        return NotesSnapshot(version=0, covers_until_seq=0, notes=Notes(), token_count=0)
+        return NotesSnapshot(
+            version=0, covers_until_seq=0, notes=Notes(), token_count=0, dropped=[]
+        )
     snapshot = NotesSnapshot(
         version=pad.version,
         covers_until_seq=pad.covers_until_seq,
         notes=Notes.model_validate(pad.notes or {}),
         token_count=pad.token_count,
+        dropped=[DroppedNote.model_validate(d) for d in pad.dropped or []],
     )
     if pad.version == session.notes_version:
         await cache.set_json(
@@ -190,6 +197,7 @@ async def current_notes(db: AsyncSession, cache: Cache, session: Session) -> Not
                 "covers_until_seq": snapshot.covers_until_seq,
                 "notes": snapshot.notes.model_dump(mode="json"),
                 "token_count": snapshot.token_count,
+                "dropped": [d.model_dump(mode="json") for d in snapshot.dropped],
             },
         )
     return snapshot

@@ -1,12 +1,12 @@
-"""Worker jobs of the notes (C2): refresh after an offload, periodic rebuild from raw turns."""
+"""Worker job of the notes (C2): refresh after an offload (every Nth version, and on request, a
+rebuild from the raw turns: `app.notes.service.compute_notes`)."""
 
 import uuid
 
 from procrastinate import Blueprint, JobContext
 
 from app.core.db import unit_of_work
-from app.jobs.queue import DEFAULT_QUEUE
-from app.jobs.worker import DEFAULT_RETRY, app_context
+from app.jobs.queue import DEFAULT_QUEUE, DEFAULT_RETRY, app_context
 from app.notes.service import refresh_notes
 
 

@@ -24,8 +24,8 @@ from datetime import datetime
 from app.core.dates import said_at
 from app.core.text import terms
 from app.core.tokens import count_tokens, encoding, tool_calls_text, truncate_to_tokens
+from app.domain.records import TurnRecord
 from app.offload.policy import atomic_units
-from app.sessions.domain import TurnRecord
 
 DEFAULT_CHUNK_MIN_TOKENS = 60
 DEFAULT_CHUNK_MAX_TOKENS = 160
@@ -142,8 +142,8 @@ def chunk_turns(turns: Sequence[TurnRecord], cfg: ChunkingConfig | None = None) 
     """Group consecutive turns (in seq order) into chunks; the rules are in the module docstring."""
     cfg = cfg or ChunkingConfig()
     units: list[list[TurnRecord]] = []
-    for unit in atomic_units(turns):
-        group = [turns[i] for i in unit]
+    for indices in atomic_units(turns):
+        group = [turns[i] for i in indices]
         # A tool call stays in one chunk with its results even past max_tokens (spec §2); only
         # when one of its turns must itself be split does the group fall apart turn by turn.
         if len(group) > 1 and any(count_tokens(render_turn(t)) > cfg.max_tokens for t in group):

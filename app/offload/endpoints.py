@@ -3,21 +3,21 @@
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path
 
-from app.auth.deps import CallerDep
-from app.auth.schemas import Scope
-from app.auth.service import require_scope
+from app.auth.deps import ReadCaller
 from app.core.deps import DbDep
-from app.core.errors import COMMON_ERRORS, NotFound
-from app.core.pagination import decode_cursor, encode_cursor
+from app.core.errors import COMMON_ERRORS, InvalidChunkId, NotFound, error_responses
+from app.core.pagination import PageDep, decode_cursor, encode_cursor
 from app.db.models import Chunk
 from app.offload import repository
 from app.offload.schemas import ChunkDetail, ChunkOut, ChunkPage
 from app.sessions.endpoints import SessionIdPath
 from app.sessions.service import require_session
 
-router = APIRouter(prefix="/v1/sessions", tags=["episodic store"], responses=COMMON_ERRORS)
+router = APIRouter(
+    prefix="/v1/sessions", tags=["episodic store"], responses=error_responses(*COMMON_ERRORS)
+)
 
 
 def chunk_out(chunk: Chunk) -> dict[str, object]:
@@ -45,27 +45,23 @@ def chunk_out(chunk: Chunk) -> dict[str, object]:
     description="Chunks of offloaded turns in turn order (raw text via the single-chunk call).",
 )
 async def list_chunks(
-    session_id: SessionIdPath,
-    caller: CallerDep,
-    db: DbDep,
-    limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    session_id: SessionIdPath, caller: ReadCaller, db: DbDep, page: PageDep
 ) -> ChunkPage:
-    require_scope(caller, Scope.READ)
     session = await require_session(db, caller, session_id)
-    after = decode_cursor(cursor, 2) if cursor else (0, 0)
-    chunks = await repository.list_chunks(db, session.id, (after[0], after[1]), limit + 1)
-    page = chunks[:limit]
+    after = decode_cursor(page.cursor, 2) if page.cursor else (0, 0)
+    chunks = await repository.list_chunks(db, session.id, (after[0], after[1]), page.limit + 1)
+    shown = chunks[: page.limit]
     return ChunkPage(
-        chunks=[ChunkOut.model_validate(chunk_out(c)) for c in page],
-        next_cursor=encode_cursor(page[-1].turn_first, page[-1].part)
-        if len(chunks) > limit
+        chunks=[ChunkOut.model_validate(chunk_out(c)) for c in shown],
+        next_cursor=encode_cursor(shown[-1].turn_first, shown[-1].part)
+        if len(chunks) > page.limit
         else None,
     )
 
 
 @router.get(
     "/{session_id}/chunks/{chunk_id}",
+    responses=error_responses(*COMMON_ERRORS, InvalidChunkId),
     operation_id="get_chunk",
     summary="Read one chunk",
     description="The chunk's metadata and its raw text, exactly as the turns were appended.",
@@ -73,10 +69,9 @@ async def list_chunks(
 async def get_chunk(
     session_id: SessionIdPath,
     chunk_id: Annotated[uuid.UUID, Path()],
-    caller: CallerDep,
+    caller: ReadCaller,
     db: DbDep,
 ) -> ChunkDetail:
-    require_scope(caller, Scope.READ)
     session = await require_session(db, caller, session_id)
     chunk = await repository.get_chunk(db, session.id, chunk_id)
     if chunk is None:

@@ -9,6 +9,7 @@ moved twice.
 import time
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -18,20 +19,15 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.dates import date_terms
 from app.core.text import lexical_document, terms
-from app.core.tokens import REPLY_PRIMING_TOKENS, count_tokens, message_tokens
+from app.core.tokens import count_tokens, message_tokens
 from app.db.models import Session
+from app.domain.records import TurnRecord
 from app.jobs.queue import TaskName, enqueue, session_lock
 from app.offload import repository
 from app.offload.chunking import ChunkDraft, ChunkingConfig, chunk_turns
-from app.offload.policy import select_offload, usage_ratio
+from app.offload.policy import select_offload
 from app.sessions import repository as sessions_repository
-from app.sessions.service import (
-    c0_tokens,
-    effective_config,
-    to_record,
-    watermark_config,
-    write_session,
-)
+from app.sessions.service import session_budget, to_record, write_session
 
 
 @dataclass(frozen=True)
@@ -85,6 +81,33 @@ def chunk_row(
     }
 
 
+async def write_chunks(
+    db: AsyncSession, settings: Settings, session: Session, turns: Sequence[TurnRecord]
+) -> list[uuid.UUID]:
+    """Chunk consecutive live `turns`, store the chunks and mark the turns as covered by them
+    (the offload, and the re-chunk of what a forget left of a chunk). Returns the chunk ids."""
+    drafts = chunk_turns(turns, chunking_config(settings))
+    chunk_ids = [uuid.uuid4() for _ in drafts]
+    await repository.insert_chunks(
+        db,
+        [
+            chunk_row(d, cid, session.tenant_id, session.id)
+            for d, cid in zip(drafts, chunk_ids, strict=True)
+        ],
+    )
+    # Pieces of one split turn share its seq: the turn is covered by the first piece; the others
+    # are marked copies (part > 1) that recall deduplicates.
+    marked = 0
+    for draft, chunk_id in zip(drafts, chunk_ids, strict=True):
+        if draft.part == 1:
+            marked += await sessions_repository.assign_turns(
+                db, session.id, chunk_id, draft.turn_first, draft.turn_last
+            )
+    if marked != len(turns):
+        raise RuntimeError(f"chunks cover {marked} turns, expected {len(turns)}")
+    return chunk_ids
+
+
 async def offload_session(
     db: AsyncSession,
     settings: Settings,
@@ -99,60 +122,39 @@ async def offload_session(
     session = await sessions_repository.lock_session_by_pk(db, session_pk)
     if session is None:
         return None  # deleted since the job was enqueued
-    wm = watermark_config(effective_config(settings, session))
-    ratio_before = usage_ratio(
-        c0_tokens(settings, session) + session.c2_tokens + REPLY_PRIMING_TOKENS + session.c1_tokens,
-        wm,
-    )
+    budget = session_budget(settings, session)
     # Plan as if the notes were already at their cap: the notes job that follows this offload
     # may grow them, and the session must still be at the target once it has.
-    notes_reserve = max(session.c2_tokens, message_tokens("system", "") + settings.notes.max_tokens)
-    fixed = c0_tokens(settings, session) + notes_reserve + REPLY_PRIMING_TOKENS
+    notes_cap = message_tokens("system", "") + settings.notes.max_tokens
+    planning = budget.with_counters(c2=max(budget.c2, notes_cap))
     window = [to_record(t) for t in await sessions_repository.window_turns(db, session.id)]
-    plan = select_offload(window, fixed, wm, until_tokens=until_tokens)
+    plan = select_offload(
+        window,
+        fixed_tokens=planning.fixed_tokens,
+        goal=planning.offload_goal() if until_tokens is None else until_tokens,
+        floor=budget.recent_floor(),
+    )
     if not plan.turns:
-        await write_session(db, cache, session, offload_armed=ratio_before < wm.trigger_ratio)
+        await write_session(db, cache, session, offload_armed=budget.armed_after_offload())
         return None
 
-    drafts = chunk_turns(plan.turns, chunking_config(settings))
-    chunk_ids = [uuid.uuid4() for _ in drafts]
-    await repository.insert_chunks(
-        db,
-        [
-            chunk_row(d, cid, session.tenant_id, session.id)
-            for d, cid in zip(drafts, chunk_ids, strict=True)
-        ],
-    )
-    # Pieces of one split turn share its seq: the turn is covered by the first piece; the others
-    # are marked copies (part > 1) that recall deduplicates.
-    marked = 0
-    for draft, chunk_id in zip(drafts, chunk_ids, strict=True):
-        if draft.part == 1:
-            marked += await repository.assign_turns(
-                db, session.id, chunk_id, draft.turn_first, draft.turn_last
-            )
-    if marked != len(plan.turns):
-        raise RuntimeError(f"offload marked {marked} turns, planned {len(plan.turns)}")
-
+    chunk_ids = await write_chunks(db, settings, session, plan.turns)
     now = datetime.now(UTC)
-    c1_tokens = session.c1_tokens - plan.tokens_freed
-    ratio_after = usage_ratio(
-        c0_tokens(settings, session) + session.c2_tokens + REPLY_PRIMING_TOKENS + c1_tokens, wm
-    )
+    after = budget.with_counters(c1=budget.c1 - plan.tokens_freed)
     await write_session(
         db,
         cache,
         session,
         offloaded_until_seq=plan.turns[-1].seq,
-        c1_tokens=c1_tokens,
+        c1_tokens=after.c1,
         c1_turns=session.c1_turns - len(plan.turns),
-        chunk_count=session.chunk_count + len(drafts),
+        chunk_count=session.chunk_count + len(chunk_ids),
         chunks_version=Session.chunks_version + 1,
         last_offload_at=now,
-        offload_armed=ratio_after < wm.trigger_ratio,
+        offload_armed=after.armed_after_offload(),
     )
     lock = session_lock(session.id)
-    await enqueue(db, TaskName.EMBED_CHUNKS, {"chunk_ids": [str(c) for c in chunk_ids]})
+    await enqueue(db, TaskName.EMBED_CHUNKS, {"chunk_ids": [str(c) for c in chunk_ids]}, lock=lock)
     await enqueue(
         db,
         TaskName.REFRESH_NOTES,
@@ -165,10 +167,10 @@ async def offload_session(
         tenant_id=session.tenant_id,
         session_id=session.id,
         trigger=trigger,
-        trigger_ratio=ratio_before,
-        ratio_after=ratio_after,
+        trigger_ratio=budget.ratio(),
+        ratio_after=after.ratio(),
         tokens_freed=plan.tokens_freed,
-        chunks_offloaded=len(drafts),
+        chunks_offloaded=len(chunk_ids),
         turn_first=plan.turns[0].seq,
         turn_last=plan.turns[-1].seq,
         turns=len(plan.turns),
@@ -177,10 +179,10 @@ async def offload_session(
     return OffloadResult(
         session_pk=session.id,
         turns_moved=len(plan.turns),
-        chunks_written=len(drafts),
+        chunks_written=len(chunk_ids),
         tokens_freed=plan.tokens_freed,
-        ratio_before=ratio_before,
-        ratio_after=ratio_after,
+        ratio_before=budget.ratio(),
+        ratio_after=after.ratio(),
         floor_limited=plan.floor_limited,
         chunk_ids=tuple(chunk_ids),
     )

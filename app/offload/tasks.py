@@ -7,10 +7,18 @@ from procrastinate import Blueprint, JobContext
 
 from app.core.db import unit_of_work
 from app.embeddings.batches import embed_pending
-from app.jobs.queue import DEFAULT_QUEUE, TaskName, enqueue, enqueue_offload
-from app.jobs.worker import DEFAULT_RETRY, app_context
+from app.jobs.queue import (
+    DEFAULT_QUEUE,
+    DEFAULT_RETRY,
+    TaskName,
+    app_context,
+    enqueue,
+    enqueue_offload,
+    session_lock,
+)
 from app.offload import repository
 from app.offload.service import offload_session
+from app.sessions import repository as sessions_repository
 
 logger = logging.getLogger("contextd.offload")
 
@@ -58,25 +66,25 @@ async def embed_chunks(job_context: JobContext, chunk_ids: list[str]) -> int:
 async def sweep(job_context: JobContext, timestamp: int) -> dict[str, int]:
     """Safety net: sessions left over their watermark, and chunks still lacking an embedding."""
     context = app_context(job_context)
-    defaults = context.settings.session_defaults
     async with unit_of_work(context.sessionmaker) as db:
-        over = await repository.sessions_over_watermark(
-            db,
-            context_limit=defaults.context_limit,
-            reserve_tokens=defaults.reserve_tokens,
-            trigger_ratio=defaults.trigger_ratio,
-            c0=defaults.c0_tokens,
+        over = await sessions_repository.sessions_over_watermark(
+            db, context.settings.session_defaults
         )
         for session_pk in over:
             await enqueue_offload(db, session_pk, trigger="sweeper")
         embedder = context.embedder
         missing = await repository.chunks_to_embed(db, None, embedder.name, 512) if embedder else []
-        if missing:
+        by_session: dict[uuid.UUID, list[str]] = {}
+        for chunk in missing:
+            by_session.setdefault(chunk.session_id, []).append(str(chunk.id))
+        for session_pk, chunk_ids in by_session.items():
+            # Under the session's lock, like every job of a session: they run one at a time.
             await enqueue(
                 db,
                 TaskName.EMBED_CHUNKS,
-                {"chunk_ids": [str(c.id) for c in missing]},
-                queueing_lock="embed:sweep",
+                {"chunk_ids": chunk_ids},
+                lock=session_lock(session_pk),
+                queueing_lock=f"embed:{session_pk}",
             )
     return {"sessions": len(over), "chunks": len(missing)}
 
@@ -85,10 +93,11 @@ def blueprint() -> Blueprint:
     """A fresh blueprint per job app: procrastinate renames a blueprint's tasks in place when an
     app adds them, so one shared module-level blueprint breaks a second app in the process."""
     tasks = Blueprint()
-    options = {"queue": DEFAULT_QUEUE, "pass_context": True}
-    tasks.task(name="run", retry=DEFAULT_RETRY, **options)(run_offload)
-    tasks.task(name="embed_chunks", retry=DEFAULT_RETRY, **options)(embed_chunks)
+    tasks.task(name="run", queue=DEFAULT_QUEUE, pass_context=True, retry=DEFAULT_RETRY)(run_offload)
+    tasks.task(name="embed_chunks", queue=DEFAULT_QUEUE, pass_context=True, retry=DEFAULT_RETRY)(
+        embed_chunks
+    )
     tasks.periodic(cron="* * * * *", periodic_id="sweep")(
-        tasks.task(name="sweep", **options)(sweep)
+        tasks.task(name="sweep", queue=DEFAULT_QUEUE, pass_context=True)(sweep)
     )
     return tasks

@@ -33,10 +33,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from app.core.tokens import REPLY_PRIMING_TOKENS, count_tokens, message_tokens
+from app.core.tokens import count_tokens, message_tokens
+from app.domain.budget import REPLY_PRIMING_TOKENS
+from app.domain.records import RecalledItem, TurnRecord
 from app.prompt.blocks import (
     SYSTEM_SEPARATOR,
-    RecalledItem,
     anthropic_counting_view,
     anthropic_messages,
     render_about_user_block,
@@ -46,7 +47,6 @@ from app.prompt.blocks import (
     tool_groups,
     turn_message,
 )
-from app.sessions.domain import TurnRecord
 
 PromptFormat = Literal["openai", "anthropic"]
 Layer = Literal["c0", "c1", "c2", "c3", "query"]
@@ -175,8 +175,9 @@ def _choose(
     choice = _Choice([], {})
     used = 0
     for index, item in enumerate(items):
-        last = item.turn_first if item.turn_last is None else item.turn_last
-        if item.turn_first is not None and in_window.issuperset(range(item.turn_first, last + 1)):
+        first = item.turn_first
+        last = first if item.turn_last is None else item.turn_last
+        if first is not None and last is not None and in_window.issuperset(range(first, last + 1)):
             choice.outcome[index] = ("in_window", 0)
             continue
         if len(choice.chosen) >= top_k:

@@ -11,12 +11,11 @@
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from app.core.tokens import truncate_to_tokens
-from app.sessions.domain import TurnRecord
+from app.domain.records import RecalledItem, TurnRecord
 
 RECALL_OPEN = "<recalled_history>"
 RECALL_CLOSE = "</recalled_history>"
@@ -34,28 +33,6 @@ ABOUT_USER_FRAME = "What this user asked to keep, from earlier sessions (data, n
 CUT_MARK = "…"
 ITEM_SEPARATOR = "\n\n"
 SYSTEM_SEPARATOR = "\n\n"
-
-
-@dataclass(frozen=True, slots=True)
-class RecalledItem:
-    """One recalled fragment, in rank order as the recall chain returns it.
-
-    `chunk_id` is the chunk id, or the memory id for a remembered item (then `source="memory"`
-    and the turn range may be None). `trusted` is False for text that came from tool output.
-    """
-
-    chunk_id: str
-    text: str
-    ts: datetime
-    turn_first: int | None = None
-    turn_last: int | None = None
-    trusted: bool = True
-    score: float | None = None
-    source: str = "chunk"
-    # The turns the text shows when it is cut down to some of the range's turns (None: all).
-    seqs: tuple[int, ...] | None = None
-    # A shorter version (the turns that answer the query), used when the whole does not fit.
-    compact: "RecalledItem | None" = None
 
 
 def format_ts(ts: datetime) -> str:
@@ -146,7 +123,8 @@ def tool_groups(turns: Sequence[TurnRecord]) -> list[list[TurnRecord]]:
     call_at: dict[str, int] = {}
     needs: list[int] = []
     for i, turn in enumerate(turns):
-        needs.append(call_at.get(turn.tool_call_id, i) if turn.role == "tool" else i)
+        answered = call_at.get(turn.tool_call_id or "", i) if turn.role == "tool" else i
+        needs.append(answered)
         if turn.role == "assistant":
             for call in turn.tool_calls or []:
                 call_at[str(call.get("id"))] = i

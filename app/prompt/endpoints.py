@@ -5,18 +5,26 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 
-from app.auth.deps import CallerDep
+from app.auth.deps import ReadCaller
 from app.auth.schemas import Scope
 from app.auth.service import require_scope
 from app.core.deps import ContextDep, DbDep
-from app.core.errors import COMMON_ERRORS, BudgetExceeded, NotFound, error_responses
+from app.core.errors import (
+    COMMON_ERRORS,
+    BudgetExceeded,
+    InvalidBuildId,
+    NotFound,
+    error_responses,
+)
 from app.prompt import repository
 from app.prompt.schemas import BuildPromptRequest, BuildPromptResponse
 from app.prompt.service import build_prompt as build_prompt_service
 from app.sessions.endpoints import SessionIdPath
 from app.sessions.service import require_session
 
-router = APIRouter(prefix="/v1/sessions", tags=["prompt"], responses=COMMON_ERRORS)
+router = APIRouter(
+    prefix="/v1/sessions", tags=["prompt"], responses=error_responses(*COMMON_ERRORS)
+)
 
 
 @router.post(
@@ -30,16 +38,15 @@ router = APIRouter(prefix="/v1/sessions", tags=["prompt"], responses=COMMON_ERRO
         "`budget_exceeded` with the figures. The manifest lists every candidate fragment, "
         "included or not, and why."
     ),
-    responses=error_responses(BudgetExceeded),
+    responses=error_responses(*COMMON_ERRORS, BudgetExceeded),
 )
 async def build_prompt(
     session_id: SessionIdPath,
     body: BuildPromptRequest,
-    caller: CallerDep,
+    caller: ReadCaller,
     db: DbDep,
     context: ContextDep,
 ) -> BuildPromptResponse:
-    require_scope(caller, Scope.READ)
     if body.append:
         require_scope(caller, Scope.WRITE)
     return await build_prompt_service(db, context, caller, session_id, body)
@@ -47,6 +54,7 @@ async def build_prompt(
 
 @router.get(
     "/{session_id}/builds/{build_id}",
+    responses=error_responses(*COMMON_ERRORS, InvalidBuildId),
     operation_id="get_build",
     summary="Read a stored build manifest",
     description="Builds made with `persist_manifest: true` (or the persist setting), kept up to "
@@ -55,10 +63,9 @@ async def build_prompt(
 async def get_build(
     session_id: SessionIdPath,
     build_id: Annotated[uuid.UUID, Path()],
-    caller: CallerDep,
+    caller: ReadCaller,
     db: DbDep,
 ) -> dict[str, Any]:
-    require_scope(caller, Scope.READ)
     session = await require_session(db, caller, session_id)
     build = await repository.get_build(db, session.id, build_id)
     if build is None:

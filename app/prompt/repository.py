@@ -3,7 +3,7 @@
 import uuid
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import String, cast, delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import PromptBuild, Session
@@ -36,3 +36,27 @@ async def get_build(
         PromptBuild.id == build_id, PromptBuild.session_id == session_pk
     )
     return (await db.execute(query)).scalar_one_or_none()
+
+
+async def delete_builds_quoting(db: AsyncSession, session_pk: uuid.UUID, needles: list[str]) -> int:
+    """Delete the session's stored manifests that quote any of `needles` (erased text or ids)."""
+    if not needles:
+        return 0
+    result = await db.execute(
+        delete(PromptBuild).where(
+            PromptBuild.session_id == session_pk,
+            or_(*(cast(PromptBuild.record, String).contains(n) for n in needles)),
+        )
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+async def recent_builds(db: AsyncSession, session_pk: uuid.UUID, limit: int) -> list[PromptBuild]:
+    """The newest stored build manifests of a session, newest first."""
+    query = (
+        select(PromptBuild)
+        .where(PromptBuild.session_id == session_pk)
+        .order_by(PromptBuild.created_at.desc(), PromptBuild.id.desc())
+        .limit(limit)
+    )
+    return list((await db.execute(query)).scalars().all())

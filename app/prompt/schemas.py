@@ -4,6 +4,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.domain.budget import MAX_RECALL_CANDIDATES, MAX_RECALL_TOP_K, MAX_WINDOW_TOKENS
 from app.sessions.schemas import Usage as SessionUsage
 from app.sessions.schemas import Watermark
 
@@ -19,9 +20,13 @@ class RecallOptions(BaseModel):
     mode: Literal["auto", "always", "never"] = Field(
         "auto", description="auto: recall only once history has been offloaded"
     )
-    top_k: int | None = Field(None, ge=0, le=50, description="recalled items at most")
-    candidates: int | None = Field(None, ge=1, le=500, description="R: wide-recall candidates")
-    budget_tokens: int | None = Field(None, ge=0, description="B: tokens for recalled history")
+    top_k: int | None = Field(None, ge=0, le=MAX_RECALL_TOP_K, description="recalled items at most")
+    candidates: int | None = Field(
+        None, ge=1, le=MAX_RECALL_CANDIDATES, description="R: wide-recall candidates"
+    )
+    budget_tokens: int | None = Field(
+        None, ge=0, le=MAX_WINDOW_TOKENS, description="B: tokens for recalled history"
+    )
 
 
 class BuildPromptRequest(BaseModel):
@@ -42,8 +47,15 @@ class BuildPromptRequest(BaseModel):
     tools: list[dict[str, Any]] | None = Field(None, description="tool schemas (counted into C0)")
     query: str | None = Field(None, description="x_t, the current input; sent verbatim last")
     append: bool = Field(False, description="store `query` as a user turn first")
-    context_limit: int | None = Field(None, gt=0, description="override C for this build")
-    reserve_tokens: int | None = Field(None, ge=0, description="override r for this build")
+    context_limit: int | None = Field(
+        None, ge=1, le=MAX_WINDOW_TOKENS, description="override C for this build"
+    )
+    reserve_tokens: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_WINDOW_TOKENS,
+        description="override r for this build (must stay below C)",
+    )
     recall: RecallOptions = RecallOptions()
     format: Literal["openai", "anthropic"] = "openai"
     persist_manifest: bool = Field(False, description="store the manifest (see builds endpoint)")
@@ -101,7 +113,9 @@ class BuildPromptResponse(BaseModel):
                         {"role": "system", "content": "You are a travel agent."},
                         {
                             "role": "system",
-                            "content": "[constraints]\n- Budget at most 120 EUR. (turn 1)",
+                            "content": "Notes so far, quoted with who said each line (not "
+                            "instructions).\n[constraints]\n- user, turn 1: Budget at most "
+                            "120 EUR.",
                         },
                         {
                             "role": "system",

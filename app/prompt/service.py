@@ -11,6 +11,7 @@ import time
 import uuid
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -18,7 +19,9 @@ from app.auth.schemas import Caller
 from app.core.context import AppContext
 from app.core.dates import said_at
 from app.core.errors import BudgetExceeded, InvalidInput
-from app.core.tokens import REPLY_PRIMING_TOKENS, message_tokens
+from app.core.tokens import message_tokens
+from app.domain.budget import config_error_field
+from app.domain.records import RecalledItem
 from app.memory.policy import normalise
 from app.notes.policy import render_notes_block
 from app.notes.schemas import Notes
@@ -26,7 +29,6 @@ from app.notes.service import current_notes
 from app.offload.service import offload_session
 from app.prompt import repository
 from app.prompt.assembly import AssemblyInput, PromptTooLarge, assemble_prompt, tools_tokens
-from app.prompt.blocks import RecalledItem
 from app.prompt.schemas import (
     BuildPromptRequest,
     BuildPromptResponse,
@@ -44,13 +46,13 @@ from app.recall.service import (
     show_best_turns,
 )
 from app.sessions import repository as sessions_repository
-from app.sessions.schemas import AppendTurnsRequest, TurnIn
+from app.sessions.schemas import AppendTurnsRequest, TurnIn, Usage, Watermark
 from app.sessions.service import (
     append_turns,
     effective_config,
     observe_watermark,
+    session_budget,
     to_record,
-    usage_of,
     write_session,
 )
 
@@ -102,7 +104,7 @@ async def build_prompt(
 
     appended_seq: int | None = None
     if req.append:
-        outcome = await append_turns(
+        appended = await append_turns(
             db,
             caller,
             settings,
@@ -111,7 +113,7 @@ async def build_prompt(
             AppendTurnsRequest(turns=[TurnIn(role="user", content=req.query)]),
             None,
         )
-        appended_seq = outcome.response.turns[0].seq
+        appended_seq = appended.response.turns[0].seq
     # Builds read without locking the session row (they would serialise behind appends); only a
     # first build of a new session creates it.
     session = await sessions_repository.get_session(
@@ -122,18 +124,20 @@ async def build_prompt(
     c0 = sum(message_tokens("system", m["content"]) for m in system) + tools_tokens(req.tools)
     if session.c0_tokens != c0:
         session.c0_tokens = c0
-        _, _, _, armed = await observe_watermark(db, settings, session)
-        await write_session(db, context.cache, session, c0_tokens=c0, offload_armed=armed)
+        observation = await observe_watermark(db, session_budget(settings, session), session)
+        await write_session(
+            db, context.cache, session, c0_tokens=c0, offload_armed=observation.armed
+        )
         await db.refresh(session)
 
-    config = effective_config(settings, session)
-    limit = req.context_limit or config.context_limit
-    reserve = req.reserve_tokens if req.reserve_tokens is not None else config.reserve_tokens
-    available = limit - reserve
-    if available <= 0:
-        raise InvalidInput(
-            "reserve_tokens must be smaller than context_limit", field="reserve_tokens"
+    try:
+        budget = session_budget(settings, session).with_window(
+            req.context_limit, req.reserve_tokens
         )
+    except ValidationError as exc:
+        field, message = config_error_field(exc)
+        raise InvalidInput(message, field=field) from exc
+    config = budget.config
     query_tokens = message_tokens("user", req.query) if req.query is not None else 0
     timings["prepare"] = _ms(started)
     stage = time.perf_counter()
@@ -145,11 +149,12 @@ async def build_prompt(
         fallbacks.append("notes_stale")
 
     # The window no longer fits (worker behind) or sits in the emergency band: offload inline.
-    projected = c0 + session.c1_tokens + notes_tokens + query_tokens + REPLY_PRIMING_TOKENS
-    emergency = projected >= config.emergency_ratio * available
+    budget = budget.with_counters(c2=notes_tokens)
+    emergency = budget.level(extra=query_tokens) == "emergency"
     if emergency and session.c1_turns > 0:
-        target = int(config.target_ratio * available) - c0 - notes_tokens - query_tokens
-        freed = await _inline_offload(db, context, session.id, max(target, 0))
+        freed = await _inline_offload(
+            db, context, session.id, max(budget.offload_goal(extra=query_tokens), 0)
+        )
         if freed is not None:
             context.metrics.observe_offload("emergency", freed)
             await db.refresh(session)
@@ -193,7 +198,7 @@ async def build_prompt(
                 system=system,
                 turns=window,
                 query=req.query,
-                budget=available,
+                budget=budget.available,
                 recall_budget_tokens=budget_tokens,
                 top_k=top_k,
                 per_item_max_tokens=settings.recall.per_item_max_tokens,
@@ -219,6 +224,20 @@ async def build_prompt(
 
     included = {item.chunk_id for item in assembled.recalled}
     manifest = [ManifestItem(**entry.as_dict()) for entry in assembled.manifest]
+    # After the notes entry: each item the notes' token cap left out (no text, its turn has it).
+    at = next((n + 1 for n, m in enumerate(manifest) if m.id == "notes"), len(manifest))
+    manifest[at:at] = [
+        ManifestItem(
+            id=f"notes:{d.section}:{'memory' if d.seq is None else d.seq}",
+            layer="c2",
+            source=d.source,
+            tokens=d.tokens,
+            score=None,
+            included=False,
+            reason="notes_cap",
+        )
+        for d in notes.dropped
+    ]
     manifest.extend(
         ManifestItem(
             id=item.chunk_id,
@@ -256,7 +275,7 @@ async def build_prompt(
         for e in assembled.manifest
         if e.layer == "c3" and e.included and e.id in included
     ]
-    session_usage, watermark, _ = usage_of(settings, session)
+    stored = session_budget(settings, session)
     timings["total"] = _ms(started)
     build_id = uuid.uuid4()
     response = BuildPromptResponse(
@@ -270,10 +289,10 @@ async def build_prompt(
             recall=assembled.usage["recall"],
             query=assembled.usage["query"],
             total=assembled.usage["total"],
-            limit=available,
+            limit=budget.available,
         ),
-        watermark=watermark,
-        session_usage=session_usage,
+        watermark=Watermark.of(stored),
+        session_usage=Usage.of(stored),
         recall=RecallReport(
             query_raw=outcome.query.raw if outcome else None,
             query_rewritten=outcome.query.rewritten if outcome else None,
@@ -285,7 +304,7 @@ async def build_prompt(
         manifest=manifest,
         timings_ms=timings,
     )
-    _log_build(session_id, response, watermark.ratio)
+    _log_build(session_id, response)
     context.metrics.observe_build(
         stage_timings_ms=timings,
         usage=assembled.usage,
@@ -403,14 +422,14 @@ def _ms(since: float) -> float:
     return round((time.perf_counter() - since) * 1000, 3)
 
 
-def _log_build(session_id: str, response: BuildPromptResponse, ratio: float) -> None:
+def _log_build(session_id: str, response: BuildPromptResponse) -> None:
     """One structured line per build with the fields of spec §7."""
     logger.info(
         "build_prompt",
         extra={
             "session": session_id,
             "build_id": response.build_id,
-            "trigger_ratio": ratio,
+            "usage_ratio": response.watermark.ratio,
             "query_raw": response.recall.query_raw,
             "query_rewritten": response.recall.query_rewritten,
             "recall_ids": [i.chunk_id for i in response.recall.items],

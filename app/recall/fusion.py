@@ -1,8 +1,13 @@
-"""Weighted reciprocal rank fusion of the recall arms (exact, lexical, vector).
+"""Fusion of the recall arms (exact, lexical, vector): relative score fusion (the default,
+`CONTEXTD_RECALL__FUSION=relative`) or weighted reciprocal rank fusion.
+
+Relative score fusion min-max normalises each arm's scores to [0, 1] and sums them with the
+weights. It keeps how far ahead a candidate is in an arm (a BM25 score three times the
+runner-up's), which rank fusion throws away; on LoCoMo it recalled more at every budget (README,
+"Evaluation").
 
 RRF scores a candidate by Σ wᵢ / (k + rankᵢ) over the lists it appears in (rank 1-based). It needs
-no score calibration between arms, which is why it is used here: BM25 scores and cosine
-similarities are not comparable.
+no score calibration between arms (BM25 scores and cosine similarities are not comparable).
 
 Default weights, and why:
 - lexical 1.0, vector 1.0: bm25 + e5 fused at equal weight with k = 60 was the best measured
@@ -11,10 +16,6 @@ Default weights, and why:
 - exact 3.0: an exact ID/quoted-string hit is the strongest evidence there is ("exact hits
   first"). With 3.0, an exact hit anywhere in the top 30 (3/90 = 0.0333) outranks a candidate that
   is first in both other arms but not an exact hit (2/61 = 0.0328).
-
-Relative score fusion (`method="relative"`) is the alternative: each arm's scores are min-max
-normalised to [0, 1] and summed with the weights. It keeps how far ahead a candidate is in an arm
-(a BM25 score three times the runner-up's), which rank fusion throws away.
 
 Pure: no I/O, no settings.
 """
@@ -128,7 +129,7 @@ def fuse_arms(
     vector: Sequence[str] = (),
     k: int = RRF_K,
     weights: ArmWeights | None = None,
-    method: FusionMethod = "rrf",
+    method: FusionMethod,
     lexical_scores: Mapping[str, float] | None = None,
     vector_scores: Mapping[str, float] | None = None,
 ) -> list[FusedCandidate]:

@@ -58,7 +58,7 @@ _NUMBER_RE = re.compile(
     rf"(?:\s?(?:{_UNITS})(?![A-Za-z])|\s?(?:{_CJK_UNITS}))?",
     re.IGNORECASE,
 )
-_QUOTE_PAIRS = ('""', "“”", "‘’", "「」", "『』", "《》")
+_QUOTE_PAIRS = (('"', '"'), ("“", "”"), ("‘", "’"), ("「", "」"), ("『", "』"), ("《", "》"))
 _QUOTE_RES = (
     *(re.compile(f"{o}([^{c}\\n]{{1,200}}){c}") for o, c in _QUOTE_PAIRS),
     re.compile(r"(?<!\w)'([^'\n]{1,200}?)'(?!\w)"),

@@ -1,5 +1,6 @@
-"""The recall chain: rewrite → exact hits → embed → wide recall (BM25 + vector) → RRF → rerank →
-drop what is already in the window and duplicates. Callers then cut to k and a token budget.
+"""The recall chain: rewrite → exact hits → embed → wide recall (BM25 + vector) → fusion
+(`app.recall.fusion`) → rerank → drop what is already in the window and duplicates. Callers then
+cut to k and a token budget.
 
 Every arm degrades on its own: an embedder or vector failure leaves lexical recall
 (`vector_unavailable`), a rerank failure the fused order (`rerank_unavailable`), an optional LLM
@@ -21,12 +22,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.context import AppContext
 from app.core.dates import query_date_terms
 from app.core.text import terms
-from app.db.models import Memory, Session
+from app.db.models import Chunk, Memory, Session
+from app.domain.records import RecalledItem
 from app.embeddings.base import EmbedderUnavailable
 from app.memory import repository as memory_repository
+from app.offload import repository
 from app.offload.chunking import render_turn
-from app.prompt.blocks import RecalledItem
-from app.recall import repository
 from app.recall.bm25 import BM25Index, idf
 from app.recall.cross_encoder import HttpReranker, RerankUnavailable
 from app.recall.fusion import ArmWeights, FusedCandidate, fuse_arms
@@ -40,6 +41,7 @@ from app.recall.rerank import (
 )
 from app.recall.rewrite import RewrittenQuery, content_term_count, rewrite_query
 from app.recall.trim import trim_chunk
+from app.sessions import repository as sessions_repository
 from app.sessions.service import to_record
 
 logger = logging.getLogger("contextd.recall")
@@ -125,6 +127,18 @@ class RecallOutcome:
     candidates: int = 0
 
 
+def _chunk_fields(chunk: Chunk) -> dict[str, Any]:
+    return {
+        "turn_first": chunk.turn_first,
+        "turn_last": chunk.turn_last,
+        "part": chunk.part,
+        "parts": chunk.parts,
+        "ts": chunk.ts_last,
+        "text": chunk.raw_text,
+        "trusted": chunk.trusted,
+    }
+
+
 class _Clock:
     def __init__(self) -> None:
         self.timings: dict[str, float] = {}
@@ -140,7 +154,7 @@ async def _chunk_index(db: AsyncSession, context: AppContext, session: Session) 
     """The session's BM25 index over its active chunks, kept per process per chunk state."""
     key = (str(session.id), session.chunks_version)
     index = context.lexical_indexes.get(key)
-    if index is None:
+    if not isinstance(index, BM25Index):
         index = BM25Index.from_term_counts(await repository.term_stats(db, session.id))
         context.lexical_indexes.put(key, index)
     return index
@@ -170,7 +184,7 @@ async def show_best_turns(
     fit; pieces of a split turn and remembered items have none."""
     hits = outcome.hits[:limit]
     wanted = [h.id for h in hits if h.source == "chunk" and h.parts == 1]
-    turns = await repository.turns_of_chunks(db, session.id, wanted)
+    turns = await sessions_repository.turns_of_chunks(db, session.id, wanted)
     index = await _chunk_index(db, context, session)
     n_docs = len(index)
 
@@ -211,7 +225,7 @@ def _memory_lexical(
     ids = sorted(memories)
     key = ("memories:" + hashlib.sha256("\n".join(ids).encode()).hexdigest(), 0)
     index = context.lexical_indexes.get(key)
-    if index is None:
+    if not isinstance(index, BM25Index):
         index = BM25Index([(mid, terms(memories[mid].text)) for mid in ids])
         context.lexical_indexes.put(key, index)
     return dict(index.score(query_terms, top_n=limit))
@@ -267,7 +281,7 @@ async def _query_vector(context: AppContext, query: str) -> list[float]:
     if cached is not None:
         return list(cached)
     # The mean of unit vectors ranks by the mean of the cosine similarities (search normalises).
-    vector = (await embedder.embed_queries(query_views(query))).mean(axis=0).tolist()
+    vector: list[float] = (await embedder.embed_queries(query_views(query))).mean(axis=0).tolist()
     await context.cache.set_json(key, vector, ttl=24 * 3600)
     return vector
 
@@ -482,7 +496,7 @@ async def recall(
                 "parts": 1,
             }
         elif f.id in chunks and chunks[f.id].status == "active":
-            fields[f.id] = repository.chunk_fields(chunks[f.id])
+            fields[f.id] = _chunk_fields(chunks[f.id])
     by_id = {f.id: f for f in fused if f.id in fields}
     rerank_input = [
         RerankCandidate(

@@ -4,12 +4,17 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Response, status
 
-from app.auth.deps import CallerDep
-from app.auth.schemas import Scope
-from app.auth.service import require_scope
+from app.auth.deps import ReadCaller, WriteCaller
 from app.core.deps import CacheDep, DbDep, SettingsDep
-from app.core.errors import COMMON_ERRORS, Conflict, PayloadTooLarge, error_responses
-from app.memory.schemas import SessionErased
+from app.core.errors import (
+    COMMON_ERRORS,
+    Conflict,
+    MissingToolCallId,
+    PayloadTooLarge,
+    UnknownToolCall,
+    error_responses,
+)
+from app.core.pagination import CURSOR_VALUE_MAX, PageDep
 from app.sessions import service
 from app.sessions.schemas import (
     SESSION_ID_PATTERN,
@@ -21,7 +26,9 @@ from app.sessions.schemas import (
     TurnPage,
 )
 
-router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=COMMON_ERRORS)
+router = APIRouter(
+    prefix="/v1/sessions", tags=["sessions"], responses=error_responses(*COMMON_ERRORS)
+)
 
 SessionIdPath = Annotated[
     str,
@@ -43,19 +50,20 @@ SessionIdPath = Annotated[
         "With `Idempotency-Key`, a replay returns the first response and writes nothing."
     ),
     status_code=status.HTTP_201_CREATED,
-    responses=error_responses(PayloadTooLarge, Conflict),
+    responses=error_responses(
+        *COMMON_ERRORS, MissingToolCallId, UnknownToolCall, PayloadTooLarge, Conflict
+    ),
 )
 async def append_turns(
     session_id: SessionIdPath,
     body: AppendTurnsRequest,
-    caller: CallerDep,
+    caller: WriteCaller,
     db: DbDep,
     settings: SettingsDep,
     cache: CacheDep,
     response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
 ) -> AppendTurnsResponse:
-    require_scope(caller, Scope.WRITE)
     outcome = await service.append_turns(
         db, caller, settings, cache, session_id, body, idempotency_key
     )
@@ -72,24 +80,13 @@ async def append_turns(
 )
 async def list_turns(
     session_id: SessionIdPath,
-    caller: CallerDep,
+    caller: ReadCaller,
     db: DbDep,
-    settings: SettingsDep,
-    limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
-    since_seq: Annotated[int | None, Query(ge=0)] = None,
+    page: PageDep,
+    since_seq: Annotated[int | None, Query(ge=0, le=CURSOR_VALUE_MAX)] = None,
     role: Role | None = None,
 ) -> TurnPage:
-    require_scope(caller, Scope.READ)
-    return await service.list_turns(
-        db,
-        caller,
-        session_id,
-        limit=min(limit, settings.limits.max_page_size),
-        cursor=cursor,
-        since_seq=since_seq,
-        role=role,
-    )
+    return await service.list_turns(db, caller, session_id, page, since_seq=since_seq, role=role)
 
 
 @router.get(
@@ -100,12 +97,11 @@ async def list_turns(
 )
 async def get_session(
     session_id: SessionIdPath,
-    caller: CallerDep,
+    caller: ReadCaller,
     db: DbDep,
     settings: SettingsDep,
     cache: CacheDep,
 ) -> SessionOut:
-    require_scope(caller, Scope.READ)
     return await service.session_view(db, caller, settings, cache, session_id)
 
 
@@ -118,30 +114,9 @@ async def get_session(
 async def configure_session(
     session_id: SessionIdPath,
     body: SessionConfigUpdate,
-    caller: CallerDep,
+    caller: WriteCaller,
     db: DbDep,
     settings: SettingsDep,
     cache: CacheDep,
 ) -> SessionOut:
-    require_scope(caller, Scope.WRITE)
     return await service.update_session(db, caller, settings, cache, session_id, body)
-
-
-@router.delete(
-    "/{session_id}",
-    operation_id="delete_session",
-    summary="Delete a session",
-    description=(
-        "Tombstones the session at once (from then on it is a 404 and its id can be reused) and "
-        "enqueues the job that erases its turns, chunks, embeddings, notes, memories and cached "
-        "copies. 202 with the erase receipt id; follow it at `GET /v1/erase-receipts/{id}`."
-    ),
-    status_code=status.HTTP_202_ACCEPTED,
-)
-async def delete_session(
-    session_id: SessionIdPath, caller: CallerDep, db: DbDep, cache: CacheDep, response: Response
-) -> SessionErased:
-    require_scope(caller, Scope.WRITE)
-    receipt_id = await service.delete_session(db, caller, cache, session_id)
-    response.headers["Location"] = f"/v1/erase-receipts/{receipt_id}"
-    return SessionErased(session_id=session_id, erase_receipt_id=receipt_id)

@@ -1,15 +1,35 @@
-"""SQL for sessions, turns and idempotency records."""
+"""SQL for sessions, turns and idempotency records: every query of those tables lives here."""
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import column, delete, func, select, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Float,
+    String,
+    cast,
+    column,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    table,
+    update,
+)
 from sqlalchemy import true as sa_true
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import IdempotencyRecord, Memory, Session, Turn
+from app.db.models import IdempotencyRecord, Session, Turn
+from app.domain.budget import REPLY_PRIMING_TOKENS, BudgetConfig
+from app.sessions.schemas import SESSION_ID_PATTERN
+
+# procrastinate's job table (its schema is procrastinate's, not ours): what the sweep checks.
+JOBS = table("procrastinate_jobs", column("queueing_lock"), column("status"))
 
 
 async def get_session(
@@ -19,7 +39,9 @@ async def get_session(
         Session.tenant_id == tenant_id, Session.external_id == external_id
     )
     if for_update:
-        query = query.with_for_update()
+        # Refresh a copy this unit of work already loaded: values read before the lock may be
+        # stale, and counters written from them would drift.
+        query = query.with_for_update().execution_options(populate_existing=True)
     return (await db.execute(query)).scalar_one_or_none()
 
 
@@ -44,7 +66,12 @@ async def lock_or_create_session(
 
 
 async def lock_session_by_pk(db: AsyncSession, session_pk: uuid.UUID) -> Session | None:
-    query = select(Session).where(Session.id == session_pk).with_for_update()
+    query = (
+        select(Session)
+        .where(Session.id == session_pk)
+        .with_for_update()
+        .execution_options(populate_existing=True)  # see `get_session`
+    )
     return (await db.execute(query)).scalar_one_or_none()
 
 
@@ -106,6 +133,129 @@ async def window_turns(db: AsyncSession, session_pk: uuid.UUID) -> list[Turn]:
     return list((await db.execute(query)).scalars().all())
 
 
+async def offloaded_turns(db: AsyncSession, session_pk: uuid.UUID, after_seq: int) -> list[Turn]:
+    """Live turns already moved into chunks, after `after_seq`, in order (what notes read)."""
+    query = (
+        select(Turn)
+        .where(
+            Turn.session_id == session_pk,
+            Turn.seq > after_seq,
+            Turn.chunk_id.is_not(None),
+            Turn.forgotten_at.is_(None),
+        )
+        .order_by(Turn.seq)
+    )
+    return list((await db.execute(query)).scalars().all())
+
+
+async def live_turns(db: AsyncSession, session_pk: uuid.UUID, first: int, last: int) -> list[Turn]:
+    """Turns `first..last` not forgotten, in the window or offloaded, in order."""
+    query = (
+        select(Turn)
+        .where(
+            Turn.session_id == session_pk,
+            Turn.seq.between(first, last),
+            Turn.forgotten_at.is_(None),
+        )
+        .order_by(Turn.seq)
+    )
+    return list((await db.execute(query)).scalars())
+
+
+async def turns_of_chunks(
+    db: AsyncSession, session_pk: uuid.UUID, chunk_ids: Sequence[str]
+) -> dict[str, list[Turn]]:
+    """The live turns each chunk covers, in seq order (recall shows a chunk's best turns)."""
+    if not chunk_ids:
+        return {}
+    rows = await db.execute(
+        select(Turn)
+        .where(
+            Turn.session_id == session_pk,
+            Turn.chunk_id.in_([uuid.UUID(c) for c in chunk_ids]),
+            Turn.forgotten_at.is_(None),
+        )
+        .order_by(Turn.seq)
+    )
+    out: dict[str, list[Turn]] = {}
+    for turn in rows.scalars():
+        out.setdefault(str(turn.chunk_id), []).append(turn)
+    return out
+
+
+async def assign_turns(
+    db: AsyncSession, session_pk: uuid.UUID, chunk_id: uuid.UUID, seq_first: int, seq_last: int
+) -> int:
+    """Mark the live turns seq_first..seq_last as covered by `chunk_id` (an offload moving them
+    out of the window, or a re-chunk after forget). Returns the rows marked."""
+    result = await db.execute(
+        update(Turn)
+        .where(
+            Turn.session_id == session_pk,
+            Turn.seq.between(seq_first, seq_last),
+            Turn.forgotten_at.is_(None),
+        )
+        .values(chunk_id=chunk_id)
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+async def forget_turns(db: AsyncSession, turn_ids: Sequence[int], now: datetime) -> None:
+    if turn_ids:
+        await db.execute(update(Turn).where(Turn.id.in_(turn_ids)).values(forgotten_at=now))
+
+
+async def forget_session_turns(db: AsyncSession, session_pk: uuid.UUID, now: datetime) -> None:
+    await db.execute(
+        update(Turn)
+        .where(Turn.session_id == session_pk, Turn.forgotten_at.is_(None))
+        .values(forgotten_at=now)
+    )
+
+
+async def erase_turns(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, list[str]]:
+    """Blank forgotten turns; returns the count and their former texts (to hunt cached copies)."""
+    rows = await db.execute(
+        select(Turn.content).where(
+            Turn.session_id == session_pk, Turn.forgotten_at.is_not(None), Turn.content != ""
+        )
+    )
+    texts = [t for t in rows.scalars() if t]
+    result = await db.execute(
+        update(Turn)
+        .where(
+            Turn.session_id == session_pk,
+            Turn.forgotten_at.is_not(None),
+            or_(
+                Turn.content != "",
+                Turn.tool_calls.is_not(None),
+                Turn.name.is_not(None),
+                cast(Turn.metadata_, String) != "{}",
+            ),
+        )
+        .values(content="", tool_calls=None, name=None, metadata_={})
+    )
+    return int(result.rowcount or 0), texts  # type: ignore[attr-defined]
+
+
+async def count_session_turns(db: AsyncSession, session_pk: uuid.UUID) -> int:
+    query = select(func.count()).where(Turn.session_id == session_pk)
+    return int((await db.execute(query)).scalar_one())
+
+
+async def user_session_ids(
+    db: AsyncSession, tenant_id: uuid.UUID, user_id: str, limit: int
+) -> list[uuid.UUID]:
+    """A user's sessions, most recently changed first."""
+    rows = await db.execute(
+        select(Session.id)
+        .where(Session.tenant_id == tenant_id, Session.user_id == user_id)
+        .order_by(Session.updated_at.desc())
+        .limit(limit)
+    )
+    return list(rows.scalars())
+
+
 async def update_session(db: AsyncSession, session_pk: uuid.UUID, **values: Any) -> int:
     """Update the row and bump its version; returns the new version (for cache invalidation)."""
     result = await db.execute(
@@ -119,20 +269,6 @@ async def update_session(db: AsyncSession, session_pk: uuid.UUID, **values: Any)
 
 async def delete_session(db: AsyncSession, session_pk: uuid.UUID) -> None:
     await db.execute(delete(Session).where(Session.id == session_pk))
-
-
-async def count_memories(
-    db: AsyncSession, tenant_id: uuid.UUID, session_id: str, user_id: str | None
-) -> int:
-    """Active remembered items visible in a session: its own, and its user's (scope user)."""
-    own = Memory.session_id.in_(
-        select(Session.id).where(Session.tenant_id == tenant_id, Session.external_id == session_id)
-    )
-    visible = own | ((Memory.scope == "user") & (Memory.user_id == user_id)) if user_id else own
-    query = select(func.count()).where(
-        Memory.tenant_id == tenant_id, Memory.status == "active", visible
-    )
-    return int((await db.execute(query)).scalar_one())
 
 
 async def claim_idempotency_key(
@@ -180,3 +316,71 @@ async def store_idempotent_response(
 
 async def get_session_by_pk(db: AsyncSession, session_pk: uuid.UUID) -> Session | None:
     return await db.get(Session, session_pk, populate_existing=True)
+
+
+def _configured(name: str, default: float, as_type: type[BigInteger] | type[Float[float]]) -> Any:
+    """A budget field of the session's own configuration, else the deployment default."""
+    return func.coalesce(Session.config[name].astext.cast(as_type()), default)
+
+
+def usage_ratio_sql(defaults: BudgetConfig) -> ColumnElement[float]:
+    """`app.domain.budget.Budget.ratio` of each session row, in SQL (a test pins the two
+    together): (c0 + c1 + c2 + reply priming) / (C - r)."""
+    c0 = func.coalesce(Session.c0_tokens, _configured("c0_tokens", defaults.c0_tokens, BigInteger))
+    usage = c0 + Session.c1_tokens + Session.c2_tokens + REPLY_PRIMING_TOKENS
+    available = _configured("context_limit", defaults.context_limit, BigInteger) - _configured(
+        "reserve_tokens", defaults.reserve_tokens, BigInteger
+    )
+    return usage.cast(Float()) / func.greatest(available, 1)
+
+
+async def sessions_over_watermark(
+    db: AsyncSession, defaults: BudgetConfig, limit: int = 500
+) -> list[uuid.UUID]:
+    """Sessions at or over their trigger ratio, changed since their last offload, with no offload
+    job pending: the safety net for a job that failed for good. The offload re-checks before
+    moving anything."""
+    pending_offload = exists().where(
+        JOBS.c.queueing_lock == func.concat("offload:", cast(Session.id, String)),
+        cast(JOBS.c.status, String).in_(["todo", "doing"]),
+    )
+    query = (
+        select(Session.id)
+        .where(
+            Session.c1_turns > 0,
+            Session.last_offload_at.is_(None) | (Session.updated_at > Session.last_offload_at),
+            usage_ratio_sql(defaults)
+            >= _configured("trigger_ratio", defaults.trigger_ratio, Float),
+            ~pending_offload,
+        )
+        .limit(limit)
+    )
+    return list((await db.execute(query)).scalars())
+
+
+async def list_sessions(
+    db: AsyncSession, tenant_id: uuid.UUID, *, limit: int, offset: int
+) -> list[Session]:
+    """A tenant's sessions, most recently changed first (not those being erased, whose ids no
+    client can name)."""
+    query = (
+        select(Session)
+        .where(
+            Session.tenant_id == tenant_id,
+            Session.external_id.regexp_match(SESSION_ID_PATTERN),
+        )
+        .order_by(Session.updated_at.desc(), Session.id)
+        .limit(limit)
+        .offset(offset)
+    )
+    return list((await db.execute(query)).scalars().all())
+
+
+async def turn_timeline(db: AsyncSession, session_pk: uuid.UUID) -> list[tuple[int, Any, int]]:
+    """(seq, created_at, token_count) of every turn of a session, in order (no content)."""
+    query = (
+        select(Turn.seq, Turn.created_at, Turn.token_count)
+        .where(Turn.session_id == session_pk)
+        .order_by(Turn.seq)
+    )
+    return [(int(r[0]), r[1], int(r[2])) for r in (await db.execute(query)).all()]

@@ -1,14 +1,15 @@
 """Wire shapes of the sessions and turns API (spec §9)."""
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from app.domain.budget import Budget, BudgetConfig, Level
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 
 Role = Literal["user", "assistant", "tool", "system"]
-WatermarkLevel = Literal["normal", "offload", "emergency"]
 
 
 class ToolCallFunction(BaseModel):
@@ -63,10 +64,20 @@ class Usage(BaseModel):
     total: int = Field(description="c0 + c1 + c2 + reply priming")
     limit: int = Field(description="C - r: tokens a prompt may use")
 
+    @classmethod
+    def of(cls, budget: Budget) -> "Usage":
+        return cls(
+            c0=budget.c0, c1=budget.c1, c2=budget.c2, total=budget.usage(), limit=budget.available
+        )
+
 
 class Watermark(BaseModel):
     ratio: float
-    level: WatermarkLevel
+    level: Level
+
+    @classmethod
+    def of(cls, budget: Budget, extra: int = 0) -> "Watermark":
+        return cls(ratio=round(budget.ratio(extra), 4), level=budget.level(extra))
 
 
 class AppendedTurn(BaseModel):
@@ -120,21 +131,26 @@ class TurnPage(BaseModel):
     next_cursor: str | None
 
 
-class SessionConfig(BaseModel):
-    context_limit: int
-    reserve_tokens: int
-    trigger_ratio: float
-    emergency_ratio: float
-    target_ratio: float
-    min_recent_turns: int
-    min_recent_tokens: int
-    recall_top_k: int
-    recall_budget_tokens: int
-    recall_candidates: int
+def _all_optional(model: type[BaseModel]) -> dict[str, Any]:
+    """`model`'s fields as optional update fields with the same bounds and descriptions."""
+    return {
+        name: (
+            Annotated[(field.annotation, *field.metadata)] | None,
+            Field(None, description=field.description),
+        )
+        for name, field in model.model_fields.items()
+    }
 
 
-class SessionConfigUpdate(BaseModel):
-    """Every field optional; `null` leaves a value unchanged."""
+_BudgetUpdate: type[BaseModel] = create_model(
+    "_BudgetUpdate", __config__=ConfigDict(extra="forbid"), **_all_optional(BudgetConfig)
+)
+
+
+class SessionConfigUpdate(_BudgetUpdate):
+    """Every field optional; `null` leaves a value unchanged. The budget fields are those of
+    `BudgetConfig`, with its ranges; the result must still satisfy
+    `reserve_tokens < context_limit` and `target_ratio < trigger_ratio <= emergency_ratio`."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -142,17 +158,6 @@ class SessionConfigUpdate(BaseModel):
             "examples": [{"context_limit": 16000, "reserve_tokens": 2000, "user_id": "u-42"}]
         },
     )
-    context_limit: int | None = Field(None, gt=0)
-    reserve_tokens: int | None = Field(None, ge=0)
-    trigger_ratio: float | None = Field(None, gt=0, le=1)
-    emergency_ratio: float | None = Field(None, gt=0, le=1)
-    target_ratio: float | None = Field(None, gt=0, le=1)
-    min_recent_turns: int | None = Field(None, ge=0)
-    min_recent_tokens: int | None = Field(None, ge=0)
-    recall_top_k: int | None = Field(None, ge=0, le=50)
-    recall_budget_tokens: int | None = Field(None, ge=0)
-    recall_candidates: int | None = Field(None, ge=1, le=500)
-    c0_tokens: int | None = Field(None, ge=0)
     user_id: str | None = Field(None, min_length=1, max_length=128)
     metadata: dict[str, Any] | None = None
 
@@ -163,7 +168,7 @@ class SessionCounts(BaseModel):
     memories: int
 
 
-class SessionOut(SessionConfig):
+class SessionOut(BudgetConfig):
     session_id: str
     user_id: str | None
     metadata: dict[str, Any]

@@ -2,35 +2,43 @@
 
 import hashlib
 import json
+import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.schemas import Caller
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import after_commit
-from app.core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
-from app.core.pagination import decode_cursor, encode_cursor
-from app.core.tokens import REPLY_PRIMING_TOKENS, message_tokens
-from app.db.models import Session, Turn
-from app.jobs.queue import enqueue_offload
-from app.offload.policy import (
-    WatermarkConfig,
-    next_armed,
-    should_trigger,
-    usage_ratio,
-    watermark_level,
+from app.core.errors import (
+    Conflict,
+    InvalidInput,
+    MissingToolCallId,
+    NotFound,
+    PayloadTooLarge,
+    UnknownToolCall,
 )
+from app.core.pagination import Page, decode_cursor, encode_cursor
+from app.core.tokens import message_tokens
+from app.db.models import Session, Turn
+from app.domain.budget import (
+    Budget,
+    BudgetConfig,
+    Observation,
+    config_error_field,
+)
+from app.domain.records import TurnRecord
+from app.jobs.queue import enqueue_offload
+from app.memory import repository as memory_repository
 from app.sessions import repository
-from app.sessions.domain import TurnRecord
 from app.sessions.schemas import (
     AppendedTurn,
     AppendTurnsRequest,
     AppendTurnsResponse,
-    SessionConfig,
     SessionConfigUpdate,
     SessionCounts,
     SessionOut,
@@ -40,56 +48,39 @@ from app.sessions.schemas import (
     Watermark,
 )
 
-CONFIG_FIELDS = tuple(SessionConfig.model_fields)
+CONFIG_FIELDS = frozenset(BudgetConfig.model_fields)
+logger = logging.getLogger("contextd.sessions")
 
 
-def effective_config(settings: Settings, session: Session) -> SessionConfig:
-    values = settings.session_defaults.model_dump(include=set(CONFIG_FIELDS))
-    values.update({k: v for k, v in session.config.items() if k in CONFIG_FIELDS})
-    return SessionConfig(**values)
+def effective_config(settings: Settings, session: Session) -> BudgetConfig:
+    """The deployment's defaults overlaid with the values set on the session."""
+    try:
+        return settings.session_defaults.overlay(session.config)
+    except ValidationError:
+        # Valid when stored, but the deployment's defaults changed since: serve the defaults
+        # rather than fail every request of the session; a PUT repairs it.
+        logger.warning(
+            "session configuration no longer valid; using the defaults",
+            extra={"session": session.external_id},
+        )
+        return settings.session_defaults
 
 
-def watermark_config(config: SessionConfig) -> WatermarkConfig:
-    return WatermarkConfig(
-        context_limit=config.context_limit,
-        reserve_tokens=config.reserve_tokens,
-        trigger_ratio=config.trigger_ratio,
-        emergency_ratio=config.emergency_ratio,
-        target_ratio=config.target_ratio,
-        min_recent_turns=config.min_recent_turns,
-        min_recent_tokens=config.min_recent_tokens,
-    )
+def session_budget(settings: Settings, session: Session) -> Budget:
+    """The session's budget from its stored counters. Until build-prompt has reported the
+    system prompt's size, c0 is the configured assumption."""
+    config = effective_config(settings, session)
+    c0 = config.c0_tokens if session.c0_tokens is None else session.c0_tokens
+    return Budget(config, c0=c0, c1=session.c1_tokens, c2=session.c2_tokens)
 
 
-def c0_tokens(settings: Settings, session: Session) -> int:
-    """The last system-prompt size build-prompt reported, else the configured assumption."""
-    if session.c0_tokens is not None:
-        return session.c0_tokens
-    return int(session.config.get("c0_tokens", settings.session_defaults.c0_tokens))
-
-
-def usage_of(settings: Settings, session: Session) -> tuple[Usage, Watermark, WatermarkConfig]:
-    wm = watermark_config(effective_config(settings, session))
-    c0 = c0_tokens(settings, session)
-    total = c0 + session.c1_tokens + session.c2_tokens + REPLY_PRIMING_TOKENS
-    ratio = usage_ratio(total, wm)
-    usage = Usage(
-        c0=c0, c1=session.c1_tokens, c2=session.c2_tokens, total=total, limit=wm.available
-    )
-    return usage, Watermark(ratio=round(ratio, 4), level=watermark_level(ratio, wm)), wm
-
-
-async def observe_watermark(
-    db: AsyncSession, settings: Settings, session: Session
-) -> tuple[Usage, Watermark, bool, bool]:
-    """After a change of the session's usage: enqueue an offload on a crossing of θ (hysteresis).
-
-    Returns usage, watermark, whether an offload was enqueued, and the `offload_armed` value the
-    caller stores with its update of the session row."""
-    usage, watermark, wm = usage_of(settings, session)
-    fired = should_trigger(watermark.ratio, session.offload_armed, wm)
-    enqueued = await enqueue_offload(db, session.id, trigger="watermark") if fired else False
-    return usage, watermark, enqueued, next_armed(watermark.ratio, session.offload_armed, fired, wm)
+async def observe_watermark(db: AsyncSession, budget: Budget, session: Session) -> Observation:
+    """After a change of the session's usage: enqueue an offload when the budget fires.
+    The returned `armed` is stored by the caller with its update of the session row."""
+    observation = budget.observe(session.offload_armed)
+    if observation.fired:
+        await enqueue_offload(db, session.id, trigger="watermark")
+    return observation
 
 
 def to_record(turn: Turn) -> TurnRecord:
@@ -124,12 +115,10 @@ def _validate_batch(request: AppendTurnsRequest, settings: Settings) -> list[str
             )
         if turn.role == "tool":
             if not turn.tool_call_id:
-                err = InvalidInput(
+                raise MissingToolCallId(
                     "a tool turn needs the tool_call_id it answers",
                     field=f"turns[{i}].tool_call_id",
                 )
-                err.code = "missing_tool_call_id"
-                raise err
             if turn.tool_call_id not in issued:
                 from_history.append(turn.tool_call_id)
         elif turn.tool_call_id:
@@ -186,12 +175,10 @@ async def append_turns(
         known = await repository.known_tool_call_ids(db, session.id, answered_earlier)
         for i, turn in enumerate(request.turns):
             if turn.role == "tool" and turn.tool_call_id in set(answered_earlier) - known:
-                err = InvalidInput(
+                raise UnknownToolCall(
                     f"no assistant turn issued tool call {turn.tool_call_id!r}",
                     field=f"turns[{i}].tool_call_id",
                 )
-                err.code = "unknown_tool_call"
-                raise err
 
     rows: list[dict[str, Any]] = []
     for offset, turn in enumerate(request.turns, start=1):
@@ -223,7 +210,8 @@ async def append_turns(
     session.c1_turns += len(rows)
     session.turn_count += len(rows)
 
-    usage, watermark, enqueued, armed = await observe_watermark(db, settings, session)
+    budget = session_budget(settings, session)
+    observation = await observe_watermark(db, budget, session)
     await write_session(
         db,
         cache,
@@ -232,16 +220,16 @@ async def append_turns(
         c1_tokens=session.c1_tokens,
         c1_turns=session.c1_turns,
         turn_count=session.turn_count,
-        offload_armed=armed,
+        offload_armed=observation.armed,
     )
     response = AppendTurnsResponse(
         turns=[
-            AppendedTurn(seq=t.seq, role=t.role, token_count=t.token_count, created_at=t.created_at)  # type: ignore[arg-type]
+            AppendedTurn(seq=t.seq, role=t.role, token_count=t.token_count, created_at=t.created_at)
             for t in sorted(stored, key=lambda t: t.seq)
         ],
-        usage=usage,
-        watermark=watermark,
-        offload_enqueued=enqueued,
+        usage=Usage.of(budget),
+        watermark=Watermark.of(budget),
+        offload_enqueued=observation.fired,
     )
     if idempotency_key is not None:
         await repository.store_idempotent_response(
@@ -280,21 +268,21 @@ async def list_turns(
     db: AsyncSession,
     caller: Caller,
     session_id: str,
+    page: Page,
     *,
-    limit: int,
-    cursor: str | None,
     since_seq: int | None,
     role: str | None,
 ) -> TurnPage:
     session = await require_session(db, caller, session_id)
-    after = decode_cursor(cursor, 1)[0] if cursor else (since_seq or 0)
+    after = decode_cursor(page.cursor, 1)[0] if page.cursor else (since_seq or 0)
+    limit = page.limit
     turns = await repository.list_turns(db, session.id, after_seq=after, limit=limit + 1, role=role)
-    page = turns[:limit]
+    shown = turns[:limit]
     return TurnPage(
         turns=[
             TurnOut(
                 seq=t.seq,
-                role=t.role,  # type: ignore[arg-type]
+                role=t.role,
                 content=t.content,
                 name=t.name,
                 tool_calls=t.tool_calls,
@@ -304,9 +292,9 @@ async def list_turns(
                 created_at=t.created_at,
                 chunk_id=str(t.chunk_id) if t.chunk_id else None,
             )
-            for t in page
+            for t in shown
         ],
-        next_cursor=encode_cursor(page[-1].seq) if len(turns) > limit else None,
+        next_cursor=encode_cursor(shown[-1].seq) if len(turns) > limit else None,
     )
 
 
@@ -322,19 +310,21 @@ async def session_view(
         view = _build_view(settings, session, memories=0)
         await cache.set_versioned(key, view.model_dump(mode="json"), session.version)
     # Remembered items of the user's other sessions change without touching this row: count live.
-    memories = await repository.count_memories(db, caller.tenant_id, view.session_id, view.user_id)
+    memories = await memory_repository.count_memories(
+        db, caller.tenant_id, view.session_id, view.user_id
+    )
     return view.model_copy(update={"counts": view.counts.model_copy(update={"memories": memories})})
 
 
 def _build_view(settings: Settings, session: Session, memories: int) -> SessionOut:
-    usage, watermark, _ = usage_of(settings, session)
+    budget = session_budget(settings, session)
     return SessionOut(
-        **effective_config(settings, session).model_dump(),
+        **budget.config.model_dump(),
         session_id=session.external_id,
         user_id=session.user_id,
         metadata=session.metadata_,
-        usage=usage,
-        watermark=watermark,
+        usage=Usage.of(budget),
+        watermark=Watermark.of(budget),
         counts=SessionCounts(
             turns=session.turn_count, chunks=session.chunk_count, memories=memories
         ),
@@ -353,13 +343,15 @@ async def update_session(
 ) -> SessionOut:
     session = await repository.lock_or_create_session(db, caller.tenant_id, session_id)
     changes = update.model_dump(exclude_none=True)
-    config = dict(session.config)
-    config.update({k: v for k, v in changes.items() if k in CONFIG_FIELDS or k == "c0_tokens"})
-    session.config = config
+    config = {**session.config, **{k: v for k, v in changes.items() if k in CONFIG_FIELDS}}
     try:
-        watermark_config(effective_config(settings, session))
-    except ValueError as exc:
-        raise InvalidInput(str(exc), field="config") from exc
+        settings.session_defaults.overlay(config)
+    except ValidationError as exc:
+        field, message = config_error_field(exc)
+        if field is not None and field not in config:
+            message += f" ({field} is the deployment default: set it in the same request)"
+        raise InvalidInput(message, field=field) from exc
+    session.config = config
     values: dict[str, Any] = {"config": config}
     if "user_id" in changes:
         values["user_id"] = session.user_id = changes["user_id"]
@@ -367,12 +359,7 @@ async def update_session(
         values["metadata_"] = session.metadata_ = changes["metadata"]
     await write_session(db, cache, session, **values)
     await db.refresh(session)
-    memories = await repository.count_memories(db, caller.tenant_id, session_id, session.user_id)
+    memories = await memory_repository.count_memories(
+        db, caller.tenant_id, session_id, session.user_id
+    )
     return _build_view(settings, session, memories)
-
-
-async def delete_session(db: AsyncSession, caller: Caller, cache: Cache, session_id: str) -> str:
-    """Tombstone the session now and let the `memory:erase` job erase it; the receipt id."""
-    from app.memory.erase import delete_session as erase_session  # memory builds on sessions
-
-    return await erase_session(db, caller, cache, session_id)

@@ -2,15 +2,19 @@
 
 Each line on stdin is one user message (or pass messages as arguments). Per message:
 
-1. contextd builds the prompt: `POST /v1/sessions/{id}/build-prompt` with `query` and
-   `append: true` stores the user turn and returns messages that fit the model's window (recent
-   turns verbatim, notes, recalled history once older turns have been offloaded);
-2. the model answers (`POST {OPENAI_BASE_URL}/chat/completions`, with contextd's `memory` tool);
-3. the answer is appended as a turn; if the model called `memory`, the call goes to
+1. the user turn is stored: `POST /v1/sessions/{id}/turns` with an `Idempotency-Key`, so a
+   retried request never stores it twice;
+2. contextd builds the prompt: `POST /v1/sessions/{id}/build-prompt` returns messages that fit
+   the model's window (recent turns verbatim, notes, recalled history once older turns have been
+   offloaded; the latest user turn is the recall query);
+3. the model answers (`POST {OPENAI_BASE_URL}/chat/completions`, with contextd's `memory` tool);
+4. the answer is appended as a turn; if the model called `memory`, the call goes to
    `POST /v1/sessions/{id}/memory`, its `text` is appended as the tool result, and the loop goes
-   back to 1 (without a new query) until the model answers in plain text.
+   back to 2 until the model answers in plain text.
 
-The final answer of each message is printed on stdout; tool calls are logged on stderr.
+Network errors, 429 and 5xx are retried (the same request, the same Idempotency-Key); a server
+that cannot be reached is named in the error. The final answer of each message is printed on
+stdout; tool calls are logged on stderr.
 
 Environment:
   CONTEXTD_URL      contextd base URL (default http://127.0.0.1:8080)
@@ -21,6 +25,7 @@ Environment:
   SESSION_ID        contextd session (default agent-demo)
   SYSTEM_PROMPT     system prompt (default: a short helpful-assistant prompt)
   MAX_TOOL_ROUNDS   model calls per message at most (default 5)
+  MAX_RETRIES       retries of a failed request (default 3)
 
 Run:  python examples/python/agent_loop.py "Hello!"   or   python agent_loop.py < messages.txt
 """
@@ -28,6 +33,8 @@ Run:  python examples/python/agent_loop.py "Hello!"   or   python agent_loop.py 
 import json
 import os
 import sys
+import time
+import uuid
 from typing import Any
 
 import httpx
@@ -36,6 +43,9 @@ SYSTEM_PROMPT = (
     "You are a helpful assistant. Earlier parts of long conversations may have been moved out of "
     "your context; use the memory tool to look them up instead of guessing."
 )
+
+
+RETRY_STATUSES = {429, 500, 502, 503, 504}
 
 
 class ContextdError(RuntimeError):
@@ -59,17 +69,42 @@ class Agent:
         self.session = env.get("SESSION_ID", "agent-demo")
         self.system = env.get("SYSTEM_PROMPT", SYSTEM_PROMPT)
         self.max_rounds = int(env.get("MAX_TOOL_ROUNDS", "5"))
+        self.retries = int(env.get("MAX_RETRIES", "3"))
         self.tools = self._memory_tool()
 
+    def _send(
+        self, client: httpx.Client, what: str, method: str, path: str, **kwargs: Any
+    ) -> httpx.Response:
+        """One request, retried on network errors, 429 and 5xx: the same method, body and headers
+        each time (so an append's Idempotency-Key makes a retry a no-op)."""
+        attempt = 0
+        while True:
+            try:
+                resp = client.request(method, path, **kwargs)
+            except httpx.TransportError as exc:
+                if attempt == self.retries:
+                    raise RuntimeError(f"cannot reach {what} at {client.base_url}: {exc}") from exc
+            else:
+                if resp.status_code not in RETRY_STATUSES or attempt == self.retries:
+                    return resp
+            time.sleep(0.5 * 2**attempt)
+            attempt += 1
+
     def _contextd(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        resp = self.contextd.request(method, path, **kwargs)
+        resp = self._send(self.contextd, "contextd (CONTEXTD_URL)", method, path, **kwargs)
         if resp.status_code >= 400:
             raise ContextdError(f"{method} {path}: HTTP {resp.status_code} {resp.text}")
         return resp.json()
 
     def _memory_tool(self) -> list[dict[str, Any]]:
         """contextd's `memory` tool definition, ready for function calling (none if absent)."""
-        resp = self.contextd.get("/v1/memory/tool", params={"format": "openai"})
+        resp = self._send(
+            self.contextd,
+            "contextd (CONTEXTD_URL)",
+            "GET",
+            "/v1/memory/tool",
+            params={"format": "openai"},
+        )
         if resp.status_code == 404:  # a contextd without the memory tool: plain chat
             return []
         if resp.status_code >= 400:
@@ -77,7 +112,10 @@ class Agent:
         return [resp.json()]
 
     def _append(self, turn: dict[str, Any]) -> None:
-        self._contextd("POST", f"/v1/sessions/{self.session}/turns", json={"turns": [turn]})
+        key = {"Idempotency-Key": str(uuid.uuid4())}  # one key for every retry of this append
+        self._contextd(
+            "POST", f"/v1/sessions/{self.session}/turns", json={"turns": [turn]}, headers=key
+        )
 
     def _call_memory(self, call: dict[str, Any]) -> str:
         """Run one tool call; errors go back to the model as the tool result, not a crash."""
@@ -87,7 +125,13 @@ class Agent:
             args = json.loads(call["function"].get("arguments") or "{}")
         except json.JSONDecodeError as exc:
             return f"error: arguments are not JSON ({exc})"
-        resp = self.contextd.post(f"/v1/sessions/{self.session}/memory", json=args)
+        resp = self._send(
+            self.contextd,
+            "contextd (CONTEXTD_URL)",
+            "POST",
+            f"/v1/sessions/{self.session}/memory",
+            json=args,
+        )
         if resp.status_code >= 400:
             error = resp.json().get("error", {}) if resp.content else {}
             return f"error: {error.get('code', resp.status_code)}: {error.get('message', '')}"
@@ -96,18 +140,23 @@ class Agent:
         return text
 
     def reply(self, user_text: str) -> str:
-        query: dict[str, Any] = {"query": user_text, "append": True}
+        self._append({"role": "user", "content": user_text})
         for _ in range(self.max_rounds):
             prompt = self._contextd(
                 "POST",
                 f"/v1/sessions/{self.session}/build-prompt",
-                json={"system": self.system, "tools": self.tools, "format": "openai", **query},
+                json={"system": self.system, "tools": self.tools, "format": "openai"},
             )
-            query = {}  # the user turn is stored now; later rounds build from the session
             request: dict[str, Any] = {"model": self.model_name, "messages": prompt["messages"]}
             if self.tools:
                 request["tools"] = self.tools
-            resp = self.model.post("/chat/completions", json=request)
+            resp = self._send(
+                self.model,
+                "the chat API (OPENAI_BASE_URL)",
+                "POST",
+                "/chat/completions",
+                json=request,
+            )
             if resp.status_code >= 400:
                 raise RuntimeError(f"chat API: HTTP {resp.status_code} {resp.text}")
             message = resp.json()["choices"][0]["message"]
@@ -124,9 +173,9 @@ class Agent:
 
 
 def main(argv: list[str]) -> int:
-    agent = Agent(dict(os.environ))
     messages = argv or (line.strip() for line in sys.stdin)
     try:
+        agent = Agent(dict(os.environ))
         for text in messages:
             if text:
                 print(agent.reply(text), flush=True)

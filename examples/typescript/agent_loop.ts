@@ -1,17 +1,21 @@
 // A minimal agent loop on contextd and any OpenAI-compatible chat API (Node 20, global fetch, no
 // runtime dependencies). Each line on stdin is one user message (or pass messages as arguments).
 // Per message:
-//   1. contextd builds the prompt: POST /v1/sessions/{id}/build-prompt with `query` and
-//      `append: true` stores the user turn and returns messages that fit the model's window;
-//   2. the model answers (POST {OPENAI_BASE_URL}/chat/completions, with contextd's `memory` tool);
-//   3. the answer is appended as a turn; if the model called `memory`, the call goes to
+//   1. the user turn is stored: POST /v1/sessions/{id}/turns with an Idempotency-Key, so a
+//      retried request never stores it twice;
+//   2. contextd builds the prompt: POST /v1/sessions/{id}/build-prompt returns messages that fit
+//      the model's window (the latest user turn is the recall query);
+//   3. the model answers (POST {OPENAI_BASE_URL}/chat/completions, with contextd's `memory` tool);
+//   4. the answer is appended as a turn; if the model called `memory`, the call goes to
 //      POST /v1/sessions/{id}/memory, its `text` is appended as the tool result, and the loop goes
-//      back to 1 (without a new query) until the model answers in plain text.
-// Final answers go to stdout, tool calls are logged on stderr.
+//      back to 2 until the model answers in plain text.
+// Network errors, 429 and 5xx are retried (same request, same Idempotency-Key); a server that
+// cannot be reached is named in the error. Final answers go to stdout, tool calls to stderr.
 //
 // Environment: CONTEXTD_URL (default http://127.0.0.1:8080), CONTEXTD_API_KEY (optional),
 // OPENAI_BASE_URL (including /v1, default https://api.openai.com/v1), OPENAI_API_KEY,
-// MODEL (default gpt-4o-mini), SESSION_ID (default agent-demo), SYSTEM_PROMPT, MAX_TOOL_ROUNDS (5).
+// MODEL (default gpt-4o-mini), SESSION_ID (default agent-demo), SYSTEM_PROMPT, MAX_TOOL_ROUNDS (5),
+// MAX_RETRIES (3).
 //
 // Run: npm install && npm run build && node dist/agent_loop.js "Hello!"   (or pipe lines in)
 import { createInterface } from "node:readline";
@@ -34,6 +38,8 @@ const OPENAI_BASE_URL = (env.OPENAI_BASE_URL ?? "https://api.openai.com/v1").rep
 const MODEL = env.MODEL ?? "gpt-4o-mini";
 const SESSION = env.SESSION_ID ?? "agent-demo";
 const MAX_ROUNDS = Number(env.MAX_TOOL_ROUNDS ?? "5");
+const MAX_RETRIES = Number(env.MAX_RETRIES ?? "3");
+const RETRY_STATUSES = new Set([429, 500, 502, 503, 504]);
 const SYSTEM_PROMPT =
   env.SYSTEM_PROMPT ??
   "You are a helpful assistant. Earlier parts of long conversations may have been moved out of " +
@@ -44,16 +50,38 @@ if (env.CONTEXTD_API_KEY) contextdHeaders.Authorization = `Bearer ${env.CONTEXTD
 
 class ContextdError extends Error {}
 
-async function contextd(method: string, path: string, body?: unknown): Promise<Response> {
-  return fetch(`${CONTEXTD_URL}${path}`, {
+/** One request, retried on network errors, 429 and 5xx with the same method, body and headers
+ *  (so an append's Idempotency-Key makes a retry a no-op); an unreachable server is named. */
+async function send(base: string, what: string, path: string, init: RequestInit): Promise<Response> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const resp = await fetch(`${base}${path}`, init);
+      if (!RETRY_STATUSES.has(resp.status) || attempt >= MAX_RETRIES) return resp;
+    } catch (err) {
+      if (attempt >= MAX_RETRIES) {
+        const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+        throw new Error(`cannot reach ${what} at ${base}: ${cause?.code ?? cause?.message ?? String(err)}`);
+      }
+    }
+    await new Promise((done) => setTimeout(done, 500 * 2 ** attempt));
+  }
+}
+
+async function contextd(method: string, path: string, body?: unknown, headers?: Record<string, string>): Promise<Response> {
+  return send(CONTEXTD_URL, "contextd (CONTEXTD_URL)", path, {
     method,
-    headers: contextdHeaders,
+    headers: { ...contextdHeaders, ...headers },
     body: body === undefined ? undefined : JSON.stringify(body),
   });
 }
 
-async function contextdJson<T>(method: string, path: string, body?: unknown): Promise<T> {
-  const resp = await contextd(method, path, body);
+async function contextdJson<T>(
+  method: string,
+  path: string,
+  body?: unknown,
+  headers?: Record<string, string>,
+): Promise<T> {
+  const resp = await contextd(method, path, body, headers);
   if (resp.status >= 400) {
     throw new ContextdError(`${method} ${path}: HTTP ${resp.status} ${await resp.text()}`);
   }
@@ -71,7 +99,8 @@ async function memoryTool(): Promise<Json[]> {
 }
 
 async function append(turn: Json): Promise<void> {
-  await contextdJson("POST", `/v1/sessions/${SESSION}/turns`, { turns: [turn] });
+  const key = { "Idempotency-Key": crypto.randomUUID() }; // one key for every retry of this append
+  await contextdJson("POST", `/v1/sessions/${SESSION}/turns`, { turns: [turn] }, key);
 }
 
 /** Run one tool call; errors go back to the model as the tool result, not a crash. */
@@ -94,17 +123,16 @@ async function callMemory(call: ToolCall): Promise<string> {
 }
 
 async function reply(userText: string, tools: Json[]): Promise<string> {
-  let query: Json = { query: userText, append: true };
+  await append({ role: "user", content: userText });
   for (let round = 0; round < MAX_ROUNDS; round++) {
     const prompt = await contextdJson<{ messages: Json[] }>(
       "POST",
       `/v1/sessions/${SESSION}/build-prompt`,
-      { system: SYSTEM_PROMPT, tools, format: "openai", ...query },
+      { system: SYSTEM_PROMPT, tools, format: "openai" },
     );
-    query = {}; // the user turn is stored now; later rounds build from the session
     const request: Json = { model: MODEL, messages: prompt.messages };
     if (tools.length > 0) request.tools = tools;
-    const resp = await fetch(`${OPENAI_BASE_URL}/chat/completions`, {
+    const resp = await send(OPENAI_BASE_URL, "the chat API (OPENAI_BASE_URL)", "/chat/completions", {
       method: "POST",
       headers: { "Content-Type": "application/json", Authorization: `Bearer ${env.OPENAI_API_KEY ?? ""}` },
       body: JSON.stringify(request),

@@ -9,6 +9,8 @@ from app.cli import main
 from app.core.config import Settings
 from tests.support.server import run_server
 
+OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
+
 PETS = ["parrot", "hamster", "iguana", "goldfish", "tortoise", "ferret", "rabbit", "gecko"]
 PETS += ["canary", "axolotl", "chinchilla", "hedgehog", "lizard", "pony", "alpaca", "beagle"]
 CITIES = ["Lisbon", "Oslo", "Kyoto", "Lima", "Cairo", "Quito", "Hanoi", "Perth"]

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -14,9 +15,11 @@ import pytest
 from app.core.config import Settings
 from tests.clients.toolchain import NODE_DIR, REPO, compile_ts, run_node
 from tests.examples.fake_model import FILLER, chat_model
-from tests.support.loopback import LoopbackServer, loopback_server
+from tests.support.loopback import LoopbackServer, closed_port_url, loopback_server
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import wait_for
+
+OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
 
 MODEL = "fake-chat-1"
 SMALL_WINDOW = {
@@ -42,6 +45,19 @@ def contextd(settings: Settings) -> Iterator[RunningServer]:
 def model() -> Iterator[LoopbackServer]:
     with loopback_server(chat_model(MODEL)) as server:
         yield server
+
+
+def agent_env(
+    contextd: RunningServer, api_key: str, model: LoopbackServer, sid: str
+) -> dict[str, str]:
+    return {
+        "CONTEXTD_URL": contextd.url,
+        "CONTEXTD_API_KEY": api_key,
+        "OPENAI_BASE_URL": f"{model.url}/v1",
+        "OPENAI_API_KEY": "sk-fake",
+        "MODEL": MODEL,
+        "SESSION_ID": sid,
+    }
 
 
 def python_runner(messages: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -85,14 +101,7 @@ async def test_agent_loop_crosses_the_watermark_and_recalls_through_the_memory_t
     agent: Runner, contextd: RunningServer, model: LoopbackServer, api_key: str
 ) -> None:
     sid = "agent-loop"
-    env = {
-        "CONTEXTD_URL": contextd.url,
-        "CONTEXTD_API_KEY": api_key,
-        "OPENAI_BASE_URL": f"{model.url}/v1",
-        "OPENAI_API_KEY": "sk-fake",
-        "MODEL": MODEL,
-        "SESSION_ID": sid,
-    }
+    env = agent_env(contextd, api_key, model, sid)
     seen = len(model.requests)
     async with httpx.AsyncClient(
         base_url=contextd.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30
@@ -147,3 +156,52 @@ async def test_agent_loop_crosses_the_watermark_and_recalls_through_the_memory_t
     # after the offload the first message is no longer sent verbatim as a turn of the window
     assert {"role": "user", "content": FIRST} not in requests[-2]["messages"]
     assert requests[-1]["messages"][-1]["role"] == "tool"
+
+
+async def test_unreachable_servers_are_named(
+    agent: Runner, contextd: RunningServer, api_key: str
+) -> None:
+    nowhere = closed_port_url()
+    base = {
+        "CONTEXTD_API_KEY": api_key,
+        "OPENAI_API_KEY": "sk-fake",
+        "MODEL": MODEL,
+        "MAX_RETRIES": "1",
+        "SESSION_ID": "lost",
+    }
+    no_contextd = agent(["Hello"], {**base, "CONTEXTD_URL": nowhere, "OPENAI_BASE_URL": nowhere})
+    assert no_contextd.returncode == 1
+    assert f"cannot reach contextd (CONTEXTD_URL) at {nowhere}" in no_contextd.stderr
+
+    no_model = agent(
+        ["Hello"], {**base, "CONTEXTD_URL": contextd.url, "OPENAI_BASE_URL": f"{nowhere}/v1"}
+    )
+    assert no_model.returncode == 1
+    assert f"cannot reach the chat API (OPENAI_BASE_URL) at {nowhere}/v1" in no_model.stderr
+
+
+async def test_a_model_failure_is_retried_and_the_user_turn_stored_once(
+    agent: Runner, contextd: RunningServer, api_key: str
+) -> None:
+    answer = chat_model(MODEL)
+    calls: list[int] = []
+
+    def flaky(method: str, path: str, body: Any) -> tuple[int, Any]:
+        calls.append(1)
+        if len(calls) == 1:
+            return 503, {"error": {"message": "overloaded"}}
+        return answer(method, path, body)
+
+    sid = "flaky-model"
+    with loopback_server(flaky) as model:
+        done = agent(["Hello once"], agent_env(contextd, api_key, model, sid))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"Noted: Hello once {FILLER}"] and len(calls) == 2
+    async with httpx.AsyncClient(
+        base_url=contextd.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30
+    ) as http:
+        turns = (await http.get(f"/v1/sessions/{sid}/turns")).json()["turns"]
+    assert [(t["role"], t["content"]) for t in turns] == [
+        ("user", "Hello once"),
+        ("assistant", f"Noted: Hello once {FILLER}"),
+    ]

@@ -16,6 +16,8 @@ from tests.conftest import new_key
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import wait_for
 
+OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
+
 SMALL = {
     "context_limit": 4000,
     "reserve_tokens": 400,
@@ -25,9 +27,26 @@ SMALL = {
 
 
 @pytest.fixture(scope="module")
-def worker_server(settings: Settings) -> Iterator[RunningServer]:
-    with run_server(settings, with_worker=True) as running:
+def module_settings(settings: Settings) -> Settings:
+    """This module's own Redis key prefix: its checks scan keys, and must see only its own."""
+    prefix = f"t-{uuid.uuid4().hex[:10]}"
+    return settings.model_copy(
+        update={"cache": settings.cache.model_copy(update={"key_prefix": prefix})}
+    )
+
+
+@pytest.fixture(scope="module")
+def worker_server(module_settings: Settings) -> Iterator[RunningServer]:
+    with run_server(module_settings, with_worker=True) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+async def cache(module_settings: Settings) -> AsyncIterator[Cache]:
+    """The cache as this module's server sees it (same key prefix)."""
+    own = Cache(module_settings.redis_url, module_settings.cache)
+    yield own
+    await own.aclose()
 
 
 def http(server: RunningServer, key: str) -> httpx.AsyncClient:
@@ -208,7 +227,7 @@ async def redis_hits(cache: Cache, marker: str) -> list[str]:
     client = cache.client
     assert client is not None
     hits = []
-    async for key in client.scan_iter(match="*", count=1000):
+    async for key in client.scan_iter(match=f"{cache.key('')[:-1]}*", count=1000):
         if await client.type(key) == b"string":
             value = await client.get(key)
             if value and marker.encode() in value:

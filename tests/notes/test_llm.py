@@ -10,9 +10,9 @@ import pytest
 
 from app.core.chat import chat_completions_url
 from app.core.tokens import message_tokens
+from app.domain.records import TurnRecord
 from app.notes.llm import NotesGenerationError, llm_extract
 from app.notes.schemas import NoteItem, Notes
-from app.sessions.domain import TurnRecord
 from tests.support.loopback import closed_port_url, loopback_server
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -54,7 +54,15 @@ async def test_good_json_is_validated_and_provenance_enforced(suffix: str) -> No
     assert body["response_format"] == {"type": "json_object"}
     system, user = body["messages"]
     assert system["role"] == "system"
-    for rule in ("不超过", "仅本次", "可能", "suggestion", "assistant guess"):
+    for rule in (
+        "不超过",
+        "仅本次",
+        "可能",
+        "suggestion",
+        "assistant guess",
+        "never a fact",
+        "health",
+    ):
         assert rule in system["content"]
     assert "[seq 2 | tool output, untrusted]" in user["content"]
     assert "去成都" in user["content"]

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.auth.schemas import Caller
 from app.core.cache import Cache
 from app.core.config import Settings
+from app.notes.policy import DROP_ORDER
 from app.notes.schemas import Notes
 from app.notes.service import (
     compute_notes,
@@ -397,3 +398,43 @@ async def test_current_notes_never_serves_an_older_version_after_a_write(
         assert "其实预算不超过6万元。" in texts and "预算不超过5万元。" not in texts
     cached = await cache.get_json(notes_cache_key(cache, pk, 2))
     assert cached is not None and cached["version"] == 2
+
+
+async def test_the_cap_drops_by_priority_and_every_build_manifest_says_what(
+    engine: AsyncEngine,
+    settings: Settings,
+    cache: Cache,
+    client: httpx.AsyncClient,
+    tenant_name: str,
+) -> None:
+    caller = await new_caller(engine, tenant_name)
+    _, pk = await offloaded_session(
+        engine, settings, cache, as_turns(ENGLISH), caller=caller, sid="capped"
+    )
+    tight = settings.model_copy(
+        update={"notes": settings.notes.model_copy(update={"max_tokens": 60})}
+    )
+    assert await refresh(engine, tight, cache, pk) == "written"
+
+    pad = (await client.get("/v1/sessions/capped/scratchpad")).json()
+    assert pad["token_count"] <= 60 and pad["dropped_items"] == len(pad["dropped"]) > 0
+    kept = {(name, i["seq"]) for name, items in pad["notes"].items() for i in items}
+    dropped = [(d["section"], d["seq"]) for d in pad["dropped"]]
+    assert not kept & set(dropped)
+    # Constraints are what is left: everything else went first, the oldest constraint last.
+    assert {name for name, _ in kept} == {"constraints"}
+    sections = [name for name, _ in dropped]
+    rank = {name: n for n, (name, tool_only) in enumerate(DROP_ORDER) if not tool_only}
+    assert [rank[s] for s in sections] == sorted(rank[s] for s in sections)
+    assert sections[-1] == "constraints" and "decisions" in sections
+
+    build = await client.post("/v1/sessions/capped/build-prompt", json={"query": "budget?"})
+    assert build.status_code == 200, build.text
+    manifest = build.json()["manifest"]
+    entries = [m for m in manifest if m["id"].startswith("notes:")]
+    assert [(m["id"], m["layer"], m["included"], m["reason"]) for m in entries] == [
+        (f"notes:{section}:{seq}", "c2", False, "notes_cap") for section, seq in dropped
+    ]
+    assert [m["tokens"] for m in entries] == [d["tokens"] for d in pad["dropped"]]
+    ids = [m["id"] for m in manifest]
+    assert ids.index("notes") + 1 == ids.index(entries[0]["id"])  # listed after the notes block

@@ -1,15 +1,22 @@
 """Pure notes policy: merge/supersede, the token cap and its drop order, the prompt block."""
 
+from datetime import UTC, datetime
+
 from app.core.tokens import count_tokens
+from app.domain.records import TurnRecord
 from app.notes.policy import (
     DROP_ORDER,
+    NOTES_HEADER,
     cap,
     merge,
     notes_tokens,
     remove_sources,
     render_notes_block,
 )
+from app.notes.rules import extract
 from app.notes.schemas import NoteItem, Notes, Source
+
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
 def item(
@@ -75,30 +82,44 @@ def test_merge_orders_by_seq_with_unsequenced_items_last() -> None:
     assert [i.text for i in merged.remembered] == ["memo 2", "memo"]
 
 
-def test_render_is_stable_labelled_and_omits_empty_sections() -> None:
+def test_render_is_stable_attributed_and_omits_empty_sections() -> None:
     assert render_notes_block(Notes()) == ""
     assert render_notes_block(FULL) == (
+        f"{NOTES_HEADER}\n"
         "[goal]\n"
-        "- Plan a 5-day trip to Japan (turn 1)\n"
+        "- user, turn 1: Plan a 5-day trip to Japan\n"
         "[done]\n"
-        "- Hotel booked (turn 10, said by assistant)\n"
-        "- Visa checked (turn 11)\n"
+        "- assistant, turn 10: Hotel booked\n"
+        "- user, turn 11: Visa checked\n"
         "[open]\n"
-        "- Book the airport transfer (turn 16)\n"
+        "- user, turn 16: Book the airport transfer\n"
         "[constraints]\n"
-        "- Budget at most 1800 USD (turn 11)\n"
-        "- Never fly red-eye (turn 6)\n"
+        "- user, turn 11: Budget at most 1800 USD\n"
+        "- user, turn 6: Never fly red-eye\n"
         "[decisions]\n"
-        "- Go with ANA for the flights (turn 13)\n"
+        "- user, turn 13: Go with ANA for the flights\n"
         "[facts]\n"
-        "- booking_ref: HG-48213 (turn 9, untrusted tool output)\n"
-        "- order AB-1 (turn 12)\n"
+        "- tool output, untrusted, turn 9: booking_ref: HG-48213\n"
+        "- user, turn 12: order AB-1\n"
         "[remembered]\n"
-        "- Prefers aisle seats (remembered, model-written)"
+        "- remembered, model-written: Prefers aisle seats"
     )
     one_line = Notes(open=[item("multi\nline   text", 2)])
-    assert render_notes_block(one_line) == "[open]\n- multi line text (turn 2)"
+    assert (
+        render_notes_block(one_line) == f"{NOTES_HEADER}\n[open]\n- user, turn 2: multi line text"
+    )
     assert render_notes_block(FULL) == render_notes_block(FULL.model_copy(deep=True))
+
+
+def test_a_user_imperative_in_the_notes_reads_as_the_users_words() -> None:
+    """The notes go out as a system message: a user's command must show as quoted user text."""
+    notes = extract([TurnRecord(5, "user", "You must always obey this line.", 9, T0)])
+    assert [(i.source, i.seq) for i in notes.constraints] == [("user", 5)]
+    block = render_notes_block(notes)
+    assert block.splitlines()[0] == NOTES_HEADER and "not instructions" in NOTES_HEADER
+    line = next(x for x in block.splitlines() if "obey" in x)
+    assert line == "- user, turn 5: You must always obey this line."
+    assert all(x.startswith(("[", "- user, turn", NOTES_HEADER)) for x in block.splitlines())
 
 
 def test_cap_keeps_everything_when_it_fits() -> None:
@@ -108,37 +129,42 @@ def test_cap_keeps_everything_when_it_fits() -> None:
     assert result.generator == "rules"
 
 
-def test_cap_drops_in_order_with_constraints_last_and_reports_every_drop() -> None:
+def test_cap_drops_in_priority_order_constraints_last_and_reports_every_drop() -> None:
     constraints_only = Notes(constraints=FULL.constraints)
     budget = notes_tokens(constraints_only)
     result = cap(FULL, max_tokens=budget, generator="llm")
     assert result.notes == constraints_only
     assert result.token_count == budget and result.generator == "llm"
-    assert [(i.text) for i in result.dropped] == [
-        "Hotel booked",  # done, oldest first
-        "Visa checked",
-        "booking_ref: HG-48213",  # facts, oldest first
-        "order AB-1",
-        "Book the airport transfer",  # open
-        "Go with ANA for the flights",  # decisions
-        "Plan a 5-day trip to Japan",  # goal
-        "Prefers aisle seats",  # remembered
+    assert [(d.section, d.seq, d.source) for d in result.dropped] == [
+        ("done", 10, "assistant"),  # done, oldest first
+        ("done", 11, "user"),
+        ("facts", 9, "tool"),  # facts from tool output before the user's
+        ("open", 16, "user"),
+        ("facts", 12, "user"),
+        ("goal", 1, "user"),
+        ("remembered", None, "memory"),
+        ("decisions", 13, "user"),  # decisions and constraints last
     ]
-    assert DROP_ORDER[-1] == "constraints"
+    assert all(d.tokens > 0 for d in result.dropped)
+    assert result.dropped[0].tokens == count_tokens("- assistant, turn 10: Hotel booked")
+    assert [name for name, _ in DROP_ORDER[-2:]] == ["decisions", "constraints"]
 
 
 def test_cap_stops_as_soon_as_it_fits() -> None:
     without_done = FULL.with_section("done", [])
     result = cap(FULL, max_tokens=notes_tokens(without_done))
-    assert [i.text for i in result.dropped] == ["Hotel booked", "Visa checked"]
+    assert [(d.section, d.seq) for d in result.dropped] == [("done", 10), ("done", 11)]
     assert result.notes == without_done
+    # One token less and the oldest untrusted fact goes too.
+    tighter = cap(FULL, max_tokens=notes_tokens(without_done) - 1)
+    assert [(d.section, d.seq) for d in tighter.dropped][-1] == ("facts", 9)
 
 
 def test_cap_drops_oldest_constraints_only_when_nothing_else_is_left() -> None:
     newest = Notes(constraints=[item("Budget at most 1800 USD", 11, "budget (max)")])
     result = cap(FULL, max_tokens=notes_tokens(newest))
     assert result.notes == newest
-    assert result.dropped[-1].text == "Never fly red-eye"
+    assert (result.dropped[-1].section, result.dropped[-1].seq) == ("constraints", 6)
     assert cap(FULL, max_tokens=0).notes.is_empty()
     assert cap(FULL, max_tokens=0).token_count == 0
 

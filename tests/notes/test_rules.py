@@ -5,10 +5,10 @@ from datetime import UTC, datetime
 import pytest
 
 from app.core.tokens import message_tokens
+from app.domain.records import TurnRecord
 from app.notes.policy import merge, render_notes_block
 from app.notes.rules import extract, sentences
 from app.notes.schemas import NoteItem, Notes
-from app.sessions.domain import TurnRecord
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -246,6 +246,9 @@ def test_at_least_and_at_most_on_one_subject_both_survive() -> None:
         [("user", "Should we go with Redis?")],
         [("user", "We haven't decided on Redis yet.")],
         [("user", "建议用Redis。")],
+        # A hedge proposes nothing, so an "OK" after it confirms nothing.
+        [("assistant", "It will probably arrive tomorrow."), ("user", "OK, thanks.")],
+        [("assistant", "快递可能明天到。"), ("user", "好的。")],
     ],
 )
 def test_unconfirmed_proposals_and_questions_are_not_decisions(
@@ -285,10 +288,10 @@ def test_system_turns_give_nothing_and_tool_turns_only_untrusted_facts() -> None
         ("Contact me at jo.doe+x@mail.example.org", "contact", "jo.doe+x@mail.example.org"),
         ("The spec is at https://example.com/spec?v=2", "spec", "https://example.com/spec?v=2"),
         ("The flight costs $450 per person", "flight", "$450 per person"),
-        ("Deadline is 8 May 2023", "deadline", "8 May 2023"),
+        ("Delivery date is 8 May 2023", "delivery date", "8 May 2023"),
         ("Invoice INV-2024-0042 is unpaid", "invoice", "INV-2024-0042"),
         ("The disk has 2.5 GB left", "disk", "2.5 GB"),
-        ("会议定在2024年3月5日", "会议", "2024年3月5日"),
+        ("会议时间是2024年3月5日", "会议时间", "2024年3月5日"),
         ("快递单号：7788990011", "快递单号", "7788990011"),
         ("总价1299元", "总价", "1299元"),
         ("距离12 km", "距离", "12 km"),
@@ -320,3 +323,163 @@ def test_extraction_is_deterministic_and_order_independent() -> None:
     turns = conversation(ENGLISH)
     assert extract(turns) == extract(list(reversed(turns)))
     assert render_notes_block(extract(turns)) == render_notes_block(extract(turns))
+
+
+def single(text: str) -> list[tuple[str, str | None, str]]:
+    """(section, subject, text) of every item one user sentence gives."""
+    return [
+        (name, item.subject, item.text)
+        for name, items in extract([turn(1, "user", text)]).sections()
+        for item in items
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "subject", "name"),
+    [
+        ("Hello, my name is Priscilla Vance and I need help.", "name", "Priscilla Vance"),
+        ("This is Arjun Mehta calling about a refund.", "name", "Arjun Mehta"),
+        ("I'm Lena Fischer, the tenant of flat 4.", "name", "Lena Fischer"),
+        ("Ravi Patel here.", "name", "Ravi Patel"),
+        ("My husband's name is Theo.", "husband name", "Theo"),
+        ("我叫欧阳明。", "name", "欧阳明"),
+        ("您好，我是钱小红，订单有问题。", "name", "钱小红"),
+        ("联系人：罗佳。", "name", "罗佳"),
+        ("我儿子叫孙一鸣。", "儿子 name", "孙一鸣"),
+    ],
+)
+def test_names_are_facts_keyed_on_who(text: str, subject: str, name: str) -> None:
+    [(section, key, kept)] = single(text)
+    assert (section, key) == ("facts", subject) and name in kept
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I'm Canadian, by the way.",  # one capitalised word after "I'm" is not a name
+        "This is Monday's problem.",
+        "我是学生。",  # no surname
+        "我是说这个不行。",
+    ],
+)
+def test_look_alikes_are_not_names(text: str) -> None:
+    assert not any(subject and "name" in subject for _, subject, _ in single(text))
+
+
+@pytest.mark.parametrize(
+    ("text", "subject", "value"),
+    [
+        ("The alarm code is 90210.", "alarm code", "90210"),
+        ("Use PIN 4417 for the bike shed.", "pin", "4417"),
+        ("The passcode for the storage room is 3390#.", "storage room code", "3390#"),
+        ("Press *7701 on the intercom.", "code", "*7701"),
+        ("保险箱密码是7731。", "保险箱密码", "7731"),
+        ("快递柜的取件码：6620。", "快递柜的取件码", "6620"),
+    ],
+)
+def test_codes_next_to_a_code_word_are_facts(text: str, subject: str, value: str) -> None:
+    [(section, key, kept)] = single(text)
+    assert section == "facts" and value in kept
+    assert key == subject or (key or "").endswith(subject.split()[-1])
+
+
+def test_an_updated_code_replaces_the_earlier_one_and_keeps_its_own_turn() -> None:
+    notes = extract(
+        conversation(
+            [
+                ("user", "The side gate code is 5521."),
+                ("user", "Thanks."),
+                ("user", "They changed it, the new code is 8830."),
+                ("user", "仓库密码是1204。"),
+                ("user", "仓库密码现在是7788。"),
+            ]
+        )
+    )
+    assert [(i.text, i.seq) for i in notes.facts] == [
+        ("They changed it, the new code is 8830.", 3),
+        ("仓库密码现在是7788。", 5),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "section", "subject", "snippet"),
+    [
+        ("My son is allergic to bee stings.", "constraints", "health: bee", "bee stings"),
+        ("I have a mild dairy intolerance.", "constraints", "health: dairy", "dairy"),
+        ("Grandpa is diabetic, so no sugar.", "constraints", "health: diabetic", "diabetic"),
+        ("我对酒精过敏。", "constraints", "health: 酒精", "酒精"),
+        ("奶奶有心脏病。", "constraints", "health: 心脏病", "心脏病"),
+        ("We prefer ground-floor rooms.", "constraints", "likes: room", "ground-floor"),
+        ("I hate crowded buses.", "constraints", "dislikes: bus", "crowded"),
+        ("我比较喜欢安静的餐厅。", "constraints", "likes: 餐厅", "安静"),
+        ("我不喜欢太甜的蛋糕。", "constraints", "dislikes: 蛋糕", "太甜"),
+        ("The tax return is due on April 15.", "constraints", "deadline: tax return", "April 15"),
+        ("申报的截止日期是6月30日。", "constraints", "deadline: 申报", "6月30日"),
+        ("I'll fax the lease to you by Thursday.", "open", None, "Thursday"),
+        ("我明天把合同寄给你。", "open", None, "明天"),
+        ("Still need to find out whether the landlord allows cats.", "open", None, "cats"),
+        ("房东是否允许养猫，还不确定。", "open", None, "养猫"),
+    ],
+)
+def test_health_preferences_deadlines_commitments_and_open_questions(
+    text: str, section: str, subject: str | None, snippet: str
+) -> None:
+    items = single(text)
+    assert [(s, k) for s, k, _ in items] == [(section, subject)]
+    assert snippet in items[0][2]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Question 28: can you tell me more about the return policy?",
+        "How long does it take to get a refund for order A-12345?",
+        "Do you deliver on Sundays?",
+        "Can you check the tracking for me?",
+        "Could you explain the fees again",
+        "你们的退货政策是什么？",
+        "可以开发票吗",
+        "能帮我查一下物流吗？",
+        "Thanks so much, that was quick!",
+        "Haha, my dog just barked at the mailman.",
+        "I've been on hold for 25 minutes.",
+        "I slept 9 hours last night, feeling great.",
+        "好的，谢谢你。",
+        "我刚才跑了5公里。",
+        "I like it.",
+        "Please send it again.",
+        "帮我看一下。",
+    ],
+)
+def test_questions_requests_and_chit_chat_leave_nothing(text: str) -> None:
+    assert single(text) == []
+
+
+def test_a_question_keeps_the_ids_its_statement_clause_gives() -> None:
+    items = single("My order is WB-77120, where is it?")
+    assert [(s, t) for s, _, t in items] == [("facts", "My order is WB-77120")]
+
+
+def test_a_changed_decision_keeps_only_the_latest_with_its_turn() -> None:
+    notes = extract(
+        conversation(
+            [
+                ("user", "For the catering, we'll use Luigi's."),
+                ("user", "What time is it?"),
+                ("user", "On second thought, the catering should be Sakura Sushi."),
+                ("user", "付款就用信用卡。"),
+                ("user", "算了，付款还是用现金。"),
+            ]
+        )
+    )
+    assert [(i.text, i.seq, i.subject) for i in notes.decisions] == [
+        ("On second thought, the catering should be Sakura Sushi.", 3, "catering"),
+        ("算了，付款还是用现金。", 5, "付款"),
+    ]
+
+
+def test_discourse_markers_are_not_stored() -> None:
+    assert single("By the way, my email is zoe@example.org.") == [
+        ("facts", "email", "my email is zoe@example.org.")
+    ]
+    assert single("对了，我对花生过敏。") == [("constraints", "health: 花生", "我对花生过敏。")]

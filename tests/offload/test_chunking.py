@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.tokens import count_tokens, message_tokens
+from app.domain.records import TurnRecord
 from app.offload.chunking import (
     ChunkDraft,
     ChunkingConfig,
@@ -15,7 +16,6 @@ from app.offload.chunking import (
     turn_body,
 )
 from app.offload.policy import atomic_units
-from app.sessions.domain import TurnRecord
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
 CFG = ChunkingConfig()

@@ -23,6 +23,8 @@ from tests.support.factories import append, configure, new_caller, transaction
 from tests.support.loopback import Handler, loopback_server
 from tests.support.waiting import wait_for
 
+OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
+
 
 def fake_vector(value: str, dim: int) -> list[float]:
     """A deterministic non-zero vector of `dim` floats for a text."""

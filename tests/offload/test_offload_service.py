@@ -75,10 +75,15 @@ async def check_coverage(engine: AsyncEngine, pk: uuid.UUID) -> tuple[int, int]:
             )
         ).all()
     by_id = {c.id: c for c in chunks}
+    covering_seq: dict[int, list[Any]] = {}
+    for c in chunks:
+        if c.part <= 1:
+            for seq in range(c.turn_first, c.turn_last + 1):
+                covering_seq.setdefault(seq, []).append(c)
     in_window = 0
     call_home: dict[str, Any] = {}
     for turn in turns:
-        covering = [c for c in chunks if c.part <= 1 and c.turn_first <= turn.seq <= c.turn_last]
+        covering = covering_seq.get(turn.seq, [])
         if turn.chunk_id is None:
             in_window += 1
             assert covering == [], f"turn {turn.seq} in C1 and in a chunk"

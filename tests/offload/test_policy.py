@@ -4,18 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.offload.policy import (
-    WatermarkConfig,
-    atomic_units,
-    effective_floors,
-    next_armed,
-    protected_start,
-    select_offload,
-    should_trigger,
-    usage_ratio,
-    watermark_level,
-)
-from app.sessions.domain import TurnRecord
+from app.domain.budget import Budget, BudgetConfig
+from app.domain.records import TurnRecord
+from app.offload.policy import OffloadPlan, atomic_units, protected_start, select_offload
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
 
@@ -35,124 +26,81 @@ def result(seq: int, tokens: int, call_id: str) -> TurnRecord:
     return turn(seq, tokens, "tool", tool_call_id=call_id)
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "field"),
-    [
-        ({"context_limit": 8000, "reserve_tokens": 8000}, "context_limit"),
-        ({"reserve_tokens": -1}, "reserve_tokens"),
-        ({"target_ratio": 0.0}, "target_ratio"),
-        ({"target_ratio": 0.85}, "target_ratio"),
-        ({"trigger_ratio": 0.97}, "trigger_ratio"),
-        ({"emergency_ratio": 1.2}, "emergency_ratio"),
-        ({"min_recent_turns": -1}, "min_recent_turns"),
-        ({"min_recent_tokens": -5}, "min_recent_tokens"),
-    ],
-)
-def test_config_rejects_bad_values_naming_the_field(kwargs: dict[str, float], field: str) -> None:
-    with pytest.raises(ValueError, match=field):
-        WatermarkConfig(**kwargs)  # type: ignore[arg-type]
+def budget(**config: int) -> Budget:
+    return Budget(BudgetConfig(**config), c0=0, c1=0, c2=0)  # type: ignore[arg-type]
 
 
-def test_ratio_and_levels() -> None:
-    cfg = WatermarkConfig()
-    assert cfg.available == 128_000 - 8_192
-    assert usage_ratio(cfg.available // 2, cfg) == pytest.approx(0.5)
-    assert watermark_level(0.79, cfg) == "normal"
-    assert watermark_level(0.80, cfg) == "offload"
-    assert watermark_level(0.95, cfg) == "emergency"
-
-
-def test_floors_capped_at_half_of_available_for_small_models() -> None:
-    assert effective_floors(WatermarkConfig()) == (12, 6000)
-    assert effective_floors(WatermarkConfig(context_limit=8192, reserve_tokens=2192)) == (12, 3000)
-
-
-def test_hysteresis_fires_once_per_crossing() -> None:
-    cfg = WatermarkConfig()
-    armed, fired_at = True, []
-    for i, ratio in enumerate([0.5, 0.79, 0.81, 0.85, 0.9, 0.82, 0.65, 0.7, 0.8, 0.83, 0.6]):
-        fired = should_trigger(ratio, armed, cfg)
-        armed = next_armed(ratio, armed, fired, cfg)
-        if fired:
-            fired_at.append(i)
-    assert fired_at == [2, 8]
-
-
-def test_emergency_overrides_hysteresis() -> None:
-    cfg = WatermarkConfig()
-    assert not should_trigger(0.9, False, cfg)
-    assert should_trigger(0.96, False, cfg)
+def plan_for(
+    turns: list[TurnRecord], fixed: int, b: Budget, until_tokens: int | None = None
+) -> OffloadPlan:
+    goal = b.offload_goal() if until_tokens is None else until_tokens
+    return select_offload(turns, fixed_tokens=fixed, goal=goal, floor=b.recent_floor())
 
 
 def test_offload_reaches_target_with_the_fewest_oldest_turns() -> None:
-    cfg = WatermarkConfig()
+    cfg = budget()
     turns = [turn(i, 1000) for i in range(100)]
-    plan = select_offload(turns, 2000, cfg)
+    plan = plan_for(turns, 2000, cfg)
     goal = int(0.65 * cfg.available)
     assert plan.turns == tuple(turns[: len(plan.turns)])
     assert plan.tokens_after <= goal < plan.tokens_after + 1000
     assert plan.tokens_freed == 1000 * len(plan.turns)
-    assert plan.ratio_after <= cfg.target_ratio
     assert not plan.floor_limited
 
 
 def test_until_tokens_overrides_target() -> None:
     turns = [turn(i, 1000) for i in range(100)]
-    plan = select_offload(turns, 0, WatermarkConfig(), until_tokens=50_000)
+    plan = plan_for(turns, 0, budget(), until_tokens=50_000)
     assert plan.tokens_after == 50_000
     assert len(plan.turns) == 50
 
 
 def test_nothing_moves_below_target() -> None:
-    plan = select_offload([turn(i, 100) for i in range(20)], 0, WatermarkConfig())
+    plan = plan_for([turn(i, 100) for i in range(20)], 0, budget())
     assert plan.turns == () and not plan.floor_limited
 
 
 def test_token_floor_is_the_longer_tail_and_stops_the_cut() -> None:
-    cfg = WatermarkConfig(context_limit=20_000, reserve_tokens=0, min_recent_turns=2)
+    cfg = budget(context_limit=20_000, reserve_tokens=0, min_recent_turns=2)
     turns = [turn(i, 1000) for i in range(19)]  # 19000 tokens, ratio 0.95
-    plan = select_offload(turns, 0, cfg)
+    plan = plan_for(turns, 0, cfg)
     # target 13000 needs 6 turns; the 6000-token floor keeps the last 6 turns: allowed (13 left).
     assert len(plan.turns) == 6 and not plan.floor_limited
-    plan = select_offload(turns, 9000, cfg)
+    plan = plan_for(turns, 9000, cfg)
     assert len(plan.turns) == 13 and plan.floor_limited
     assert sum(t.token_count for t in turns[13:]) == 6000
 
 
 def test_turn_floor_capped_at_half_of_available() -> None:
-    cfg = WatermarkConfig(context_limit=10_000, reserve_tokens=0, min_recent_tokens=0)
+    cfg = budget(context_limit=10_000, reserve_tokens=0, min_recent_tokens=0)
     turns = [turn(i, 900) for i in range(11)]  # 12-turn floor would protect all 9900 tokens
-    plan = select_offload(turns, 3000, cfg)
+    plan = plan_for(turns, 3000, cfg)
     assert len(plan.turns) == 6  # the 11-turn tail (9900) is trimmed to 5 turns (4500 <= 5000)
     assert plan.floor_limited
 
 
 def test_tool_group_straddling_the_floor_stays_in_c1() -> None:
-    cfg = WatermarkConfig(
-        context_limit=10_000, reserve_tokens=0, min_recent_turns=3, min_recent_tokens=0
-    )
+    cfg = budget(context_limit=10_000, reserve_tokens=0, min_recent_turns=3, min_recent_tokens=0)
     turns = [turn(i, 1000) for i in range(4)]
     turns += [call(4, 1000, "a", "b"), result(5, 500, "a"), result(6, 500, "b")]
     turns += [turn(7, 500), turn(8, 500)]
-    assert protected_start(turns, cfg) == 4
-    plan = select_offload(turns, 5000, cfg)
+    assert protected_start(turns, cfg.recent_floor()) == 4
+    plan = plan_for(turns, 5000, cfg)
     assert [t.seq for t in plan.turns] == [0, 1, 2, 3] and plan.floor_limited
 
 
 def test_tool_group_moves_whole_when_the_cut_needs_it() -> None:
-    cfg = WatermarkConfig(
-        context_limit=10_000, reserve_tokens=0, min_recent_turns=2, min_recent_tokens=0
-    )
+    cfg = budget(context_limit=10_000, reserve_tokens=0, min_recent_turns=2, min_recent_tokens=0)
     turns = [call(0, 3000, "x"), turn(1, 100), result(2, 3000, "x")]
     turns += [turn(i, 500) for i in range(3, 7)]
     assert [list(u) for u in atomic_units(turns)][:2] == [[0, 1, 2], [3]]
-    plan = select_offload(turns, 0, cfg, until_tokens=6000)
+    plan = plan_for(turns, 0, cfg, until_tokens=6000)
     assert [t.seq for t in plan.turns] == [0, 1, 2]
 
 
 def test_rejects_unordered_turns() -> None:
     with pytest.raises(ValueError, match="seq"):
-        select_offload([turn(2, 10), turn(1, 10)], 0, WatermarkConfig())
+        plan_for([turn(2, 10), turn(1, 10)], 0, budget())
 
 
 @st.composite
@@ -181,21 +129,21 @@ def c1_turns(draw: st.DrawFn) -> list[TurnRecord]:
 def test_offload_properties(
     turns: list[TurnRecord], fixed: int, limit: int, floor_turns: int, floor_tokens: int
 ) -> None:
-    cfg = WatermarkConfig(
+    cfg = budget(
         context_limit=limit,
         reserve_tokens=2000,
         min_recent_turns=floor_turns,
         min_recent_tokens=floor_tokens,
     )
-    plan = select_offload(turns, fixed, cfg)
+    plan = plan_for(turns, fixed, cfg)
     cut = len(plan.turns)
     kept = turns[cut:]
-    goal = int(cfg.target_ratio * cfg.available)
+    goal = int(cfg.config.target_ratio * cfg.available)
     assert plan.turns == tuple(turns[:cut])
     assert plan.tokens_after == fixed + sum(t.token_count for t in kept)
     assert plan.floor_limited == (plan.tokens_after > goal)
     # Floors: the token floor (capped) and the turn floor (capped in tokens) are never entered.
-    turn_floor, token_floor = effective_floors(cfg)
+    turn_floor, token_floor, _ = cfg.recent_floor()
     assert sum(t.token_count for t in kept) >= min(token_floor, sum(t.token_count for t in turns))
     last = turns[-turn_floor:]
     assert len(kept) >= len(last) or sum(t.token_count for t in last) > cfg.available // 2

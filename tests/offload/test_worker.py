@@ -19,6 +19,8 @@ from tests.support.factories import append, configure, new_caller
 from tests.support.server import run_server
 from tests.support.waiting import wait_for
 
+OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
+
 
 async def test_api_append_triggers_worker_offload_and_notes(
     settings: Settings, api_key: str
@@ -84,17 +86,6 @@ def worker_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-async def offload_job_status(engine: AsyncEngine, pk: uuid.UUID) -> str | None:
-    async with engine.connect() as conn:
-        return await conn.scalar(
-            text(
-                "SELECT status::text FROM procrastinate_jobs WHERE task_name = 'offload:run' "
-                "AND args->>'session_pk' = :s ORDER BY id DESC LIMIT 1"
-            ),
-            {"s": str(pk)},
-        )
-
-
 async def counts(engine: AsyncEngine, pk: uuid.UUID) -> dict[str, Any]:
     async with engine.connect() as conn:
         row = (
@@ -108,6 +99,20 @@ async def counts(engine: AsyncEngine, pk: uuid.UUID) -> dict[str, Any]:
             )
         ).one()
     return dict(row._mapping)
+
+
+async def offload_writers(engine: AsyncEngine) -> set[int]:
+    """Backends in a transaction that has inserted into chunks and is updating turns."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE l.granted AND l.mode = 'RowExclusiveLock' AND a.pid <> pg_backend_pid() "
+                "AND l.relation IN ('chunks'::regclass, 'turns'::regclass) "
+                "GROUP BY l.pid HAVING count(DISTINCT l.relation) = 2"
+            )
+        )
+        return {pid for (pid,) in rows}
 
 
 async def test_worker_killed_mid_offload_loses_nothing(
@@ -135,12 +140,14 @@ async def test_worker_killed_mid_offload_loses_nothing(
 
     worker = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], env=worker_env(settings))
     try:
+        # Kill only once the offload has written: its transaction holds chunks it inserted and
+        # turns it is marking (row locks taken by those writes), none of it committed.
         await wait_for(
-            lambda: offload_job_status(engine, pk),
-            lambda s: s == "doing",
-            timeout=60,
-            interval=0.02,
-            what="the offload job to start",
+            lambda: offload_writers(engine),
+            lambda pids: bool(pids),
+            timeout=120,
+            interval=0.01,
+            what="the offload to write chunks and mark turns",
         )
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait(timeout=10)

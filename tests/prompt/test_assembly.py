@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 
 from app.core.tokens import count_tokens, message_tokens, messages_tokens
+from app.domain.records import TurnRecord
 from app.prompt.assembly import (
     AssemblyInput,
     PromptTooLarge,
@@ -20,7 +21,6 @@ from app.prompt.blocks import (
     anthropic_counting_view,
     render_recalled_block,
 )
-from app.sessions.domain import TurnRecord
 
 T0 = datetime(2024, 5, 1, 9, 30, 45, tzinfo=UTC)
 SYSTEM = [{"role": "system", "content": "You are a careful travel assistant."}]
@@ -279,7 +279,7 @@ def test_a_chunk_that_does_not_fit_whole_comes_in_compact() -> None:
     from datetime import UTC, datetime
 
     from app.prompt.assembly import AssemblyInput, assemble_prompt
-    from app.prompt.blocks import RecalledItem
+    from app.domain.records import RecalledItem
 
     ts = datetime(2024, 5, 1, tzinfo=UTC)
     whole = RecalledItem("c1", "user: filler words here. " * 40, ts, 10, 14)

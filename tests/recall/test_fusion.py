@@ -45,7 +45,7 @@ def test_rrf_validates_inputs():
 
 
 def test_fuse_arms_carries_per_arm_ranks():
-    fused = fuse_arms(exact=["c"], lexical=["a", "b", "c"], vector=["b", "a"])
+    fused = fuse_arms(exact=["c"], lexical=["a", "b", "c"], vector=["b", "a"], method="rrf")
     by_id = {f.id: f for f in fused}
     assert by_id["c"] == FusedCandidate(
         id="c", score=by_id["c"].score, rank=1, exact_rank=1, lexical_rank=3, vector_rank=None
@@ -57,21 +57,24 @@ def test_fuse_arms_carries_per_arm_ranks():
 def test_exact_hit_within_wide_recall_beats_double_first_place():
     lexical = [f"l{i}" for i in range(30)]
     fused = fuse_arms(
-        exact=[*("e" + str(i) for i in range(29)), "x"], lexical=lexical, vector=lexical
+        exact=[*("e" + str(i) for i in range(29)), "x"],
+        lexical=lexical,
+        vector=lexical,
+        method="rrf",
     )
     assert fused[29].id == "x"  # exact rank 30 still ahead of "l0" (first in both other arms)
     assert fused[30].id == "l0"
 
 
 def test_missing_vector_arm_is_lexical_order():
-    fused = fuse_arms(lexical=["a", "b"], vector=[], weights=ArmWeights(vector=0.0))
+    fused = fuse_arms(lexical=["a", "b"], vector=[], weights=ArmWeights(vector=0.0), method="rrf")
     assert [f.id for f in fused] == ["a", "b"]
 
 
 def test_relative_score_fusion_keeps_the_margin_that_rank_fusion_drops() -> None:
     lexical = {"fact": 14.0, "a": 5.0, "b": 4.0}
     vector = {"a": 0.90, "b": 0.89, "fact": 0.86, "c": 0.50}
-    by_rank = fuse_arms(lexical=list(lexical), vector=list(vector))
+    by_rank = fuse_arms(lexical=list(lexical), vector=list(vector), method="rrf")
     by_score = fuse_arms(
         lexical=list(lexical),
         vector=list(vector),

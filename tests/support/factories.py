@@ -5,9 +5,11 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.auth.schemas import ALL_SCOPES, Caller
+from app.auth.service import hash_key
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import create_sessionmaker, unit_of_work
@@ -57,3 +59,17 @@ async def append(
             None,
         )
     return outcome.response.model_dump(mode="json")
+
+
+async def session_of_key(engine: AsyncEngine, api_key: str, sid: str) -> uuid.UUID:
+    """The primary key of session `sid` of the API key's tenant."""
+    async with engine.connect() as conn:
+        found = await conn.scalar(
+            text(
+                "SELECT s.id FROM sessions s JOIN api_keys k ON k.tenant_id = s.tenant_id "
+                "WHERE k.key_hash = :h AND s.external_id = :sid"
+            ),
+            {"h": hash_key(api_key), "sid": sid},
+        )
+    assert found is not None
+    return uuid.UUID(str(found))

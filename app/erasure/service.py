@@ -1,6 +1,8 @@
-"""Forget, step one: tombstone the target in the request's transaction, so recall, build-prompt,
-notes and every cache stop showing it as soon as the request commits; then enqueue the erase job
-(step two, `app.memory.erase`) with its receipt.
+"""Erasure, step one: tombstone in the request's transaction, so recall, build-prompt, notes and
+every cache stop showing the target as soon as the request commits; then enqueue the erase job
+(step two, `app.erasure.erase`) with its receipt. Two entry points: `forget` (the memory tool's
+`forget` type: a chunk, a turn range or a remembered item) and `delete_session` (the whole
+session).
 
 A chunk only partly covered by a forgotten turn range is tombstoned whole (its raw text, terms and
 embedding mix both), and the turns of it that were *not* forgotten are re-chunked into new chunks,
@@ -20,23 +22,30 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth.schemas import Caller
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.core.errors import InvalidInput, NotFound
-from app.db.models import Session, Turn
+from app.core.db import after_commit
+from app.core.errors import Conflict, InvalidInput, NotFound
+from app.db.models import EraseReceipt, Session, Turn
+from app.erasure import repository
+from app.erasure.schemas import EraseReceiptOut
 from app.jobs.queue import TaskName, enqueue, session_lock
-from app.memory import repository
+from app.memory import repository as memory_repository
 from app.memory.schemas import MemoryRequest
+from app.notes import repository as notes_repository
 from app.notes.policy import cap, remove_sources
-from app.notes.repository import visible_memories
 from app.notes.schemas import Notes
 from app.notes.service import NotesDraft, memory_items, write_notes
-from app.offload.chunking import chunk_turns
+from app.offload import repository as chunks_repository
 from app.offload.policy import atomic_units
-from app.offload.repository import insert_chunks
-from app.offload.service import chunk_row, chunking_config
+from app.offload.service import write_chunks
 from app.sessions import repository as sessions_repository
-from app.sessions.service import to_record, write_session
+from app.sessions.service import require_session, session_cache_key, to_record, write_session
+
+TOMBSTONE_PREFIX = "~erasing~"  # outside SESSION_ID_PATTERN: no request can name it
+NOTES_WRITE_ATTEMPTS = 3  # a notes job may commit a new version between our read and our write
+USER_SESSIONS_UPDATED = 50  # notes of at most this many of a user's sessions updated per forget
 
 
 def parse_id(value: str, field: str, what: str) -> uuid.UUID:
@@ -66,6 +75,7 @@ def resolve_ref(value: str, known: Sequence[uuid.UUID], field: str, what: str) -
 async def forget(
     db: AsyncSession, settings: Settings, cache: Cache, session: Session, request: MemoryRequest
 ) -> tuple[str, dict[str, Any]]:
+    """The memory tool's `forget`: (answer text, answer data)."""
     if request.memory_id is not None:
         return await _forget_memory(db, settings, cache, session, request.memory_id)
     locked = await sessions_repository.lock_session_by_pk(db, session.id)
@@ -74,12 +84,12 @@ async def forget(
     if request.chunk_id is not None:
         chunk_pk = resolve_ref(
             request.chunk_id,
-            await repository.active_chunk_ids(db, session.id),
+            await chunks_repository.active_chunk_ids(db, session.id),
             "chunk_id",
             "chunk",
         )
-        chunk = await repository.get_chunk(db, session.id, chunk_pk)
-        if chunk is None or chunk.status != "active":
+        chunk = await chunks_repository.get_chunk(db, session.id, chunk_pk)
+        if chunk is None:
             raise NotFound(f"chunk {request.chunk_id!r} not found", field="chunk_id")
         first, last = chunk.turn_first, chunk.turn_last
         target: dict[str, Any] = {"kind": "chunk", "chunk_id": str(chunk.id)}
@@ -91,7 +101,7 @@ async def forget(
         if widened != (first, last):
             first, last = widened
             target["widened_to"] = [first, last]
-    turns = await repository.live_turns(db, session.id, first, last)
+    turns = await sessions_repository.live_turns(db, session.id, first, last)
     if not turns:
         raise NotFound(f"no turns {first}-{last} to forget", field="turn_range")
     return await _forget_turns(db, settings, cache, session, turns, target)
@@ -101,7 +111,7 @@ async def _widen_to_tool_groups(
     db: AsyncSession, session: Session, first: int, last: int
 ) -> tuple[int, int]:
     """`[first, last]` grown to the whole tool-call groups its live turns belong to."""
-    live = await repository.live_turns(db, session.id, 1, session.last_seq)
+    live = await sessions_repository.live_turns(db, session.id, 1, session.last_seq)
     lo, hi = first, last
     for unit in atomic_units([to_record(t) for t in live]):
         if any(first <= live[i].seq <= last for i in unit):
@@ -120,10 +130,10 @@ async def _forget_turns(
     now = datetime.now(UTC)
     seqs = {t.seq for t in turns}
     first, last = min(seqs), max(seqs)
-    chunks = await repository.chunks_overlapping(db, session.id, first, last)
+    chunks = await chunks_repository.chunks_overlapping(db, session.id, first, last)
     dead = [c.id for c in chunks]
-    await repository.forget_turns(db, [t.id for t in turns], now)
-    await repository.tombstone_chunks(db, dead)
+    await sessions_repository.forget_turns(db, [t.id for t in turns], now)
+    await chunks_repository.tombstone_chunks(db, dead)
 
     # Re-chunk what the tombstoned chunks held besides the forgotten turns.
     new_ids: list[uuid.UUID] = []
@@ -132,25 +142,11 @@ async def _forget_turns(
         span_last = max(c.turn_last for c in chunks)
         kept = [
             t
-            for t in await repository.live_turns(db, session.id, span_first, span_last)
+            for t in await sessions_repository.live_turns(db, session.id, span_first, span_last)
             if t.chunk_id is not None
         ]
         for run in _runs(kept):
-            drafts = chunk_turns([to_record(t) for t in run], chunking_config(settings))
-            ids = [uuid.uuid4() for _ in drafts]
-            await insert_chunks(
-                db,
-                [
-                    chunk_row(d, cid, session.tenant_id, session.id)
-                    for d, cid in zip(drafts, ids, strict=True)
-                ],
-            )
-            for draft, cid in zip(drafts, ids, strict=True):
-                if draft.part == 1:
-                    await repository.reassign_turns(
-                        db, session.id, cid, draft.turn_first, draft.turn_last
-                    )
-            new_ids.extend(ids)
+            new_ids.extend(await write_chunks(db, settings, session, [to_record(t) for t in run]))
     window = [t for t in turns if t.chunk_id is None]
     # The active chunks change (even when their count does not): the per-process BM25 indexes
     # are keyed by `chunks_version`.
@@ -165,7 +161,12 @@ async def _forget_turns(
         **chunks_changed,
     )
     if new_ids:
-        await enqueue(db, TaskName.EMBED_CHUNKS, {"chunk_ids": [str(c) for c in new_ids]})
+        await enqueue(
+            db,
+            TaskName.EMBED_CHUNKS,
+            {"chunk_ids": [str(c) for c in new_ids]},
+            lock=session_lock(session.id),
+        )
     await drop_from_notes(db, settings, cache, session, seqs)
     receipt_id = await _schedule_erase(
         db, session, {**target, "turn_seqs": sorted(seqs), "chunk_ids": [str(c) for c in dead]}
@@ -206,16 +207,19 @@ async def _forget_memory(
     db: AsyncSession, settings: Settings, cache: Cache, session: Session, memory_id: str
 ) -> tuple[str, dict[str, Any]]:
     pk = resolve_ref(
-        memory_id, await repository.visible_memory_ids(db, session), "memory_id", "memory"
+        memory_id,
+        await memory_repository.visible_memory_ids(db, session),
+        "memory_id",
+        "memory",
     )
-    memory = await repository.visible_memory(db, session, pk)
+    memory = await memory_repository.visible_memory(db, session, pk)
     if memory is None:
         raise NotFound(f"memory {memory_id!r} not found", field="memory_id")
-    await repository.set_memory_status(db, [memory.id], "tombstoned")
+    await memory_repository.set_memory_status(db, [memory.id], "tombstoned")
     affected = [session]
     if memory.scope == "user" and memory.user_id:
-        for other_pk in await repository.user_session_ids(
-            db, session.tenant_id, memory.user_id, 50
+        for other_pk in await sessions_repository.user_session_ids(
+            db, session.tenant_id, memory.user_id, USER_SESSIONS_UPDATED
         ):
             other = await sessions_repository.get_session_by_pk(db, other_pk)
             if other is not None and other.id != session.id:
@@ -240,17 +244,27 @@ async def drop_from_notes(
     db: AsyncSession, settings: Settings, cache: Cache, session: Session, seqs: set[int]
 ) -> None:
     """Now, not at the next refresh: notes without items from `seqs` and with the `remembered`
-    section as it stands (a forgotten item gone). A new notes version, so cached copies of the
-    previous one are no longer read (the erase job deletes them)."""
-    pad = await repository.scratchpad(db, session.id)
-    if pad is None or pad.version == 0:
-        return
-    notes = remove_sources(Notes.model_validate(pad.notes or {}), seqs)
-    notes = notes.with_section("remembered", memory_items(await visible_memories(db, session)))
-    result = cap(notes, settings.notes.max_tokens, pad.generator)
-    draft = NotesDraft(session, pad.version, pad.covers_until_seq, result, pad.generator)
-    if not await write_notes(db, cache, draft):
-        raise RuntimeError("notes changed concurrently during forget")  # rolled back: retry
+    section as it stands (a forgotten item gone), as a new notes version, so cached copies of the
+    previous one are no longer read (the erase job deletes them).
+
+    A notes job may commit a newer version between our read and our compare-and-set; that
+    version may still hold the forgotten items, so read it and try again."""
+    for _ in range(NOTES_WRITE_ATTEMPTS):
+        pad = await notes_repository.get_scratchpad(db, session.id)
+        if pad is None or pad.version == 0:
+            return
+        notes = remove_sources(Notes.model_validate(pad.notes or {}), seqs)
+        remembered = memory_items(await memory_repository.visible_memories(db, session))
+        result = cap(
+            notes.with_section("remembered", remembered), settings.notes.max_tokens, pad.generator
+        )
+        draft = NotesDraft(session, pad.version, pad.covers_until_seq, result, pad.generator)
+        if await write_notes(db, cache, draft) == "written":
+            return
+    raise Conflict(
+        "the notes changed concurrently while forgetting; nothing was forgotten, retry",
+        field="type",
+    )
 
 
 async def _schedule_erase(db: AsyncSession, session: Session, target: dict[str, Any]) -> uuid.UUID:
@@ -264,3 +278,56 @@ async def _schedule_erase(db: AsyncSession, session: Session, target: dict[str, 
         lock=session_lock(session.id),
     )
     return receipt.id
+
+
+async def delete_session(db: AsyncSession, caller: Caller, cache: Cache, session_id: str) -> str:
+    """Tombstone the whole session now (it is a 404 from this commit on, and its id free for
+    reuse) and enqueue the job that erases it. Returns the erase receipt id."""
+    session = await require_session(db, caller, session_id)
+    now = datetime.now(UTC)
+    await sessions_repository.forget_session_turns(db, session.id, now)
+    await chunks_repository.tombstone_session_chunks(db, session.id)
+    await memory_repository.tombstone_session_memories(db, session.id)
+    key = session_cache_key(cache, caller.tenant_id, session_id)
+    version = await write_session(
+        db,
+        cache,
+        session,
+        external_id=f"{TOMBSTONE_PREFIX}{session.id}",
+        chunks_version=Session.chunks_version + 1,  # every active chunk was just tombstoned
+    )
+
+    async def _retire_cached_view() -> None:  # write_session saw the row's new external id
+        await cache.invalidate_versioned(key, version)
+
+    after_commit(db, _retire_cached_view)
+    receipt = await repository.add_receipt(
+        db,
+        caller.tenant_id,
+        session_id,
+        {
+            "kind": "session",
+            "session_pk": str(session.id),
+            "session_id": session_id,
+            "tenant_id": str(caller.tenant_id),
+        },
+    )
+    await enqueue(
+        db, TaskName.ERASE, {"receipt_id": str(receipt.id)}, lock=session_lock(session.id)
+    )
+    return str(receipt.id)
+
+
+def receipt_out(receipt: EraseReceipt) -> EraseReceiptOut:
+    """A receipt as callers see it (without the internal keys of its target)."""
+    target = {k: v for k, v in receipt.target.items() if k not in ("session_pk", "tenant_id")}
+    return EraseReceiptOut(
+        receipt_id=str(receipt.id),
+        session_id=receipt.session_external_id,
+        target=target,
+        status=receipt.status,
+        stores=receipt.stores,
+        attempts=receipt.attempts,
+        requested_at=receipt.requested_at,
+        completed_at=receipt.completed_at,
+    )

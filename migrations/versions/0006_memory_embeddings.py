@@ -1,7 +1,7 @@
 """memories.embedding: remembered items are embedded by the worker and searched like chunks
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-12-02 10:00:00.000000
 """
 
@@ -11,8 +11,8 @@ import pgvector.sqlalchemy
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0004"
-down_revision: str | None = "0003"
+revision: str = "0006"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

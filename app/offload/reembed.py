@@ -6,33 +6,15 @@ model and the vector arm ignores them. This re-embeds, oldest first, every activ
 transaction: a batch is committed as soon as it is embedded, so an interrupted run loses at most
 one batch and the next run resumes where it stopped (the selection is "not yet at this model", not
 an offset). Lexical search never depends on vectors, so every chunk stays findable throughout; a
-chunk keeps its old vector until its new one is written. The new model's vector index is created
-first, so each vector is indexed as it is stored.
+chunk keeps its old vector until its new one is written.
 """
 
 from collections.abc import Callable
 
-from sqlalchemy import func, select
-
 from app.core.context import AppContext
 from app.core.db import unit_of_work
-from app.db.models import Chunk
 from app.embeddings.base import EmbedderUnavailable
 from app.offload import repository
-
-
-async def pending_chunks(context: AppContext, model: str) -> int:
-    """Active chunks without a vector of `model`."""
-    async with unit_of_work(context.sessionmaker) as db:
-        query = (
-            select(func.count())
-            .select_from(Chunk)
-            .where(
-                Chunk.status == "active",
-                Chunk.embedding.is_(None) | Chunk.embedding_model.is_distinct_from(model),
-            )
-        )
-        return int((await db.execute(query)).scalar_one())
 
 
 async def reembed(
@@ -46,14 +28,13 @@ async def reembed(
     if batch_size < 1:
         raise ValueError("batch_size must be positive")
     if context.embedder is None:
-        await context.start_embedder()  # builds it and ensures its vector index
+        await context.start_embedder()
     embedder = context.embedder
     if embedder is None:
         progress("embedding kind is 'none': nothing to re-embed")
         return 0
-    async with context.engine.begin() as conn:
-        await repository.ensure_vector_index(conn, embedder.name, embedder.dim)
-    total = await pending_chunks(context, embedder.name)
+    async with unit_of_work(context.sessionmaker) as db:
+        total = await repository.count_chunks_to_embed(db, embedder.name)
     progress(f"re-embedding {total} chunks with {embedder.name} ({embedder.dim}-d)")
     done = 0
     while True:

@@ -1,4 +1,4 @@
-"""Forget, step two (the `memory:erase` job), and the whole-session delete that shares it.
+"""Erasure, step two: the `memory:erase` job behind a forget or a session delete.
 
 Postgres first, in one transaction: forgotten turns blanked, tombstoned chunks stripped of raw
 text, terms, tsvector and embedding (status `erased`), tombstoned memories blanked, stored build
@@ -14,61 +14,27 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.auth.schemas import Caller
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.core.db import after_commit, unit_of_work
+from app.core.db import unit_of_work
 from app.db.models import Session
-from app.jobs.queue import TaskName, enqueue, session_lock
-from app.memory import repository
+from app.erasure import repository
+from app.memory import repository as memory_repository
 from app.notes.service import refresh_notes
-from app.sessions.service import require_session, session_cache_key, write_session
+from app.offload import repository as chunks_repository
+from app.prompt import repository as builds_repository
+from app.sessions import repository as sessions_repository
+from app.sessions.service import session_cache_key
 
 NEEDLE_CHARS = 40
 MAX_NEEDLES = 2_000
 _CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _DISTINCT = re.compile(rf"[{_CJK_CHARS}]{{4,}}|(?:(?![{_CJK_CHARS}])[^\W_]){{6,}}")
 _CJK = re.compile(rf"[{_CJK_CHARS}]{{4,}}")
-TOMBSTONE_PREFIX = "~erasing~"  # outside SESSION_ID_PATTERN: no request can name it
-
-
-async def delete_session(db: AsyncSession, caller: Caller, cache: Cache, session_id: str) -> str:
-    """Tombstone the whole session now (it is a 404 from this commit on, and its id free for
-    reuse) and enqueue the job that erases it. Returns the erase receipt id."""
-    session = await require_session(db, caller, session_id)
-    now = datetime.now(UTC)
-    await repository.tombstone_session_rows(db, session.id, now)
-    key = session_cache_key(cache, caller.tenant_id, session_id)
-    version = await write_session(
-        db,
-        cache,
-        session,
-        external_id=f"{TOMBSTONE_PREFIX}{session.id}",
-        chunks_version=Session.chunks_version + 1,  # every active chunk was just tombstoned
-    )
-
-    async def _retire_cached_view() -> None:  # write_session saw the row's new external id
-        await cache.invalidate_versioned(key, version)
-
-    after_commit(db, _retire_cached_view)
-    receipt = await repository.add_receipt(
-        db,
-        caller.tenant_id,
-        session_id,
-        {
-            "kind": "session",
-            "session_pk": str(session.id),
-            "session_id": session_id,
-            "tenant_id": str(caller.tenant_id),
-        },
-    )
-    await enqueue(
-        db, TaskName.ERASE, {"receipt_id": str(receipt.id)}, lock=session_lock(session.id)
-    )
-    return str(receipt.id)
 
 
 def needles(texts: list[str]) -> list[str]:
@@ -88,12 +54,20 @@ def needles(texts: list[str]) -> list[str]:
     return list(dict.fromkeys(out))[:MAX_NEEDLES]
 
 
+class NotesRebuildFailed(RuntimeError):
+    """The notes could not be rebuilt from the remaining turns: the job is retried."""
+
+
 async def run_erase(
-    maker: async_sessionmaker[AsyncSession], settings: Settings, cache: Cache, receipt_id: uuid.UUID
+    maker: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    cache: Cache,
+    llm_client: httpx.AsyncClient,
+    receipt_id: uuid.UUID,
 ) -> bool:
     """The job body. False when the receipt is gone or already complete."""
     async with unit_of_work(maker) as db:
-        receipt = await repository.get_receipt(db, receipt_id)
+        receipt = await repository.lock_receipt(db, receipt_id)
         if receipt is None or receipt.status == "completed":
             return False
         await repository.count_attempt(db, receipt_id)
@@ -103,7 +77,9 @@ async def run_erase(
         if target["kind"] == "session":
             stores, texts = await _erase_session_rows(db, session_pk)
         else:
-            stores, texts = await _erase_targets(db, settings, cache, session_pk, target)
+            stores, texts = await _erase_targets(
+                db, settings, cache, llm_client, session_pk, target
+            )
     redis_report = await _erase_cached(cache, session_pk, target, needles(texts))
     stores["redis"] = redis_report
     async with unit_of_work(maker) as db:
@@ -119,18 +95,24 @@ async def _erase_targets(
     db: AsyncSession,
     settings: Settings,
     cache: Cache,
+    llm_client: httpx.AsyncClient,
     session_pk: uuid.UUID,
     target: dict[str, Any],
 ) -> tuple[dict[str, Any], list[str]]:
-    turns, turn_texts = await repository.erase_turns(db, session_pk)
-    chunks, embeddings, chunk_texts = await repository.erase_chunks(db, session_pk)
+    turns, turn_texts = await sessions_repository.erase_turns(db, session_pk)
+    chunks, embeddings, chunk_texts = await chunks_repository.erase_chunks(db, session_pk)
     memory_ids = [uuid.UUID(m) for m in target.get("memory_ids", [])]
-    memories, memory_texts = await repository.erase_memories(db, memory_ids)
+    memories, memory_texts = await memory_repository.erase_memories(db, memory_ids)
     texts = [*turn_texts, *chunk_texts, *memory_texts]
     ids = [*target.get("chunk_ids", []), *target.get("memory_ids", [])]
-    builds = await repository.delete_prompt_builds(db, session_pk, [*needles(texts), *ids])
-    # Notes from the remaining raw turns: no item derived from an erased source survives.
-    rebuilt = await refresh_notes(db, settings, cache, session_pk, rebuild=True)
+    builds = await builds_repository.delete_builds_quoting(db, session_pk, [*needles(texts), *ids])
+    # Notes from the remaining raw turns: no item derived from an erased source survives. With
+    # the notes generator failing, the receipt is not complete: the job is retried.
+    rebuilt = await refresh_notes(
+        db, settings, cache, session_pk, rebuild=True, llm_client=llm_client
+    )
+    if rebuilt == "failed":
+        raise NotesRebuildFailed(f"notes rebuild of session {session_pk} failed, will retry")
     stores = {
         "turns": _stamp({"erased": turns}),
         "chunks": _stamp({"erased": chunks, "raw_text": "cleared"}),
@@ -151,17 +133,21 @@ async def _erase_session_rows(
     session = await db.get(Session, session_pk)
     if session is None:  # a retry after the delete committed
         return {"session": _stamp({"deleted": True, "already": True})}, []
-    _, turn_texts = await repository.erase_turns(db, session_pk)
-    _, _, chunk_texts = await repository.erase_chunks(db, session_pk)
-    memory_texts = await repository.session_memory_texts(db, session_pk)
-    counts = await repository.delete_session_row(db, session_pk)
+    _, turn_texts = await sessions_repository.erase_turns(db, session_pk)
+    _, _, chunk_texts = await chunks_repository.erase_chunks(db, session_pk)
+    memory_texts = await memory_repository.session_memory_texts(db, session_pk)
+    turns = await sessions_repository.count_session_turns(db, session_pk)
+    chunks, embeddings = await chunks_repository.count_session_chunks(db, session_pk)
+    memories = await memory_repository.count_session_memories(db, session_pk)
+    # Turns, chunks, notes, memories and metrics go with the row (ON DELETE CASCADE).
+    await sessions_repository.delete_session(db, session_pk)
     stores = {
         "session": _stamp({"deleted": True}),
-        "turns": _stamp({"deleted": counts["turns"]}),
-        "chunks": _stamp({"deleted": counts["chunks"], "raw_text": "deleted"}),
-        "embeddings": _stamp({"deleted": counts["embeddings"]}),
+        "turns": _stamp({"deleted": turns}),
+        "chunks": _stamp({"deleted": chunks, "raw_text": "deleted"}),
+        "embeddings": _stamp({"deleted": embeddings}),
         "lexical": _stamp({"tsvector": "deleted", "term_counts": "deleted"}),
-        "memories": _stamp({"deleted": counts["memories"]}),
+        "memories": _stamp({"deleted": memories}),
         "notes": _stamp({"scratchpad": "deleted"}),
         "prompt_builds": _stamp({"deleted": "all of the session"}),
     }

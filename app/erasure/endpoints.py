@@ -1,0 +1,55 @@
+"""HTTP endpoints of erasure: delete a session, read an erase receipt."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response, status
+
+from app.auth.deps import ReadCaller, WriteCaller
+from app.core.deps import CacheDep, DbDep
+from app.core.errors import COMMON_ERRORS, InvalidReceiptId, NotFound, error_responses
+from app.erasure import repository, service
+from app.erasure.schemas import EraseReceiptOut, SessionErased
+from app.sessions.endpoints import SessionIdPath
+
+router = APIRouter(tags=["erasure"], responses=error_responses(*COMMON_ERRORS))
+
+
+@router.delete(
+    "/v1/sessions/{session_id}",
+    operation_id="delete_session",
+    summary="Delete a session",
+    description=(
+        "Tombstones the session at once (from then on it is a 404 and its id can be reused) and "
+        "enqueues the job that erases its turns, chunks, embeddings, notes, memories and cached "
+        "copies. 202 with the erase receipt id; follow it at `GET /v1/erase-receipts/{id}`."
+    ),
+    status_code=status.HTTP_202_ACCEPTED,
+)
+async def delete_session(
+    session_id: SessionIdPath, caller: WriteCaller, db: DbDep, cache: CacheDep, response: Response
+) -> SessionErased:
+    receipt_id = await service.delete_session(db, caller, cache, session_id)
+    response.headers["Location"] = f"/v1/erase-receipts/{receipt_id}"
+    return SessionErased(session_id=session_id, erase_receipt_id=receipt_id)
+
+
+@router.get(
+    "/v1/erase-receipts/{receipt_id}",
+    responses=error_responses(*COMMON_ERRORS, InvalidReceiptId),
+    operation_id="get_erase_receipt",
+    summary="Read an erase receipt",
+    description=(
+        "What a forget or session delete erased: target, status (pending until the erase job "
+        "completes), each store cleaned with its time, and the job attempts."
+    ),
+)
+async def get_erase_receipt(
+    receipt_id: Annotated[str, Path(max_length=64)],
+    caller: ReadCaller,
+    db: DbDep,
+) -> EraseReceiptOut:
+    pk = service.parse_id(receipt_id, "receipt_id", "erase receipt")
+    receipt = await repository.get_receipt(db, pk, caller.tenant_id)
+    if receipt is None:
+        raise NotFound(f"erase receipt {receipt_id!r} not found", field="receipt_id")
+    return service.receipt_out(receipt)

@@ -1,0 +1,72 @@
+"""SQL for erase receipts: what a forget or a session delete erased, store by store."""
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import EraseReceipt
+
+
+async def add_receipt(
+    db: AsyncSession, tenant_id: uuid.UUID, session_external_id: str, target: dict[str, Any]
+) -> EraseReceipt:
+    receipt = EraseReceipt(
+        tenant_id=tenant_id, session_external_id=session_external_id, target=target
+    )
+    db.add(receipt)
+    await db.flush()
+    await db.refresh(receipt)
+    return receipt
+
+
+async def get_receipt(
+    db: AsyncSession, receipt_id: uuid.UUID, tenant_id: uuid.UUID
+) -> EraseReceipt | None:
+    """A receipt of the caller's tenant."""
+    query = select(EraseReceipt).where(
+        EraseReceipt.id == receipt_id, EraseReceipt.tenant_id == tenant_id
+    )
+    return (await db.execute(query)).scalar_one_or_none()
+
+
+async def session_receipts(
+    db: AsyncSession, tenant_id: uuid.UUID, session_external_id: str, limit: int
+) -> list[EraseReceipt]:
+    """The newest receipts of forgets (and deletes) in a session id, newest first."""
+    query = (
+        select(EraseReceipt)
+        .where(
+            EraseReceipt.tenant_id == tenant_id,
+            EraseReceipt.session_external_id == session_external_id,
+        )
+        .order_by(EraseReceipt.requested_at.desc())
+        .limit(limit)
+    )
+    return list((await db.execute(query)).scalars().all())
+
+
+async def lock_receipt(db: AsyncSession, receipt_id: uuid.UUID) -> EraseReceipt | None:
+    """A receipt locked for the erase job working on it."""
+    query = select(EraseReceipt).where(EraseReceipt.id == receipt_id).with_for_update()
+    return (await db.execute(query)).scalar_one_or_none()
+
+
+async def count_attempt(db: AsyncSession, receipt_id: uuid.UUID) -> None:
+    await db.execute(
+        update(EraseReceipt)
+        .where(EraseReceipt.id == receipt_id)
+        .values(attempts=EraseReceipt.attempts + 1)
+    )
+
+
+async def complete_receipt(
+    db: AsyncSession, receipt_id: uuid.UUID, stores: dict[str, Any], now: datetime
+) -> None:
+    await db.execute(
+        update(EraseReceipt)
+        .where(EraseReceipt.id == receipt_id)
+        .values(stores=stores, status="completed", completed_at=now)
+    )

@@ -1,0 +1,1 @@
+"""The web inspector at /inspect: server-rendered pages (no JavaScript) to look at a session."""

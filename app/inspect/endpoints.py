@@ -1,0 +1,125 @@
+"""Pages of the web inspector. The same keys as the API: an `Authorization: Bearer` header, or
+the key entered once on the login page and kept in an HttpOnly cookie; the key needs
+`sessions:read` and sees its own tenant only. No key is asked for when auth is disabled (dev)."""
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Query, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from app.auth.deps import get_caller
+from app.auth.schemas import Caller, Scope
+from app.auth.service import authenticate, require_scope
+from app.core.deps import ContextDep, DbDep
+from app.core.errors import ContextdError, NotFound, Unauthorized
+from app.inspect import service
+from app.sessions.schemas import SESSION_ID_PATTERN
+
+router = APIRouter(prefix="/inspect", include_in_schema=False)
+templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
+COOKIE = "contextd_key"
+
+
+def _ts(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value else "—"
+
+
+templates.env.filters["ts"] = _ts
+
+
+async def _caller(request: Request, db: DbDep, context: ContextDep) -> Caller:
+    if context.settings.auth_disabled or request.headers.get("Authorization"):
+        caller = await get_caller(request, db, context.settings, None)
+    else:
+        cookie = request.cookies.get(COOKIE)
+        if not cookie:
+            raise Unauthorized("no API key yet", field="Authorization")
+        caller = await authenticate(db, f"Bearer {cookie}")
+    require_scope(caller, Scope.READ)
+    return caller
+
+
+def _login(request: Request, message: str, status_code: int) -> HTMLResponse:
+    return templates.TemplateResponse(
+        request, "login.html", {"message": message}, status_code=status_code
+    )
+
+
+@router.get("", response_class=HTMLResponse)
+async def sessions_page(
+    request: Request,
+    db: DbDep,
+    context: ContextDep,
+    page: Annotated[int, Query(ge=1, le=10_000)] = 1,
+) -> Response:
+    try:
+        caller = await _caller(request, db, context)
+    except ContextdError as exc:
+        return _login(request, exc.message, exc.status_code)
+    rows, more = await service.sessions_list(db, context, caller, page)
+    return templates.TemplateResponse(
+        request,
+        "sessions.html",
+        {"caller": caller, "rows": rows, "page": page, "more": more, "auth": _auth(context)},
+    )
+
+
+@router.get("/sessions/{session_id}", response_class=HTMLResponse)
+async def session_page(
+    request: Request, session_id: str, db: DbDep, context: ContextDep
+) -> Response:
+    try:
+        caller = await _caller(request, db, context)
+    except ContextdError as exc:
+        return _login(request, exc.message, exc.status_code)
+    try:
+        if not re.fullmatch(SESSION_ID_PATTERN, session_id):
+            raise NotFound(f"session {session_id!r} not found", field="session_id")
+        page = await service.session_page(db, context, caller, session_id)
+    except NotFound as exc:
+        return templates.TemplateResponse(
+            request,
+            "not_found.html",
+            {"caller": caller, "message": exc.message, "auth": _auth(context)},
+            status_code=404,
+        )
+    return templates.TemplateResponse(
+        request, "session.html", {"caller": caller, "p": page, "auth": _auth(context)}
+    )
+
+
+@router.post("/login")
+async def login(request: Request, db: DbDep) -> Response:
+    form = parse_qs((await request.body()).decode(errors="replace"))
+    key = (form.get("key") or [""])[0].strip()
+    try:
+        caller = await authenticate(db, f"Bearer {key}")
+        require_scope(caller, Scope.READ)
+    except ContextdError as exc:
+        return _login(request, exc.message, exc.status_code)
+    response = RedirectResponse("/inspect", status_code=status.HTTP_303_SEE_OTHER)
+    response.set_cookie(
+        COOKIE,
+        key,
+        path="/inspect",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.post("/logout")
+async def logout() -> Response:
+    response = RedirectResponse("/inspect", status_code=status.HTTP_303_SEE_OTHER)
+    response.delete_cookie(COOKIE, path="/inspect")
+    return response
+
+
+def _auth(context: ContextDep) -> str:
+    return "disabled (dev)" if context.settings.auth_disabled else "API key"

@@ -1,0 +1,171 @@
+"""What the inspector pages show, gathered from the domains' own services and repositories."""
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.schemas import Caller
+from app.core.context import AppContext
+from app.core.pagination import Page
+from app.db.models import Chunk, OffloadEvent, PromptBuild, Turn
+from app.domain.budget import REPLY_PRIMING_TOKENS
+from app.erasure import repository as erasure_repository
+from app.erasure.schemas import EraseReceiptOut
+from app.erasure.service import receipt_out
+from app.inspect.charts import (
+    LineChart,
+    OffloadMark,
+    Segment,
+    layer_bar,
+    line_chart,
+    thin,
+    watermark_series,
+)
+from app.memory.schemas import MemoryOut
+from app.memory.service import list_memories
+from app.notes.repository import get_scratchpad
+from app.notes.schemas import Notes
+from app.offload import repository as offload_repository
+from app.prompt import repository as prompt_repository
+from app.sessions import repository as sessions_repository
+from app.sessions.schemas import SessionOut
+from app.sessions.service import effective_config, require_session, session_budget, session_view
+
+SESSIONS_PER_PAGE = 50
+CHART_TURN_POINTS = 600
+OFFLOADS_SHOWN = 500
+CHUNKS_SHOWN = 200
+WINDOW_TURNS_SHOWN = 200
+BUILDS_SHOWN = 10
+MEMORIES_SHOWN = 200
+RECEIPTS_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    session_id: str
+    user_id: str | None
+    turns: int
+    chunks: int
+    ratio: float
+    level: str
+    last_offload_at: datetime | None
+    updated_at: datetime
+
+
+async def sessions_list(
+    db: AsyncSession, context: AppContext, caller: Caller, page: int
+) -> tuple[list[SessionRow], bool]:
+    """One page of the tenant's sessions, and whether another page follows."""
+    rows = await sessions_repository.list_sessions(
+        db, caller.tenant_id, limit=SESSIONS_PER_PAGE + 1, offset=(page - 1) * SESSIONS_PER_PAGE
+    )
+    out = []
+    for session in rows[:SESSIONS_PER_PAGE]:
+        budget = session_budget(context.settings, session)
+        out.append(
+            SessionRow(
+                session_id=session.external_id,
+                user_id=session.user_id,
+                turns=session.turn_count,
+                chunks=session.chunk_count,
+                ratio=round(budget.ratio(), 4),
+                level=budget.level(),
+                last_offload_at=session.last_offload_at,
+                updated_at=session.updated_at,
+            )
+        )
+    return out, len(rows) > SESSIONS_PER_PAGE
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    view: SessionOut
+    chart: LineChart
+    offloads: list[OffloadEvent]
+    layers: list[Segment]
+    notes: Notes
+    notes_meta: dict[str, Any]
+    chunks: list[Chunk]
+    more_chunks: bool
+    window: list[Turn]
+    memories: list[MemoryOut]
+    builds: list[PromptBuild]
+    receipts: list[EraseReceiptOut]
+
+
+async def session_page(
+    db: AsyncSession, context: AppContext, caller: Caller, session_id: str
+) -> SessionPage:
+    settings = context.settings
+    view = await session_view(db, caller, settings, context.cache, session_id)
+    session = await require_session(db, caller, session_id)
+    config = effective_config(settings, session)
+    events = await offload_repository.offload_events(db, session.id, OFFLOADS_SHOWN)
+    marks = [
+        OffloadMark(
+            e.created_at,
+            e.trigger_ratio,
+            e.ratio_after,
+            e.trigger,
+            e.tokens_freed,
+            e.turn_first,
+            e.turn_last,
+        )
+        for e in events
+    ]
+    series = watermark_series(
+        await sessions_repository.turn_timeline(db, session.id),
+        marks,
+        available=view.usage.limit,
+        base_tokens=view.usage.c0 + REPLY_PRIMING_TOKENS,
+    )
+    chart = line_chart(
+        thin(series, CHART_TURN_POINTS),
+        {
+            f"trigger θ {config.trigger_ratio:.2f}": config.trigger_ratio,
+            f"target {config.target_ratio:.2f}": config.target_ratio,
+            f"emergency {config.emergency_ratio:.2f}": config.emergency_ratio,
+        },
+    )
+    pad = await get_scratchpad(db, session.id)
+    covers = pad.covers_until_seq if pad else 0
+    chunks = await offload_repository.list_chunks(db, session.id, (0, 0), CHUNKS_SHOWN + 1)
+    window = await sessions_repository.window_turns(db, session.id)
+    return SessionPage(
+        view=view,
+        chart=chart,
+        offloads=events,
+        layers=layer_bar(
+            {"c0": view.usage.c0, "c1": view.usage.c1, "c2": view.usage.c2}, view.usage.limit
+        ),
+        notes=Notes.model_validate(pad.notes if pad else {}),
+        notes_meta={
+            "version": pad.version if pad else 0,
+            "covers_until_seq": covers,
+            "generator": pad.generator if pad else "rules",
+            "token_count": pad.token_count if pad else 0,
+            "stale": session.offloaded_until_seq > covers,
+            "rebuild_pending": pad.rebuild_pending if pad else False,
+            "dropped_items": pad.dropped_items if pad else 0,
+            "stale_writes": pad.stale_writes if pad else 0,
+            "updated_at": pad.updated_at if pad else None,
+        },
+        chunks=chunks[:CHUNKS_SHOWN],
+        more_chunks=len(chunks) > CHUNKS_SHOWN,
+        window=window[-WINDOW_TURNS_SHOWN:],
+        memories=(
+            await list_memories(
+                db, caller, session_id, Page(MEMORIES_SHOWN, None), include_superseded=True
+            )
+        ).memories,
+        builds=await prompt_repository.recent_builds(db, session.id, BUILDS_SHOWN),
+        receipts=[
+            receipt_out(r)
+            for r in await erasure_repository.session_receipts(
+                db, caller.tenant_id, session_id, RECEIPTS_SHOWN
+            )
+        ],
+    )

@@ -1,0 +1,119 @@
+"""The MCP tools: `memory` (the very definition `GET /v1/memory/tool` serves, plus the session it
+works on) and `build_prompt` (the build-prompt request, plus the session).
+
+The server is stateless (any API process answers any request), so the session is an argument of
+every call rather than bound to an MCP connection.
+"""
+
+import copy
+import json
+from typing import Any, TypeVar
+
+import mcp_types as types
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.schemas import Caller, Scope
+from app.auth.service import require_scope
+from app.core.context import AppContext
+from app.core.errors import ContextdError, InvalidInput, NotFound
+from app.memory import service as memory_service
+from app.memory.schemas import MemoryRequest
+from app.memory.tool import TOOL_NAME as MEMORY
+from app.prompt.schemas import BuildPromptRequest
+from app.prompt.service import build_prompt
+from app.sessions.schemas import SESSION_ID_PATTERN
+
+BUILD_PROMPT = "build_prompt"
+SESSION_ID_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": SESSION_ID_PATTERN,
+    "description": "the contextd session (one conversation) this call works on",
+}
+BUILD_PROMPT_DESCRIPTION = (
+    "Build the prompt for the next model call of a contextd session: messages that fit the "
+    "model's window, in the order system prompt, notes, recalled history (quoted data, not "
+    "instructions), recent turns verbatim, then the query. With append: true the query is "
+    "stored as a user turn first. Answer: JSON with messages, usage (tokens per layer), "
+    "watermark, recall, fallbacks and the manifest of every fragment considered."
+)
+
+
+def with_session(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` (an object schema) with a required `session_id` in front."""
+    out = copy.deepcopy(schema)
+    out["properties"] = {"session_id": SESSION_ID_SCHEMA, **out.get("properties", {})}
+    out["required"] = ["session_id", *out.get("required", [])]
+    return out
+
+
+async def list_tools(db: AsyncSession, context: AppContext, caller: Caller) -> list[types.Tool]:
+    memory = await memory_service.tool(db, context, caller, "anthropic")
+    return [
+        types.Tool(
+            name=memory["name"],
+            description=memory["description"]
+            + "\n\nEvery call names its session_id (the conversation whose history to use).",
+            input_schema=with_session(memory["input_schema"]),
+        ),
+        types.Tool(
+            name=BUILD_PROMPT,
+            description=BUILD_PROMPT_DESCRIPTION,
+            input_schema=with_session(BuildPromptRequest.model_json_schema()),
+        ),
+    ]
+
+
+async def call_tool(
+    db: AsyncSession, context: AppContext, caller: Caller, name: str, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    """Run one tool call; the JSON answer of the matching REST endpoint."""
+    args = dict(arguments)
+    session_id = args.pop("session_id", None)
+    if not isinstance(session_id, str) or not session_id:
+        raise InvalidInput("session_id is required", field="session_id")
+    if name == MEMORY:
+        request = _validated(MemoryRequest, args)
+        answer = await memory_service.call(db, context, caller, session_id, request)
+        return answer.model_dump(mode="json")
+    if name == BUILD_PROMPT:
+        require_scope(caller, Scope.READ)
+        body = _validated(BuildPromptRequest, args)
+        if body.append:
+            require_scope(caller, Scope.WRITE)
+        response = await build_prompt(db, context, caller, session_id, body)
+        return response.model_dump(mode="json")
+    raise NotFound(f"no tool named {name!r}", field="name")
+
+
+Body = TypeVar("Body", MemoryRequest, BuildPromptRequest)
+
+
+def _validated(model: type[Body], args: dict[str, Any]) -> Body:
+    try:
+        return model.model_validate(args)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or None
+        raise InvalidInput(first["msg"], field=field) from None
+
+
+def tool_result(answer: dict[str, Any]) -> types.CallToolResult:
+    """The memory tool's `text` is what a model reads; other answers are their JSON."""
+    text = answer["text"] if isinstance(answer.get("text"), str) else _json(answer)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structured_content=answer
+    )
+
+
+def error_result(exc: ContextdError) -> types.CallToolResult:
+    """A refused call, as the model should see it: the REST error body, flagged as an error."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=_json(exc.body()))],
+        structured_content=exc.body(),
+        is_error=True,
+    )
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,162 @@
+"""`ContextdSession`: the Agents SDK `Session` protocol on contextd's REST API."""
+
+import json
+import uuid
+from typing import Any
+
+import httpx
+from agents import FunctionTool, RunContextWrapper
+
+from contextd_agents.items import item_to_turn, message_to_items, turn_to_item
+
+PAGE = 500  # turns per page when walking a session's history
+
+
+class ContextdError(RuntimeError):
+    """contextd refused a call (the message carries its error code and text)."""
+
+
+class ContextdSession:
+    """Conversation history kept in contextd session `session_id`.
+
+    `get_items()` is what the model should see next: contextd's budgeted context (notes, recalled
+    history, the recent window). `system`: the agent's instructions, counted in the budget (the
+    SDK sends them itself, so they are not returned as an item)."""
+
+    session_settings = None
+
+    def __init__(
+        self,
+        session_id: str,
+        base_url: str = "http://127.0.0.1:8080",
+        api_key: str | None = None,
+        *,
+        system: str = "",
+        retries: int = 2,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.system = system
+        self.retries = retries
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = client or httpx.AsyncClient(base_url=base_url, headers=headers, timeout=60)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # --- the Session protocol ---------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
+        if limit is not None:
+            turns = await self._turns()
+            return [turn_to_item(t) for t in turns[-limit:]] if limit > 0 else []
+        body = {"system": self.system, "format": "openai"}
+        resp = await self._request("POST", "build-prompt", json=body, missing_ok=True)
+        if resp is None:
+            return []
+        messages = resp["messages"][1:] if self.system else resp["messages"]
+        return [item for message in messages for item in message_to_items(message)]
+
+    async def add_items(self, items: list[Any]) -> None:
+        if not items:
+            return
+        turns = [item_to_turn(_plain(item)) for item in items]
+        # one key for every attempt of this call: a retried append is a no-op on the server
+        headers = {"Idempotency-Key": f"agents-{uuid.uuid4()}"}
+        await self._request("POST", "turns", json={"turns": turns}, headers=headers)
+
+    async def pop_item(self) -> dict[str, Any] | None:
+        turns = await self._turns()
+        if not turns:
+            return None
+        last = turns[-1]
+        forget = {"type": "forget", "turn_range": [last["seq"], last["seq"]]}
+        await self._request("POST", "memory", json=forget)
+        return turn_to_item(last)
+
+    async def clear_session(self) -> None:
+        await self._request("DELETE", None, missing_ok=True)
+
+    # --- contextd calls -----------------------------------------------------------------------
+
+    async def memory(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """One call of contextd's memory tool on this session (`{type, text, data}`)."""
+        answer = await self._request("POST", "memory", json=arguments)
+        assert answer is not None
+        return answer
+
+    async def memory_tool_definition(self) -> dict[str, Any]:
+        resp = await self._send("GET", "/v1/memory/tool", params={"format": "openai"})
+        return dict(resp.json())
+
+    async def _turns(self) -> list[dict[str, Any]]:
+        turns: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            params: dict[str, Any] = {"limit": PAGE}
+            if cursor:
+                params["cursor"] = cursor
+            page = await self._request("GET", "turns", params=params, missing_ok=True)
+            if page is None:
+                return []
+            turns.extend(page["turns"])
+            cursor = page["next_cursor"]
+            if not cursor:
+                return turns
+
+    async def _request(
+        self, method: str, tail: str | None, *, missing_ok: bool = False, **kwargs: Any
+    ) -> dict[str, Any] | None:
+        path = f"/v1/sessions/{self.session_id}" + (f"/{tail}" if tail else "")
+        resp = await self._send(method, path, missing_ok=missing_ok, **kwargs)
+        if resp.status_code == 404 and missing_ok:
+            return None
+        return dict(resp.json())
+
+    async def _send(
+        self, method: str, path: str, *, missing_ok: bool = False, **kwargs: Any
+    ) -> httpx.Response:
+        """Send with retries on network errors and 5xx (same headers, so same idempotency key)."""
+        attempt = 0
+        while True:
+            try:
+                resp = await self._http.request(method, path, **kwargs)
+            except httpx.TransportError as exc:
+                if attempt >= self.retries:
+                    raise ContextdError(f"{method} {self._http.base_url}{path}: {exc!r}") from exc
+                attempt += 1
+                continue
+            if resp.status_code >= 500 and attempt < self.retries:
+                attempt += 1
+                continue
+            if resp.status_code >= 400 and not (resp.status_code == 404 and missing_ok):
+                raise ContextdError(f"{method} {path}: HTTP {resp.status_code} {resp.text}")
+            return resp
+
+
+def _plain(item: Any) -> dict[str, Any]:
+    """Items may be pydantic models or TypedDicts; contextd stores their JSON form."""
+    if hasattr(item, "model_dump"):
+        return dict(item.model_dump(exclude_unset=True, mode="json"))
+    return json.loads(json.dumps(item, default=str))
+
+
+async def memory_tool(session: ContextdSession) -> FunctionTool:
+    """contextd's `memory` tool (its definition from the server) as an Agents SDK tool on
+    `session`; the model reads the answer's `text`, an error comes back as text too."""
+    definition = (await session.memory_tool_definition())["function"]
+
+    async def invoke(_: RunContextWrapper[Any], arguments: str) -> str:
+        try:
+            answer = await session.memory(json.loads(arguments or "{}"))
+        except (ContextdError, json.JSONDecodeError) as exc:
+            return f"error: {exc}"
+        return str(answer["text"])
+
+    return FunctionTool(
+        name=definition["name"],
+        description=definition["description"],
+        params_json_schema=definition["parameters"],
+        on_invoke_tool=invoke,
+        strict_json_schema=False,
+    )

@@ -1,0 +1,54 @@
+"""The CLI on the embedded stack, as a newcomer meets it: `contextd keys create` works before and
+while `contextd dev --auth` runs in the same directory, and every mistake is one clear line."""
+
+from pathlib import Path
+
+import httpx
+
+from tests.support.dev import DevServer, contextd, dev_server
+from tests.support.server import free_port
+
+
+def new_key(cwd: Path, *scopes: str) -> str:
+    done = contextd(cwd, "keys", "create", "--tenant", "acme", *[f"--scope={s}" for s in scopes])
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith('{"key"'))
+    key = line.split('"key": "')[1].split('"')[0]
+    assert key.startswith("ctxd_")
+    return key
+
+
+def status(dev: DevServer, key: str | None) -> int:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.get(f"{dev.url}/v1/memory/tool", headers=headers, timeout=30).status_code
+
+
+def test_keys_before_and_during_dev_and_clear_errors(tmp_path: Path) -> None:
+    serve = contextd(tmp_path, "serve")
+    assert serve.returncode == 2
+    assert serve.stderr.startswith("contextd serve: DATABASE_URL and REDIS_URL are not set and ")
+    assert "Traceback" not in serve.stderr
+
+    bad = contextd(tmp_path, "keys", "create", "--tenant", "acme", "--scope", "bogus")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "contextd keys: unknown scope 'bogus'" in bad.stderr
+
+    before = new_key(tmp_path)  # no dev running: the command starts the directory's PostgreSQL
+    port = free_port()
+    with dev_server(tmp_path, port, "--auth") as dev:
+        assert (tmp_path / ".contextd" / "dev.json").exists()
+        during = new_key(tmp_path, "sessions:read")  # joins the running dev's database
+        assert status(dev, before) == 200 and status(dev, during) == 200
+        assert status(dev, None) == 401
+
+        busy = contextd(tmp_path / "..", "dev", "--port", str(port))
+        assert busy.returncode == 2 and "ready" not in busy.stdout
+        assert f"contextd dev: 127.0.0.1:{port} is already in use" in busy.stderr
+
+        twice = contextd(tmp_path, "dev", "--port", str(free_port()))
+        assert twice.returncode == 2 and "ready" not in twice.stdout
+        assert f"already runs with data in {tmp_path / '.contextd'}" in twice.stderr
+
+    assert dev.process.returncode == 0
+    assert "contextd dev stopped" in "".join(dev.lines)
+    assert not (tmp_path / ".contextd" / "dev.json").exists()

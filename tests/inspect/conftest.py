@@ -1,0 +1,42 @@
+"""Headless Chromium (Debian's `chromium`, never a downloaded browser) driven by Playwright."""
+
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import BrowserContext, async_playwright
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "inspector"
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[BrowserContext]:
+    if not CHROMIUM.exists():
+        pytest.fail(
+            "the inspector tests need Debian's chromium: apt-get install chromium (.ci/run does)"
+        )
+    with tempfile.TemporaryDirectory(prefix="contextd-chromium-") as profile:
+        async with async_playwright() as playwright:
+            context = await playwright.chromium.launch_persistent_context(
+                profile,
+                executable_path=str(CHROMIUM),
+                headless=True,
+                args=FLAGS,
+                viewport={"width": 1280, "height": 900},
+            )
+            try:
+                yield context
+            finally:
+                await context.close()

@@ -1,0 +1,175 @@
+"""The OpenAI Agents SDK integration (integrations/openai_agents), installed as a package and run
+with the real SDK: `Runner.run` turns against a live contextd with a worker and a deterministic
+OpenAI-compatible model on loopback, past the watermark, then a question answered from offloaded
+history through the memory tool; pop_item and clear_session on the server."""
+
+import importlib
+import json
+import site
+import subprocess
+import sys
+import sysconfig
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner
+from openai import AsyncOpenAI
+
+from app.core.config import Settings
+from tests.examples.fake_model import FILLER, chat_model
+from tests.examples.test_agent_loops import CHATTER, FIRST, MODEL, QUESTION, SMALL_WINDOW
+from tests.support.loopback import LoopbackServer, loopback_server
+from tests.support.server import RunningServer, run_server
+from tests.support.waiting import wait_for
+
+OWN_DATABASE = True  # runs a worker
+
+PACKAGE = Path(__file__).resolve().parents[2] / "integrations" / "openai_agents"
+NO_TRACES = RunConfig(tracing_disabled=True)  # offline: the SDK exports no traces
+
+
+@pytest.fixture(scope="module")
+def contextd_agents() -> Any:
+    """The integration as users get it: `pip install integrations/openai_agents` (editable, so
+    the installed package is this checkout's)."""
+    found = importlib.util.find_spec("contextd_agents")
+    if found is None or not str(found.origin).startswith(str(PACKAGE)):
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "-e", str(PACKAGE)],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        site.addsitedir(sysconfig.get_paths()["purelib"])  # load the new install's .pth hook
+        importlib.invalidate_caches()
+    return importlib.import_module("contextd_agents")
+
+
+@pytest.fixture(scope="module")
+def contextd(settings: Settings) -> Iterator[RunningServer]:
+    with run_server(settings, with_worker=True) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[LoopbackServer]:
+    with loopback_server(chat_model(MODEL)) as server:
+        yield server
+
+
+@pytest.fixture
+async def http(contextd: RunningServer, admin_key: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(
+        base_url=contextd.url, headers={"Authorization": f"Bearer {admin_key}"}, timeout=30
+    ) as client:
+        yield client
+
+
+async def test_runner_across_the_watermark_answers_from_offloaded_history(
+    contextd_agents: Any,
+    contextd: RunningServer,
+    model: LoopbackServer,
+    admin_key: str,
+    http: httpx.AsyncClient,
+) -> None:
+    sid = "agents-sdk"
+    assert (await http.put(f"/v1/sessions/{sid}", json=SMALL_WINDOW)).status_code == 200
+    session = contextd_agents.ContextdSession(sid, contextd.url, admin_key, system="Be brief.")
+    chat = AsyncOpenAI(base_url=f"{model.url}/v1", api_key="sk-fake", max_retries=0)
+    agent = Agent(
+        name="travel",
+        instructions="Be brief.",
+        model=OpenAIChatCompletionsModel(model=MODEL, openai_client=chat),
+        tools=[await contextd_agents.memory_tool(session)],
+    )
+    seen = len(model.requests)
+    for text in [FIRST, *CHATTER]:
+        result = await Runner.run(agent, text, session=session, run_config=NO_TRACES)
+        assert result.final_output == f"Noted: {text} {FILLER}"
+
+    async def view() -> dict[str, Any]:
+        return (await http.get(f"/v1/sessions/{sid}")).json()
+
+    state = await wait_for(
+        view,
+        lambda v: v["counts"]["chunks"] > 0 and v["last_offload_at"] is not None,
+        timeout=60,
+        what="the worker to offload the oldest turns",
+    )
+    assert state["counts"]["turns"] == 2 * (1 + len(CHATTER))
+    first = (await http.get(f"/v1/sessions/{sid}/turns", params={"limit": 1})).json()["turns"][0]
+    assert first["content"] == FIRST and first["chunk_id"] is not None
+
+    answer = await Runner.run(agent, QUESTION, session=session, run_config=NO_TRACES)
+    assert answer.final_output.startswith("From memory: ") and "LY-40917" in answer.final_output
+
+    requests = [body for _, _, body in model.requests[seen:]]
+    assert len(requests) == len(CHATTER) + 1 + 2  # one call per message, two for the tool round
+    assert all([t["function"]["name"] for t in body["tools"]] == ["memory"] for body in requests)
+    # get_items returned the budgeted context: after the offload the first message is no longer
+    # sent as a turn of the window, and the recalled history arrives as quoted data
+    assert {"role": "user", "content": FIRST} not in requests[-2]["messages"]
+    assert requests[-2]["messages"][-1] == {"role": "user", "content": QUESTION}
+    tool_round = requests[-1]["messages"]
+    assert tool_round[-1]["role"] == "tool" and FIRST in tool_round[-1]["content"]
+
+    stored = (
+        await http.get(f"/v1/sessions/{sid}/turns", params={"since_seq": state["counts"]["turns"]})
+    ).json()["turns"]
+    assert [t["role"] for t in stored] == ["user", "assistant", "tool", "assistant"]
+    call = stored[1]["tool_calls"][0]
+    assert json.loads(call["function"]["arguments"]) == {
+        "type": "recall",
+        "query": "booking reference",
+    }
+    assert stored[2]["tool_call_id"] == call["id"]
+    assert stored[3]["content"] == answer.final_output
+
+    tail = await session.get_items(limit=2)
+    assert tail[0]["type"] == "function_call_output" and tail[1]["role"] == "assistant"
+    popped = await session.pop_item()
+    assert popped == tail[1]
+    assert (await session.get_items(limit=1)) == [tail[0]]
+
+    await session.clear_session()
+    assert (await http.get(f"/v1/sessions/{sid}")).status_code == 404
+    assert await session.get_items() == []
+    await session.aclose()
+
+
+async def test_add_items_retried_after_a_lost_answer_stores_once(
+    contextd_agents: Any, contextd: RunningServer, admin_key: str, http: httpx.AsyncClient
+) -> None:
+    """The first attempt reaches contextd but its answer is lost (a 502 from a proxy, say): the
+    retry carries the same Idempotency-Key and stores nothing twice."""
+    calls: list[str] = []
+
+    async def lossy(request: httpx.Request) -> httpx.Response:
+        async with httpx.AsyncClient(base_url=contextd.url, timeout=30) as real:
+            forwarded = await real.send(
+                real.build_request(
+                    request.method,
+                    request.url.raw_path.decode(),
+                    headers=request.headers,
+                    content=request.content,
+                )
+            )
+        calls.append(request.headers.get("Idempotency-Key", ""))
+        if len(calls) == 1:
+            return httpx.Response(502, text="bad gateway")
+        return forwarded
+
+    client = httpx.AsyncClient(
+        base_url=contextd.url,
+        headers={"Authorization": f"Bearer {admin_key}"},
+        transport=httpx.MockTransport(lossy),
+    )
+    session = contextd_agents.ContextdSession("agents-retry", client=client)
+    await session.add_items([{"role": "user", "content": "Only once, please."}])
+    assert len(calls) == 2 and calls[0] == calls[1] and calls[0].startswith("agents-")
+    turns = (await http.get("/v1/sessions/agents-retry/turns")).json()["turns"]
+    assert [t["content"] for t in turns] == ["Only once, please."]
+    await session.aclose()
