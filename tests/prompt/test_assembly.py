@@ -278,8 +278,8 @@ def test_rejects_bad_input() -> None:
 def test_a_chunk_that_does_not_fit_whole_comes_in_compact() -> None:
     from datetime import UTC, datetime
 
-    from app.prompt.assembly import AssemblyInput, assemble_prompt
     from app.domain.records import RecalledItem
+    from app.prompt.assembly import AssemblyInput, assemble_prompt
 
     ts = datetime(2024, 5, 1, tzinfo=UTC)
     whole = RecalledItem("c1", "user: filler words here. " * 40, ts, 10, 14)
