@@ -56,9 +56,12 @@ async def sweep_embeddings(job_context: JobContext, timestamp: int) -> int:
 def blueprint() -> Blueprint:
     """A fresh blueprint per job app (see `app.offload.tasks.blueprint`)."""
     tasks = Blueprint()
-    options = {"queue": DEFAULT_QUEUE, "pass_context": True}
-    tasks.task(name="embed", retry=DEFAULT_RETRY, **options)(embed_memories)
+    tasks.task(name="embed", queue=DEFAULT_QUEUE, pass_context=True, retry=DEFAULT_RETRY)(
+        embed_memories
+    )
     tasks.periodic(cron="* * * * *", periodic_id="sweep_embeddings")(
-        tasks.task(name="sweep_embeddings", **options)(sweep_embeddings)
+        tasks.task(name="sweep_embeddings", queue=DEFAULT_QUEUE, pass_context=True)(
+            sweep_embeddings
+        )
     )
     return tasks

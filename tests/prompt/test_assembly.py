@@ -294,5 +294,7 @@ def test_a_chunk_that_does_not_fit_whole_comes_in_compact() -> None:
         return assemble_prompt(inp).recalled
 
     assert build(1_000) == [item]  # room for the whole chunk: it comes whole
+    # It would fit, but would take over 40 % of the budget: its best turns come first.
+    assert build(400) == [small]
     assert build(80) == [small]  # no room: its best turns come, with their seqs
     assert build(5) == []
