@@ -87,6 +87,19 @@ class EvalError(RuntimeError):
     pass
 
 
+def server_client(url: str, api_key: str | None, *, connections: int = 4) -> Any:
+    """An `httpx.AsyncClient` on a running contextd (bearer key when given, 120 s timeout)."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return httpx.AsyncClient(
+        base_url=url.rstrip("/"),
+        headers=headers,
+        timeout=120,
+        limits=httpx.Limits(max_connections=connections),
+    )
+
+
 def check_response(resp: Any, what: str) -> Any:
     """The JSON body of `resp`; an `EvalError` naming `what` on a 4xx/5xx."""
     if resp.status_code >= 400:
@@ -304,14 +317,9 @@ async def _evaluate_question(
 async def run_locomo(
     conversations: Sequence[Conversation], cfg: EvalConfig, *, log: Any = print
 ) -> LocomoRun:
-    import httpx
-
     started = time.monotonic()
-    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-    limits = httpx.Limits(max_connections=max(4, cfg.concurrency * 2))
-    async with httpx.AsyncClient(
-        base_url=cfg.url.rstrip("/"), headers=headers, timeout=120, limits=limits
-    ) as http:
+    connections = max(4, cfg.concurrency * 2)
+    async with server_client(cfg.url, cfg.api_key, connections=connections) as http:
         check_response(await http.get("/healthz"), "healthz")
         ingested: list[tuple[Conversation, str, dict[int, str], float]] = []
         for conv in conversations:

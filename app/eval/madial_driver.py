@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.eval.driver import check_response, wait_for_jobs
+from app.eval.driver import check_response, server_client, wait_for_jobs
 from app.eval.locomo import percentile
 from app.eval.madial import (
     DialogueResult,
@@ -108,13 +108,8 @@ async def run_madial(
     *,
     log: Any = print,
 ) -> MadialRun:
-    import httpx
-
     started = time.monotonic()
-    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-    async with httpx.AsyncClient(
-        base_url=cfg.url.rstrip("/"), headers=headers, timeout=120
-    ) as http:
+    async with server_client(cfg.url, cfg.api_key) as http:
         check_response(await http.get("/healthz"), "healthz")
         stored, deduplicated = await _remember_all(http, cfg, memories)
         await wait_for_jobs(http, cfg.timeout_s)

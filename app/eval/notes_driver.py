@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from app.eval.driver import EvalConfig, EvalError, _ingest, check_response
+from app.eval.driver import EvalConfig, EvalError, _ingest, check_response, server_client
 from app.eval.locomo import Conversation, parse_conversation
 from app.eval.notes import (
     ConversationScore,
@@ -131,13 +131,8 @@ async def run_notes_eval(
     *,
     log: Any = print,
 ) -> NotesRun:
-    import httpx
-
     started = time.monotonic()
-    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-    async with httpx.AsyncClient(
-        base_url=cfg.url.rstrip("/"), headers=headers, timeout=120
-    ) as http:
+    async with server_client(cfg.url, cfg.api_key) as http:
         check_response(await http.get("/healthz"), "healthz")
         sessions: list[tuple[str, SuiteConversation, list[int]]] = []
         for conv in suite:
