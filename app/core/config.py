@@ -164,6 +164,14 @@ class RecallSettings(BaseModel):
     lexical_index_cache_sessions: int = Field(
         256, ge=0, description="per-process BM25 indexes kept (one per session)"
     )
+    user_memory_budget_tokens: int = Field(
+        150,
+        ge=0,
+        description="tokens for the user's remembered items in build-prompt (about this user)",
+    )
+    user_memory_top_k: int = Field(
+        5, ge=0, description="the user's remembered items offered to build-prompt at most"
+    )
     persist_manifests: bool = Field(False, description="store every build's manifest")
     manifests_kept_per_session: int = Field(50, ge=1, description="retention of stored manifests")
 

@@ -214,6 +214,10 @@ class Memory(Base):
     version: Mapped[int] = mapped_column(Integer, server_default="1")
     supersedes: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     lexical: Mapped[Any] = mapped_column(TSVECTOR)
+    # Embedded by the worker with the deployment's embedder, like chunks (recall's vector arm).
+    embedding: Mapped[Any | None] = mapped_column(Vector())
+    embedding_model: Mapped[str | None] = mapped_column(String(64))
+    embed_attempts: Mapped[int] = mapped_column(Integer, server_default="0")
     created_at: Mapped[datetime] = _created_at()
 
 

@@ -45,3 +45,7 @@ class RecalledItem:
     trusted: bool = True
     score: float | None = None
     source: str = "chunk"
+    # The turns the text shows when it is cut down to some of the range's turns (None: all).
+    seqs: tuple[int, ...] | None = None
+    # A shorter version (the turns that answer the query), used when the whole does not fit.
+    compact: "RecalledItem | None" = None

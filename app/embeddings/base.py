@@ -48,6 +48,11 @@ def l2_normalise(vectors: np.ndarray) -> np.ndarray:
     return matrix / np.where(norms > 1e-12, norms, 1.0)
 
 
+def vector_literal(vector: Sequence[float]) -> str:
+    """A vector as pgvector's text form, `[x1,x2,...]`, for a bound `CAST(:v AS vector(n))`."""
+    return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
+
+
 class Embedder(ABC):
     """Async text → vector interface; see the module docstring for the contract."""
 

@@ -1,4 +1,5 @@
-"""`contextd eval`: drive a running server over HTTP and write a Markdown report (spec §8)."""
+"""`contextd eval locomo|madial|notes`: drive a running server over HTTP and write a Markdown report
+(spec §8)."""
 
 import argparse
 import asyncio
@@ -20,8 +21,19 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     lo.add_argument("--api-key", default=None)
     lo.add_argument("--out", default="eval-report", help="report directory")
     lo.add_argument("--conversations", type=int, default=None, help="first N conversations")
-    lo.add_argument("--budgets", type=_ints, default=(500, 1000), help="e.g. 500,1000")
+    lo.add_argument(
+        "--budgets", type=_ints, default=(250, 500, 1000, 2000), help="e.g. 250,500,1000,2000"
+    )
     lo.add_argument("--k", type=_ints, default=(5, 10), help="e.g. 5,10")
+    lo.add_argument(
+        "--categories", type=_ints, default=(1, 2, 3, 4, 5), help="question categories asked"
+    )
+    lo.add_argument(
+        "--tune-conversations",
+        type=int,
+        default=4,
+        help="the first N conversations are the tune split, the rest the check split",
+    )
     lo.add_argument("--context-limit", type=int, default=4000)
     lo.add_argument("--reserve-tokens", type=int, default=500)
     lo.add_argument("--min-recent-turns", type=int, default=4)
@@ -42,27 +54,65 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
         "query-time settings) instead of ingesting again",
     )
     lo.add_argument("--label", default="", help="free text shown in the report header")
+    ma = ev_sub.add_parser("madial", help="MADial-Bench remembered-item recall through the API")
+    ma.add_argument("--data", required=True, help="folder of the MADial-Bench JSON files")
+    ma.add_argument("--lang", choices=("zh", "en"), required=True)
+    ma.add_argument("--url", default="http://127.0.0.1:8080", help="running contextd")
+    ma.add_argument("--api-key", default=None)
+    ma.add_argument("--out", default="eval-report", help="report directory")
+    ma.add_argument("--k", type=_ints, default=(5, 10), help="e.g. 5,10")
+    ma.add_argument("--dialogues", type=int, default=None, help="first N dialogues")
+    ma.add_argument("--timeout", type=float, default=600.0, help="worker deadline, s")
+    ma.add_argument("--label", default="", help="free text shown in the report header")
     from app.eval.notes_driver import add_notes_parser
 
     add_notes_parser(ev_sub)
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.eval.driver import EvalConfig, run_locomo
-    from app.eval.locomo import load_locomo, summarise
-    from app.eval.report import summary_table, write_report
-
+    if args.eval_command == "madial":
+        return _run_madial(args)
+    if args.eval_command == "locomo":
+        return _run_locomo(args)
     if args.eval_command == "notes":
         from app.eval.notes_driver import run_notes_command
 
         return run_notes_command(args)
-    if args.eval_command != "locomo":
-        raise SystemExit(f"unknown eval {args.eval_command}")
+    raise SystemExit(f"unknown eval {args.eval_command}")
+
+
+def _run_madial(args: argparse.Namespace) -> int:
+    from app.eval.madial import load_madial
+    from app.eval.madial_driver import MadialConfig, run_madial
+    from app.eval.madial_report import madial_json, madial_table, write_madial_report
+
+    cfg = MadialConfig(
+        url=args.url, lang=args.lang, api_key=args.api_key, ks=tuple(args.k), timeout_s=args.timeout
+    )
+    memories, dialogues = load_madial(args.data, args.lang)
+    if args.dialogues is not None:
+        dialogues = dialogues[: args.dialogues]
+    result = asyncio.run(run_madial(memories, dialogues, cfg))
+    out = Path(args.out)
+    path = write_madial_report(result, out, args.data, args.label)
+    (out / f"madial_{args.lang}_results.json").write_text(json.dumps(madial_json(result), indent=1))
+    print(madial_table(result))
+    print(f"report: {path}")
+    return 0
+
+
+def _run_locomo(args: argparse.Namespace) -> int:
+    from app.eval.driver import EvalConfig, run_locomo
+    from app.eval.locomo import load_locomo, summarise
+    from app.eval.report import split_tables, summary_table, write_report
+
     cfg = EvalConfig(
         url=args.url,
         api_key=args.api_key,
         budgets=tuple(args.budgets),
         ks=tuple(args.k),
+        tune_conversations=args.tune_conversations,
+        categories=tuple(args.categories),
         context_limit=args.context_limit,
         reserve_tokens=args.reserve_tokens,
         min_recent_turns=args.min_recent_turns,
@@ -97,5 +147,6 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     print(summary_table(result))
+    print(split_tables(result))
     print(f"report: {path}")
     return 0

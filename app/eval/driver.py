@@ -26,8 +26,9 @@ from app.eval.locomo import (
 class EvalConfig:
     url: str
     api_key: str | None = None
-    budgets: tuple[int, ...] = (500, 1000)
+    budgets: tuple[int, ...] = (250, 500, 1000, 2000)
     ks: tuple[int, ...] = (5, 10)
+    tune_conversations: int = 4  # the first N conversations form the tune split, the rest check
     context_limit: int = 4000
     reserve_tokens: int = 500
     min_recent_turns: int = 4
@@ -40,6 +41,7 @@ class EvalConfig:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     per_item_max_tokens: int = 300  # for the framed BM25 variant (the server's default)
     reuse_run_id: str | None = None  # evaluate sessions an earlier run ingested (no ingestion)
+    categories: tuple[int, ...] = (1, 2, 3, 4, 5)  # question categories asked
 
 
 @dataclass
@@ -85,7 +87,21 @@ class EvalError(RuntimeError):
     pass
 
 
-def _check(resp: Any, what: str) -> Any:
+def server_client(url: str, api_key: str | None, *, connections: int = 4) -> Any:
+    """An `httpx.AsyncClient` on a running contextd (bearer key when given, 120 s timeout)."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return httpx.AsyncClient(
+        base_url=url.rstrip("/"),
+        headers=headers,
+        timeout=120,
+        limits=httpx.Limits(max_connections=connections),
+    )
+
+
+def check_response(resp: Any, what: str) -> Any:
+    """The JSON body of `resp`; an `EvalError` naming `what` on a 4xx/5xx."""
     if resp.status_code >= 400:
         raise EvalError(f"{what}: HTTP {resp.status_code} {resp.text[:300]}")
     return resp.json()
@@ -94,7 +110,7 @@ def _check(resp: Any, what: str) -> Any:
 async def _ingest(http: Any, cfg: EvalConfig, conv: Conversation) -> tuple[str, dict[int, str]]:
     sid = f"locomo-{conv.sample_id}-{cfg.run_id}"
     base = f"/v1/sessions/{sid}"
-    _check(
+    check_response(
         await http.put(
             base,
             json={
@@ -117,12 +133,13 @@ async def _ingest(http: Any, cfg: EvalConfig, conv: Conversation) -> tuple[str, 
                 {
                     "role": "user" if t.speaker == conv.speaker_a else "assistant",
                     "content": t.content,
-                    "metadata": {"dia_id": t.dia_id, "session_date": t.date},
+                    # `time`: when the turn was said (dates chunks and their search terms).
+                    "metadata": {"dia_id": t.dia_id, "session_date": t.date, "time": t.date},
                 }
                 for t in batch
             ]
         }
-        out = _check(await http.post(f"{base}/turns", json=body), f"append to {sid}")
+        out = check_response(await http.post(f"{base}/turns", json=body), f"append to {sid}")
         for t, stored in zip(batch, out["turns"], strict=True):
             seq_to_dia[int(stored["seq"])] = t.dia_id
     return sid, seq_to_dia
@@ -137,7 +154,9 @@ async def _mapped_session(
     cursor: str | None = None
     while True:
         params: dict[str, Any] = {"limit": 500, **({"cursor": cursor} if cursor else {})}
-        page = _check(await http.get(f"/v1/sessions/{sid}/turns", params=params), f"turns {sid}")
+        page = check_response(
+            await http.get(f"/v1/sessions/{sid}/turns", params=params), f"turns {sid}"
+        )
         for t in page["turns"]:
             dia = (t.get("metadata") or {}).get("dia_id")
             if dia is not None:
@@ -157,11 +176,26 @@ async def _list_chunks(http: Any, sid: str) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"limit": 500}
         if cursor:
             params["cursor"] = cursor
-        page = _check(await http.get(f"/v1/sessions/{sid}/chunks", params=params), "chunks")
+        page = check_response(await http.get(f"/v1/sessions/{sid}/chunks", params=params), "chunks")
         chunks.extend(page["chunks"])
         cursor = page.get("next_cursor")
         if not cursor:
             return chunks
+
+
+async def pending_jobs(http: Any) -> int:
+    """Jobs waiting in the worker queue (`/readyz`; a 503 for worker lag still reports it)."""
+    ready = (await http.get("/readyz")).json()
+    return int((ready.get("worker") or {}).get("pending_jobs", 0))
+
+
+async def wait_for_jobs(http: Any, timeout_s: float) -> None:
+    """Poll until the worker queue is empty; raise after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while (pending := await pending_jobs(http)) > 0:
+        if time.monotonic() > deadline:
+            raise EvalError(f"{pending} jobs still pending after {timeout_s}s")
+        await asyncio.sleep(0.5)
 
 
 async def _wait_ready(http: Any, cfg: EvalConfig, sids: Sequence[str]) -> list[dict[str, Any]]:
@@ -170,12 +204,11 @@ async def _wait_ready(http: Any, cfg: EvalConfig, sids: Sequence[str]) -> list[d
     deadline = time.monotonic() + cfg.ingest_timeout_s
     last: Any = None
     while True:
-        ready = (await http.get("/readyz")).json()  # 503 (worker lag) still reports the queue
-        pending = int((ready.get("worker") or {}).get("pending_jobs", 0))
+        pending = await pending_jobs(http)
         done = pending == 0
         infos = []
         for sid in sids:
-            info = _check(await http.get(f"/v1/sessions/{sid}"), f"session {sid}")
+            info = check_response(await http.get(f"/v1/sessions/{sid}"), f"session {sid}")
             infos.append(info)
             if info["counts"]["chunks"] == 0 or info["watermark"]["level"] != "normal":
                 done = False
@@ -205,8 +238,11 @@ def _window_seqs(resp: Mapping[str, Any]) -> set[int]:
 def _item_dias(resp: Mapping[str, Any], seq_to_dia: Mapping[int, str]) -> list[set[str]]:
     units = []
     for item in resp["recall"]["items"]:
-        rng = item.get("turn_range")
-        units.append(dia_ids_of_range(rng[0], rng[1], seq_to_dia) if rng else set())
+        rng, shown = item.get("turn_range"), item.get("turns")
+        if shown is not None:  # cut down to some turns of its range: only those are in the prompt
+            units.append({seq_to_dia[s] for s in shown if s in seq_to_dia})
+        else:
+            units.append(dia_ids_of_range(rng[0], rng[1], seq_to_dia) if rng else set())
     return units
 
 
@@ -224,7 +260,7 @@ async def _build(
     wall = (time.perf_counter() - started) * 1000
     if resp.status_code >= 500:
         return None, wall, resp.status_code
-    return _check(resp, f"build-prompt {sid}"), wall, resp.status_code
+    return check_response(resp, f"build-prompt {sid}"), wall, resp.status_code
 
 
 async def _evaluate_question(
@@ -281,15 +317,10 @@ async def _evaluate_question(
 async def run_locomo(
     conversations: Sequence[Conversation], cfg: EvalConfig, *, log: Any = print
 ) -> LocomoRun:
-    import httpx
-
     started = time.monotonic()
-    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-    limits = httpx.Limits(max_connections=max(4, cfg.concurrency * 2))
-    async with httpx.AsyncClient(
-        base_url=cfg.url.rstrip("/"), headers=headers, timeout=120, limits=limits
-    ) as http:
-        _check(await http.get("/healthz"), "healthz")
+    connections = max(4, cfg.concurrency * 2)
+    async with server_client(cfg.url, cfg.api_key, connections=connections) as http:
+        check_response(await http.get("/healthz"), "healthz")
         ingested: list[tuple[Conversation, str, dict[int, str], float]] = []
         for conv in conversations:
             t0 = time.monotonic()
@@ -311,8 +342,8 @@ async def run_locomo(
         semaphore = asyncio.Semaphore(cfg.concurrency)
         for conv, sid, seq_to_dia, ingest_s in ingested:
             chunks = [c for c in await _list_chunks(http, sid) if c["status"] == "active"]
-            info = _check(await http.get(f"/v1/sessions/{sid}"), f"session {sid}")
-            questions = [q for q in conv.questions if q.evidence]
+            info = check_response(await http.get(f"/v1/sessions/{sid}"), f"session {sid}")
+            questions = [q for q in conv.questions if q.evidence and q.category in cfg.categories]
 
             async def one(q: Question, sid: str = sid, conv: Conversation = conv,
                           m: dict[int, str] = seq_to_dia) -> QuestionResult:  # fmt: skip

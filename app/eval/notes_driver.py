@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from app.eval.driver import EvalConfig, EvalError, _check, _ingest
+from app.eval.driver import EvalConfig, EvalError, _ingest, check_response, server_client
 from app.eval.locomo import Conversation, parse_conversation
 from app.eval.notes import (
     ConversationScore,
@@ -70,7 +70,7 @@ async def _final_offload(http: Any, sid: str) -> bool:
     )
     if resp.status_code == 403:
         return False
-    _check(resp, f"offload {sid}")
+    check_response(resp, f"offload {sid}")
     return True
 
 
@@ -83,7 +83,9 @@ async def _wait_notes(http: Any, sids: Sequence[str], timeout_s: float) -> dict[
         pads: dict[str, _Pad] = {}
         fresh = pending == 0
         for sid in sids:
-            pad = _check(await http.get(f"/v1/sessions/{sid}/scratchpad"), f"scratchpad {sid}")
+            pad = check_response(
+                await http.get(f"/v1/sessions/{sid}/scratchpad"), f"scratchpad {sid}"
+            )
             fresh = fresh and not pad["stale"] and not pad["rebuild_pending"]
             pads[sid] = _Pad(
                 notes=Notes.model_validate(pad["notes"]),
@@ -101,7 +103,7 @@ async def _wait_notes(http: Any, sids: Sequence[str], timeout_s: float) -> dict[
 
 async def _ingest_suite(http: Any, cfg: EvalConfig, conv: SuiteConversation) -> list[int]:
     sid = f"notes-{conv.id}-{cfg.run_id}"
-    _check(
+    check_response(
         await http.put(
             f"/v1/sessions/{sid}",
             json={
@@ -115,7 +117,9 @@ async def _ingest_suite(http: Any, cfg: EvalConfig, conv: SuiteConversation) -> 
     for start in range(0, len(conv.turns), 100):
         batch = conv.turns[start : start + 100]
         body = {"turns": [{"role": t.role, "content": t.content} for t in batch]}
-        out = _check(await http.post(f"/v1/sessions/{sid}/turns", json=body), f"append {sid}")
+        out = check_response(
+            await http.post(f"/v1/sessions/{sid}/turns", json=body), f"append {sid}"
+        )
         seqs.extend(int(t["seq"]) for t in out["turns"])
     return seqs
 
@@ -127,14 +131,9 @@ async def run_notes_eval(
     *,
     log: Any = print,
 ) -> NotesRun:
-    import httpx
-
     started = time.monotonic()
-    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-    async with httpx.AsyncClient(
-        base_url=cfg.url.rstrip("/"), headers=headers, timeout=120
-    ) as http:
-        _check(await http.get("/healthz"), "healthz")
+    async with server_client(cfg.url, cfg.api_key) as http:
+        check_response(await http.get("/healthz"), "healthz")
         sessions: list[tuple[str, SuiteConversation, list[int]]] = []
         for conv in suite:
             seqs = await _ingest_suite(http, cfg, conv)

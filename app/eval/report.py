@@ -14,6 +14,7 @@ from app.eval.locomo import (
     DEGRADED_FLAGS,
     RANKING_LIMIT,
     SCORED_CATEGORIES,
+    QuestionResult,
     percentile,
     summarise,
 )
@@ -75,11 +76,30 @@ def summary_table(run: LocomoRun) -> str:
     return "\n".join(lines)
 
 
-def category_table(run: LocomoRun) -> str:
+def split_rows(run: LocomoRun) -> list[tuple[str, set[str]]]:
+    """(title, sample ids) of the tune split (the first `tune_conversations` conversations: the
+    only ones any setting may be tuned on) and the check split (the rest)."""
+    ids = [c.sample_id for c in run.conversations]
+    n = run.config.tune_conversations
+    out = []
+    if ids[:n]:
+        out.append((f"tune split (conversations 0-{min(n, len(ids)) - 1})", set(ids[:n])))
+    if ids[n:]:
+        out.append((f"check split (conversations {n}-{len(ids) - 1})", set(ids[n:])))
+    return out
+
+
+def category_table(run: LocomoRun, sample_ids: set[str] | None = None) -> str:
+    """Per category: contextd next to plain BM25 over single turns on the same questions, at
+    every R@k and budget; `sample_ids` restricts the table to those conversations."""
     cfg = run.config
-    ours = summarise(run.contextd, cfg.budgets, cfg.ks)
-    bm25 = summarise(run.bm25, cfg.budgets, cfg.ks)
-    trunc = summarise(run.truncation, (0,), ())
+
+    def keep(rows: Sequence[QuestionResult]) -> list[QuestionResult]:
+        return [r for r in rows if sample_ids is None or r.sample_id in sample_ids]
+
+    ours = summarise(keep(run.contextd), cfg.budgets, cfg.ks)
+    bm25 = summarise(keep(run.bm25), cfg.budgets, cfg.ks)
+    trunc = summarise(keep(run.truncation), (0,), ())
     names = [CATEGORIES[c] for c in SCORED_CATEGORIES] + ["overall", CATEGORIES[5]]
     head = ["category", "n"]
     for k in cfg.ks:
@@ -100,6 +120,13 @@ def category_table(run: LocomoRun) -> str:
         cells += [_f(o.get("in_window")), _f(trunc.get(name, {}).get("B0"))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def split_tables(run: LocomoRun) -> str:
+    """The per-category table of each split, titled."""
+    return "\n\n".join(
+        f"### {title}\n\n{category_table(run, ids)}" for title, ids in split_rows(run)
+    )
 
 
 def stage_latencies(builds: Sequence[BuildSample]) -> dict[str, list[float]]:
@@ -249,9 +276,13 @@ and context limit {RANKING_LIMIT:,} (the full ranking, regardless of budget).
 
 {summary_table(run)}
 
-## Per category
+## Per category, all conversations
 
 {category_table(run)}
+
+## Per category and split (tune on the first, judge on the second)
+
+{split_tables(run)}
 
 ## Latency (client and `timings_ms`, the budgeted builds; server on the same machine)
 

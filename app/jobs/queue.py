@@ -37,6 +37,7 @@ class TaskName(StrEnum):
     EMBED_CHUNKS = "offload:embed_chunks"
     REFRESH_NOTES = "notes:refresh"
     ERASE = "memory:erase"
+    EMBED_MEMORIES = "memory:embed"
 
 
 _DEFER = text(

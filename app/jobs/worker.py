@@ -14,6 +14,7 @@ from app.core.config import Settings
 from app.core.context import AppContext
 from app.erasure.tasks import blueprint as erasure_tasks
 from app.jobs.queue import DEFAULT_QUEUE
+from app.memory.tasks import blueprint as memory_tasks
 from app.notes.tasks import blueprint as notes_tasks
 from app.offload.tasks import blueprint as offload_tasks
 
@@ -33,6 +34,7 @@ def create_job_app(settings: Settings) -> App:
     app.add_tasks_from(offload_tasks(), namespace="offload")
     app.add_tasks_from(notes_tasks(), namespace="notes")
     app.add_tasks_from(erasure_tasks(), namespace="memory")  # task name `memory:erase`
+    app.add_tasks_from(memory_tasks(), namespace="memory")  # `memory:embed`, the sweep
     return app
 
 

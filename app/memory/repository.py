@@ -12,6 +12,7 @@ from app.db.models import (
     Memory,
     Session,
 )
+from app.embeddings.base import vector_literal
 
 
 async def lock_owner(db: AsyncSession, owner: str) -> None:
@@ -101,6 +102,88 @@ async def insert_memory(db: AsyncSession, values: dict[str, Any], lexical_source
     return memory
 
 
+async def memories_to_embed(
+    db: AsyncSession, memory_ids: Sequence[uuid.UUID] | None, model: str, limit: int
+) -> list[Memory]:
+    """Active items lacking an embedding of `model` (all of them when `memory_ids` is None)."""
+    query = (
+        select(Memory)
+        .where(
+            Memory.status == "active",
+            Memory.text != "",
+            (Memory.embedding.is_(None)) | (Memory.embedding_model != model),
+        )
+        .order_by(Memory.created_at)
+        .limit(limit)
+    )
+    if memory_ids is not None:
+        query = query.where(Memory.id.in_(list(memory_ids)))
+    return list((await db.execute(query)).scalars().all())
+
+
+async def store_memory_embedding(
+    db: AsyncSession, memory_id: uuid.UUID, embedding: list[float], model: str
+) -> None:
+    await db.execute(
+        update(Memory)
+        .where(Memory.id == memory_id, Memory.status == "active")
+        .values(embedding=embedding, embedding_model=model)
+    )
+
+
+async def count_memory_embed_failure(db: AsyncSession, memory_ids: Sequence[uuid.UUID]) -> None:
+    await db.execute(
+        update(Memory)
+        .where(Memory.id.in_(list(memory_ids)))
+        .values(embed_attempts=Memory.embed_attempts + 1)
+    )
+
+
+async def active_visible_memories(
+    db: AsyncSession, session: Session, *, user_scope_only: bool = False
+) -> list[Memory]:
+    """Active items the session sees (its own and its user's), oldest first; with
+    `user_scope_only`, only its user's user-scope items."""
+    visible = (
+        (Memory.scope == "user") & (Memory.user_id == session.user_id)
+        if user_scope_only
+        else _visible(session)
+    )
+    query = (
+        select(Memory)
+        .where(Memory.tenant_id == session.tenant_id, Memory.status == "active", visible)
+        .order_by(Memory.created_at)
+    )
+    return list((await db.execute(query)).scalars().all())
+
+
+async def nearest_memories(
+    db: AsyncSession,
+    memory_ids: Sequence[uuid.UUID],
+    model: str,
+    dim: int,
+    vector: Sequence[float],
+    limit: int,
+) -> dict[str, float]:
+    """Cosine similarity of the closest of `memory_ids` embedded with `model`, best first (an
+    exact scan: a session sees tens to hundreds of items)."""
+    if not memory_ids:
+        return {}
+    rows = await db.execute(
+        text(
+            f"""
+            SELECT id, embedding::vector({int(dim)}) <=> CAST(:vector AS vector({int(dim)}))
+                AS distance
+            FROM memories
+            WHERE id = ANY(:ids) AND status = 'active' AND embedding_model = :model
+            ORDER BY distance LIMIT :limit
+            """
+        ),
+        {"ids": list(memory_ids), "model": model, "vector": vector_literal(vector), "limit": limit},
+    )
+    return {str(mid): 1.0 - float(dist) for mid, dist in rows}
+
+
 async def set_memory_status(db: AsyncSession, memory_ids: Sequence[uuid.UUID], status: str) -> None:
     if memory_ids:
         await db.execute(update(Memory).where(Memory.id.in_(memory_ids)).values(status=status))
@@ -129,7 +212,15 @@ async def erase_memories(
     result = await db.execute(
         update(Memory)
         .where(Memory.id.in_(memory_ids), Memory.status == "tombstoned")
-        .values(text="", tags=[], key=None, lexical=func.to_tsvector("simple", ""), status="erased")
+        .values(
+            text="",
+            tags=[],
+            key=None,
+            lexical=func.to_tsvector("simple", ""),
+            embedding=None,
+            embedding_model=None,
+            status="erased",
+        )
     )
     return int(result.rowcount or 0), texts  # type: ignore[attr-defined]
 

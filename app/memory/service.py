@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth import repository as auth_repository
 from app.auth.schemas import Caller
 from app.core.context import AppContext
+from app.core.dates import said_at
 from app.core.errors import InvalidInput, TooLong
 from app.core.pagination import Page, encode_cursor
 from app.core.ratelimit import WINDOW_SECONDS, rate_limited
@@ -103,6 +104,7 @@ async def _recall(
         request.query,
         recent_turns=[t.content for t in window[-2:]],
         candidates=config.recall_candidates,
+        now=said_at(window[-1].metadata, window[-1].created_at) if window else None,
     )
     # Relevance is judged on the caller's own words; the rewrite (context terms added to
     # resolve 'that one') is only a fallback when the query has no terms of its own.
@@ -111,7 +113,8 @@ async def _recall(
     rendered: dict[str, tuple[RecalledItem, str]] = {}
     scored: list[ScoredCandidate] = []
     for hit in outcome.hits:
-        if not is_match(wanted, hit.text, exact_hit=hit.fused.exact_rank is not None):
+        exact_hit = hit.fused.exact_rank is not None
+        if not is_match(wanted, hit.text, exact_hit=exact_hit, vector_margin=hit.vector_margin):
             continue
         item = recalled_item(hit, memory_source="remembered")
         body = render_item(item, per_item)
@@ -238,6 +241,8 @@ async def _remember(
         lexical_document(text),
     )
     await refresh_notes_of(db, session, user_scope=scope == "user")
+    if settings.embedding.kind != "none":
+        await enqueue(db, TaskName.EMBED_MEMORIES, {"memory_ids": [str(memory.id)]})
     data = {**_memory_data(memory), "outcome": "superseded" if previous else "stored"}
     if previous is not None:
         return (

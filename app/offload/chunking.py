@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from itertools import accumulate
 
+from app.core.dates import said_at
 from app.core.text import terms
 from app.core.tokens import count_tokens, encoding, tool_calls_text
 from app.domain.records import TurnRecord
@@ -186,7 +187,8 @@ def _tokens(turns: Sequence[TurnRecord]) -> int:
 
 def _breaks(current: list[TurnRecord], unit: list[TurnRecord], cfg: ChunkingConfig) -> bool:
     last, nxt = current[-1], unit[0]
-    if (nxt.created_at - last.created_at).total_seconds() > cfg.time_gap_seconds:
+    gap = said_at(nxt.metadata, nxt.created_at) - said_at(last.metadata, last.created_at)
+    if gap.total_seconds() > cfg.time_gap_seconds:
         return True
     if _tokens(current + unit) > cfg.max_tokens:
         return True
@@ -207,8 +209,8 @@ def _draft(
         turn_first=turns[0].seq,
         turn_last=turns[-1].seq,
         roles=tuple(sorted({t.role for t in turns})),
-        ts_first=min(t.created_at for t in turns),
-        ts_last=max(t.created_at for t in turns),
+        ts_first=min(said_at(t.metadata, t.created_at) for t in turns),
+        ts_last=max(said_at(t.metadata, t.created_at) for t in turns),
         raw_text=text,
         summary_hint=summary_hint(turns) if hint is None else hint,
         token_count=count_tokens(text),

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.text import lexical_document
 from app.db.models import Chunk, OffloadEvent
+from app.embeddings.base import vector_literal
 
 INSERT_BATCH = 1000  # rows per executemany call
 
@@ -196,13 +197,9 @@ async def nearest_chunks(
     )
     rows = await db.execute(
         query,
-        {"session": session_pk, "model": model, "vector": _vector_literal(vector), "limit": limit},
+        {"session": session_pk, "model": model, "vector": vector_literal(vector), "limit": limit},
     )
     return {str(cid): 1.0 - float(distance) for cid, distance in rows}
-
-
-def _vector_literal(vector: Sequence[float]) -> str:
-    return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
 
 
 # A chunk as recall shows it: id, status, turn_first, turn_last, part, parts, ts_last, raw_text,

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.cpu import off_loop
+from app.core.dates import date_terms
 from app.core.text import terms, terms_document
 from app.core.tokens import count_tokens, message_tokens
 from app.db.models import Session
@@ -57,7 +58,9 @@ def chunk_row(
     draft: ChunkDraft, chunk_id: uuid.UUID, tenant_id: uuid.UUID, session_pk: uuid.UUID
 ) -> dict[str, object]:
     chunk_terms = terms(draft.raw_text)
-    counts = Counter(chunk_terms)
+    # The chunk's days and months are search terms too ("in May", "last week": app.core.dates).
+    dates = date_terms(draft.ts_first, draft.ts_last)
+    counts = Counter([*chunk_terms, *dates])
     return {
         "id": chunk_id,
         "tenant_id": tenant_id,
@@ -75,7 +78,7 @@ def chunk_row(
         "token_count": draft.token_count,
         "term_counts": dict(counts),
         "term_total": sum(counts.values()),
-        "lexical_source": terms_document(chunk_terms),
+        "lexical_source": " ".join([terms_document(chunk_terms), *dates]),
         "trusted": draft.trusted,
     }
 

@@ -8,7 +8,7 @@ from procrastinate import Blueprint, JobContext
 
 from app.core.context import AppContext
 from app.core.db import unit_of_work
-from app.embeddings.base import EmbedderUnavailable
+from app.embeddings.batches import embed_pending
 from app.jobs.queue import (
     DEFAULT_QUEUE,
     DEFAULT_RETRY,
@@ -51,29 +51,23 @@ async def run_offload(job_context: JobContext, session_pk: str, trigger: str = "
 
 
 async def embed_chunks(job_context: JobContext, chunk_ids: list[str]) -> int:
-    """Embed chunks off the request path. A provider failure counts an attempt and retries later;
-    the chunks stay searchable lexically meanwhile."""
+    """Embed chunks off the request path (see `app.embeddings.batches`)."""
     context = app_context(job_context)
     embedder = context.embedder
     if embedder is None:
         return 0
     ids = [uuid.UUID(c) for c in chunk_ids]
     batch = context.settings.embedding.batch_size
-    done = 0
-    while True:
-        async with unit_of_work(context.sessionmaker) as db:
-            chunks = await repository.chunks_to_embed(db, ids, embedder.name, batch)
-            if not chunks:
-                return done
-            try:
-                vectors = await embedder.embed_passages([c.raw_text for c in chunks])
-            except EmbedderUnavailable:
-                await repository.count_embed_failure(db, [c.id for c in chunks])
-                await db.commit()
-                raise
-            for chunk, vector in zip(chunks, vectors, strict=True):
-                await repository.store_embedding(db, chunk.id, vector.tolist(), embedder.name)
-        done += len(chunks)
+    return await embed_pending(
+        context.sessionmaker,
+        embedder,
+        load=lambda db: repository.chunks_to_embed(db, ids, embedder.name, batch),
+        text_of=lambda chunk: chunk.raw_text,
+        store=lambda db, chunk, vector: repository.store_embedding(
+            db, chunk.id, vector, embedder.name
+        ),
+        count_failure=lambda db, chunks: repository.count_embed_failure(db, [c.id for c in chunks]),
+    )
 
 
 async def sweep(job_context: JobContext, timestamp: int) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """Prompt assembly: the pure policy that turns the layers into a message list within budget.
 
 Order (stable parts first, so prompt-prefix caches hit):
-C0 system messages → C2 notes block → recalled-history block → C1 turns verbatim → x_t.
+C0 system messages → C2 notes block → "about this user" block → recalled-history block → C1 turns
+verbatim → x_t.
 
 Precedence when the budget is short (`budget` = C - r):
 1. x_t and C0 are mandatory. If they alone (plus reply priming and tool schemas) exceed the
@@ -12,9 +13,15 @@ Precedence when the budget is short (`budget` = C - r):
 3. C1 turns from the newest backwards, as a contiguous recent tail. A tool call and its results
    form one group that is kept or left out whole. When the oldest turns must be left out the flag
    `window_truncated` is set (the caller should offload and tighten k).
-4. Recall gets what is left, at most B: items in rank order, each counted with its framing; an
+4. The "about this user" block (remembered items of the session's user, ranked against the
+   query) gets what is left, at most its own small budget, up to its top-k, the same way as
+   recall below; it is counted in C2 (remembered items are notes).
+5. Recall gets what is left, at most B: items in rank order, each counted with its framing; an
    item that does not fit is skipped (`over_budget`) and the next tried, up to `top_k` items.
-   Items whose whole turn range is already in the prompt's C1 are skipped (`in_window`).
+   Items whose whole turn range is already in the prompt's C1 are skipped (`in_window`). A
+   chunk comes whole when it fits, else as its compact version (the turns that answer the
+   query); one whose whole text would take over `COMPACT_FIRST_SHARE` of the budget comes compact
+   first, so a small budget holds more distinct pieces of evidence.
 
 Counting: OpenAI messages are counted by `app.core.tokens.messages_tokens` (reply priming
 included); an Anthropic prompt by `messages_tokens` on `blocks.anthropic_counting_view` (the system
@@ -25,22 +32,19 @@ re-encode the window.
 """
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Literal
 
 from app.core.tokens import count_tokens, message_tokens
 from app.domain.budget import REPLY_PRIMING_TOKENS
 from app.domain.records import RecalledItem, TurnRecord
 from app.prompt.blocks import (
-    ITEM_SEPARATOR,
-    RECALL_CLOSE,
-    RECALL_FRAME,
-    RECALL_OPEN,
     SYSTEM_SEPARATOR,
     anthropic_counting_view,
     anthropic_messages,
+    render_about_user_block,
+    render_about_user_item,
     render_item,
     render_recalled_block,
     tool_groups,
@@ -73,12 +77,21 @@ class AssemblyInput:
     tools: Sequence[Mapping[str, Any]] | None = None
     notes_block: str = ""
     recalled: Sequence[RecalledItem] = ()  # reranked, best first
+    about_user: Sequence[RecalledItem] = ()  # the user's remembered items, best first
+    about_user_budget_tokens: int = 0
+    about_user_top_k: int = 0
     format: PromptFormat = "openai"
 
     def __post_init__(self) -> None:
         if self.format not in ("openai", "anthropic"):
             raise ValueError(f"unknown prompt format {self.format!r}")
-        for name in ("budget", "recall_budget_tokens", "top_k"):
+        for name in (
+            "budget",
+            "recall_budget_tokens",
+            "top_k",
+            "about_user_budget_tokens",
+            "about_user_top_k",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
         if self.per_item_max_tokens < 1:
@@ -104,6 +117,7 @@ class AssembledPrompt:
     included_turns: list[int]
     excluded_turns: list[int]
     recalled: list[RecalledItem]
+    about_user: list[RecalledItem]
     manifest: list[ManifestEntry]
     flags: list[str] = field(default_factory=list)
 
@@ -142,56 +156,64 @@ def _group_cost(group: list[TurnRecord], anthropic: bool) -> int:
 
 
 @dataclass(slots=True)
-class _RecallChoice:
+class _Choice:
     chosen: list[RecalledItem]
     outcome: dict[int, tuple[str | None, int]]  # candidate index -> (reason, marginal tokens)
 
 
-@lru_cache(maxsize=1)
-def _frame_tokens() -> tuple[int, int]:
-    """Tokens of the block's fixed pieces: what precedes the first item, and the closing tag."""
-    head = count_tokens(RECALL_OPEN + ITEM_SEPARATOR) + count_tokens(RECALL_FRAME + ITEM_SEPARATOR)
-    return head, count_tokens(RECALL_CLOSE)
+# An item whose whole text would take more than this share of its budget comes compact first.
+# LoCoMo tune split B250 .544 -> .554 (check .523 -> .533); at 0.3 B500 lost on the check split
+# (.693 -> .681). Chunks are at most ~180 tokens with their header: B500 and up are unchanged.
+COMPACT_FIRST_SHARE = 0.4
 
 
-def _choose_recall(
-    inp: AssemblyInput, limit: int, in_window: set[int], block_extra: int
-) -> _RecallChoice:
-    """Items in rank order while the whole block (framing included) stays within `limit`.
-
-    The block is `OPEN, FRAME, item, ..., item` joined by blank lines, then a newline and the
-    closing tag, and costs `block_extra` tokens more than its text. Each of its pieces starts with
-    a non-space character right after a newline, where cl100k's pre-tokeniser always starts a new
-    piece, so the block's tokens are the sum of its pieces' (each item counted with what follows
-    it: a blank line, or for the last one the newline before the closing tag). Each candidate is
-    rendered and counted once instead of re-counting the whole block per candidate."""
-    choice = _RecallChoice([], {})
-    head, close = _frame_tokens()
-    used = 0  # the block's cost with the chosen items (0 while there is none)
-    chosen_inner = 0  # the chosen items' tokens, each followed by a blank line
-    for index, item in enumerate(inp.recalled):
+def _choose(
+    items: Sequence[RecalledItem],
+    *,
+    limit: int,
+    top_k: int,
+    in_window: set[int],
+    render_one: Callable[[RecalledItem], str],
+    render_block: Callable[[list[RecalledItem]], str],
+    block_cost: Callable[[str], int],
+) -> _Choice:
+    """Items in rank order while the whole block (framing included) stays within `limit`."""
+    choice = _Choice([], {})
+    used = 0
+    for index, item in enumerate(items):
         first = item.turn_first
         last = first if item.turn_last is None else item.turn_last
         if first is not None and last is not None and in_window.issuperset(range(first, last + 1)):
             choice.outcome[index] = ("in_window", 0)
             continue
-        # What the item's own text costs: about what it adds to the block, and cheap to count.
-        rendered = render_item(item, inp.per_item_max_tokens)
-        alone = count_tokens(rendered)
-        if len(choice.chosen) >= inp.top_k:
-            choice.outcome[index] = ("below_k", alone)
+        if len(choice.chosen) >= top_k:
+            choice.outcome[index] = ("below_k", count_tokens(render_one(item)))
             continue
-        if used + alone > limit:
-            choice.outcome[index] = ("over_budget", alone)
-            continue
-        cost = block_extra + head + chosen_inner + count_tokens(rendered + "\n") + close
-        if cost > limit:
-            choice.outcome[index] = ("over_budget", cost - used)
-        else:
-            choice.chosen.append(item)
-            choice.outcome[index] = (None, cost - used)
+        # The whole item first; when it does not fit, its compact version (if it has one). When
+        # the whole item alone would take a large share of the budget, the compact one first.
+        reason: tuple[str | None, int] = ("over_budget", 0)
+        options = (item, item.compact)
+        if item.compact is not None and (
+            count_tokens(render_one(item)) > COMPACT_FIRST_SHARE * limit
+        ):
+            options = (item.compact, item)
+        for option in options:
+            if option is None:
+                continue
+            # What the option's own text costs: about what it adds to the block, cheap to count.
+            alone = count_tokens(render_one(option))
+            if used + alone > limit:
+                reason = ("over_budget", alone)
+                continue
+            cost = block_cost(render_block([*choice.chosen, option]))
+            if cost > limit:
+                reason = ("over_budget", cost - used)
+                continue
+            choice.chosen.append(option)
+            reason = (None, cost - used)
             used = cost
-            chosen_inner += count_tokens(rendered + ITEM_SEPARATOR)
+            break
+        choice.outcome[index] = reason
     return choice
 
 
@@ -232,18 +254,40 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     window = [t for group in kept for t in group]
     in_window = {t.seq for t in window}
 
-    # In Anthropic format the block ends the system string: charge what it adds to that string.
+    # In Anthropic format the blocks end the system string: charge what each adds to it.
     prefix = [c0_text, notes if keep_notes else ""]
-    # What the block costs beyond the tokens of its text: a system message of its own, or in
-    # Anthropic format the separator that joins it to the system string (its own when alone).
-    block_extra = message_tokens("system", "")
-    if anthropic and any(prefix):
-        prefix_text = SYSTEM_SEPARATOR.join(p for p in prefix if p)
-        block_extra = count_tokens(prefix_text + SYSTEM_SEPARATOR) - count_tokens(prefix_text)
 
-    recall = _choose_recall(inp, min(inp.recall_budget_tokens, left), in_window, block_extra)
-    block = render_recalled_block(recall.chosen, inp.per_item_max_tokens)
-    recall_cost = block_extra + count_tokens(block) if block else 0
+    def block_cost(block: str) -> int:
+        if not anthropic:
+            return message_tokens("system", block)
+        return _system_cost([*prefix, block]) - _system_cost(prefix)
+
+    per_item = inp.per_item_max_tokens
+    about = _choose(
+        inp.about_user,
+        limit=min(inp.about_user_budget_tokens, left),
+        top_k=inp.about_user_top_k,
+        in_window=set(),
+        render_one=lambda item: render_about_user_item(item, per_item),
+        render_block=lambda items: render_about_user_block(items, per_item),
+        block_cost=block_cost,
+    )
+    about_block = render_about_user_block(about.chosen, per_item)
+    about_cost = block_cost(about_block) if about_block else 0
+    left -= about_cost
+    prefix.append(about_block)
+
+    recall = _choose(
+        inp.recalled,
+        limit=min(inp.recall_budget_tokens, left),
+        top_k=inp.top_k,
+        in_window=in_window,
+        render_one=lambda item: render_item(item, per_item),
+        render_block=lambda items: render_recalled_block(items, per_item),
+        block_cost=block_cost,
+    )
+    block = render_recalled_block(recall.chosen, per_item)
+    recall_cost = block_cost(block) if block else 0
 
     flags: list[str] = []
     if len(window) < len(inp.turns):
@@ -261,6 +305,8 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         messages = [dict(m) for m in inp.system]
         if keep_notes:
             messages.append({"role": "system", "content": notes})
+        if about_block:
+            messages.append({"role": "system", "content": about_block})
         if block:
             messages.append({"role": "system", "content": block})
         messages += [turn_message(t) for t in window]
@@ -270,7 +316,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     usage = {
         "c0": system_cost + tools_cost,
         "c1": c1_cost,
-        "c2": notes_cost if keep_notes else 0,
+        "c2": (notes_cost if keep_notes else 0) + about_cost,
         "recall": recall_cost,
         "query": query_cost,
         "overhead": REPLY_PRIMING_TOKENS,
@@ -286,7 +332,10 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         included_turns=[t.seq for t in window],
         excluded_turns=[t.seq for t in inp.turns if t.seq not in in_window],
         recalled=list(recall.chosen),
-        manifest=_manifest(inp, costs | {"query": query_cost}, keep_notes, in_window, recall),
+        about_user=list(about.chosen),
+        manifest=_manifest(
+            inp, costs | {"query": query_cost}, keep_notes, in_window, about, recall
+        ),
         flags=flags,
     )
 
@@ -296,7 +345,8 @@ def _manifest(
     costs: dict[str, int],
     keep_notes: bool,
     in_window: set[int],
-    recall: _RecallChoice,
+    about: _Choice,
+    recall: _Choice,
 ) -> list[ManifestEntry]:
     """Every candidate fragment, in prompt order, with why it was left out (None: included)."""
     e = ManifestEntry
@@ -308,6 +358,9 @@ def _manifest(
         entries.append(
             e("notes", "c2", "scratchpad", costs["notes"], None, keep_notes, notes_reason)
         )
+    for index, item in enumerate(inp.about_user):
+        reason, tokens = about.outcome[index]
+        entries.append(e(item.chunk_id, "c2", item.source, tokens, item.score, not reason, reason))
     for index, item in enumerate(inp.recalled):
         reason, tokens = recall.outcome[index]
         entries.append(e(item.chunk_id, "c3", item.source, tokens, item.score, not reason, reason))

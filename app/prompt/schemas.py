@@ -76,6 +76,11 @@ class RecalledItemOut(BaseModel):
     chunk_id: str = Field(description="chunk id, or memory id for a remembered item")
     source: Literal["chunk", "memory"]
     turn_range: list[int] | None
+    turns: list[int] | None = Field(
+        None,
+        description="the turns the item shows when it is cut down to the ones that answer the "
+        "query (gaps marked …); null: every turn of turn_range",
+    )
     score: float
     tokens: int
 

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.schemas import Caller, Scope
 from app.core.context import AppContext
 from app.core.cpu import off_loop
+from app.core.dates import said_at
 from app.core.db import local_time_limits, release
 from app.core.errors import BudgetExceeded, InvalidInput
 from app.core.observability import text_fields
@@ -24,7 +25,9 @@ from app.core.tokens import message_tokens
 from app.db.models import Session
 from app.domain.budget import config_error_field
 from app.domain.records import RecalledItem
+from app.memory.policy import normalise
 from app.notes.policy import render_notes_block
+from app.notes.schemas import Notes
 from app.notes.service import current_notes
 from app.offload.service import offload_session
 from app.prompt import repository
@@ -43,7 +46,14 @@ from app.prompt.schemas import (
     RecalledItemOut,
     RecallReport,
 )
-from app.recall.service import MEMORY_PREFIX, RecallOutcome, recall, recalled_item
+from app.recall.service import (
+    MEMORY_PREFIX,
+    RecallOutcome,
+    rank_user_memories,
+    recall,
+    recalled_item,
+    show_best_turns,
+)
 from app.sessions import repository as sessions_repository
 from app.sessions.schemas import AppendTurnsRequest, TurnIn, Usage, Watermark
 from app.sessions.service import (
@@ -56,6 +66,10 @@ from app.sessions.service import (
 
 logger = logging.getLogger("contextd.prompt")
 EMERGENCY_TOP_K = 2  # at the emergency ratio recall is tightened to this many items
+# Hits cut down to their best turns per build: enough for the assembler to fill the budget when
+# the first ones do not fit (its top-k counts what it includes, not what it tries).
+SHOWN_PER_K = 3
+SHOWN_MIN = 20
 
 
 def system_messages(system: BuildPromptRequest) -> list[dict[str, Any]]:
@@ -244,11 +258,20 @@ async def build_prompt(
         else req.recall.budget_tokens
     )
 
+    stage = time.perf_counter()
+    about, about_dropped = await _about_user(db, context, session, req, window, notes.notes)
+    if about or about_dropped:
+        timings["user_memory"] = _ms(stage)
     outcome, skipped = await _recall(db, context, session, req, window, fallbacks)
     if outcome is not None:
         timings.update({f"recall_{k}": v for k, v in outcome.timings_ms.items()})
         fallbacks.extend(f for f in outcome.fallbacks if f not in fallbacks)
-    recalled = [recalled_item(hit) for hit in (outcome.hits if outcome else [])]
+    recalled: list[RecalledItem] = []
+    if outcome is not None:
+        shown = await show_best_turns(
+            db, context, session, outcome, max(SHOWN_PER_K * top_k, SHOWN_MIN)
+        )
+        recalled = [recalled_item(hit) for hit in shown]
 
     stage = time.perf_counter()
     assembly = AssemblyInput(
@@ -262,6 +285,9 @@ async def build_prompt(
         tools=req.tools,
         notes_block=notes_block,
         recalled=recalled,
+        about_user=about,
+        about_user_budget_tokens=settings.recall.user_memory_budget_tokens,
+        about_user_top_k=settings.recall.user_memory_top_k,
         format=req.format,
     )
     assembled = await _assemble(assembly)
@@ -297,6 +323,18 @@ async def build_prompt(
         )
         for d in notes.dropped
     ]
+    manifest.extend(
+        ManifestItem(
+            id=item.chunk_id,
+            layer="c2",
+            source=item.source,
+            tokens=0,
+            score=item.score,
+            included=False,
+            reason="in_notes",
+        )
+        for item in about_dropped
+    )
     if outcome is not None:
         manifest.extend(
             ManifestItem(
@@ -315,6 +353,7 @@ async def build_prompt(
             chunk_id=e.id,
             source="memory" if e.source == "memory" else "chunk",
             turn_range=_turn_range(recalled, e.id),
+            turns=_shown_turns(assembled.recalled, e.id),
             score=e.score or 0.0,
             tokens=e.tokens,
         )
@@ -384,6 +423,44 @@ async def _assemble(assembly: AssemblyInput) -> AssembledPrompt:
         ) from exc
 
 
+async def _about_user(
+    db: AsyncSession,
+    context: AppContext,
+    session: Any,
+    req: BuildPromptRequest,
+    window: list[Any],
+    notes: Notes,
+) -> tuple[list[RecalledItem], list[RecalledItem]]:
+    """The remembered items of the session's user (scope user), ranked against the query, from
+    the session's first turn on; (offered, left out because the notes already hold them).
+    Nothing at all for a session without a user_id (its prompt stays the baseline)."""
+    if not session.user_id or req.recall.mode == "never":
+        return [], []
+    query = req.query
+    if query is None:
+        query = next((t.content for t in reversed(window) if t.role == "user"), "")
+    try:
+        async with db.begin_nested():
+            ranked = await rank_user_memories(db, context, session, query, [])
+    except Exception:  # the user's items are an extra: their failure never fails the build
+        logger.exception("user memories unavailable")
+        return [], []
+    in_notes = {normalise(item.text) for item in notes.remembered}
+    offered: list[RecalledItem] = []
+    dropped: list[RecalledItem] = []
+    for r in ranked:
+        item = RecalledItem(
+            chunk_id=str(r.memory.id),
+            text=r.memory.text,
+            ts=r.memory.created_at,
+            trusted=r.memory.trusted,
+            score=r.score,
+            source="user_memory",
+        )
+        (dropped if normalise(r.memory.text) in in_notes else offered).append(item)
+    return offered, dropped
+
+
 async def _recall(
     db: AsyncSession,
     context: AppContext,
@@ -415,6 +492,10 @@ async def _recall(
             recent_turns=recent,
             candidates=candidates,
             window_seqs={t.seq for t in window},
+            # Remembered items reach the prompt through the notes and the "about this user"
+            # block, not as recalled history.
+            include_memories=False,
+            now=said_at(window[-1].metadata, window[-1].created_at) if window else None,
         )
     except Exception:  # any failure of the recall chain degrades to C0 + C1 + C2, never a 500
         logger.exception("recall unavailable")
@@ -428,6 +509,13 @@ def _turn_range(items: list[RecalledItem], item_id: str) -> list[int] | None:
     for item in items:
         if item.chunk_id == item_id and item.turn_first is not None and item.turn_last is not None:
             return [item.turn_first, item.turn_last]
+    return None
+
+
+def _shown_turns(items: list[RecalledItem], item_id: str) -> list[int] | None:
+    for item in items:
+        if item.chunk_id == item_id and item.seqs is not None:
+            return list(item.seqs)
     return None
 
 

@@ -1,11 +1,15 @@
 """Query rewrite for recall: extract exact keys and resolve references to the last turns.
 
-Lexical and vector search only see the words of the query. "What was that order number again?"
-has no word that identifies the order; the turn before it does. When the query refers back
-(这个/那个/刚才/之前/上次/前面/它, it/that/this/earlier/before/last time/again) or is too
-short to search on (≤ `SHORT_QUERY_TERMS` content terms and no ID or quoted string), the most
-specific items of the last `CONTEXT_TURNS` turns are appended: IDs, quoted strings, names, numbers,
-then content words and CJK bigrams, at most `MAX_APPENDED_TERMS`. Otherwise rewritten == raw.
+Lexical and vector search only see the words of the query. "What was that order number?" has no
+word that identifies the order; the turn before it does. Context from the last `CONTEXT_TURNS`
+turns is appended only when the query leans on it: a deictic or pronoun that points at what was
+just said (这个/那个/这些/它/刚才/刚刚/上面, it/that/this/these/those/them/"that one"/"the same"),
+or a query with at most `SHORT_QUERY_TERMS` content word of its own and no ID or quoted string
+("and the price?"). Words that refer to the conversation's past in general ("again", "earlier",
+"last time", 之前, 上次) do not: "What was my order number again?" stands on its own, and the last
+turns' words would only pull recall towards them. Then the most specific items of those turns are
+appended: IDs, quoted strings, names, numbers, then content words and CJK bigrams, at most
+`MAX_APPENDED_TERMS`. Otherwise rewritten == raw.
 Pure, regex-based; CJK names are only taken in honorific form (王先生) or as katakana runs.
 """
 
@@ -17,7 +21,7 @@ from dataclasses import dataclass, field
 from app.core.text import ENGLISH_STOPWORDS, is_cjk, terms
 
 CONTEXT_TURNS = 2
-SHORT_QUERY_TERMS = 3
+SHORT_QUERY_TERMS = 1
 MAX_APPENDED_TERMS = 12
 MAX_APPENDED_QUOTE_CHARS = 40
 
@@ -67,13 +71,19 @@ _CJK_NAME_RE = re.compile(
     r"[\u4e00-\u9fff](?:先生|女士|小姐|老师|老板|经理|总监|教授|医生|同学|师傅|阿姨)|[\u30a1-\u30fa\u30fc]{2,}"
 )
 
-_ZH_ANAPHORA_RE = re.compile("[这那](?:个|些|件|种|款|次)|刚才|刚刚|之前|上次|前面|上面|先前|它")
+_ZH_DEICTIC_RE = re.compile("[这那](?:个|些|件|种|款|次|位|家|本|条)|它|刚才|刚刚|上面|上述")
 _EN_STRONG_RE = re.compile(
-    r"\b(?:earlier|before|last time|previous(?:ly)?|again|the one|the same|you said|you mentioned"
-    r"|we discussed|remind me)\b",
+    r"\b(?:(?:that|this|the) (?:one|ones|same)|the above|the latter|the former)\b", re.IGNORECASE
+)
+# "that"/"this" followed by a subject or a determiner introduce a clause ("the cake that she
+# baked", "so that we"), they do not point back.
+_EN_WEAK_RE = re.compile(
+    r"\b(?:it|those|these|them|(?:that|this)(?!\s+(?:i|you|he|she|we|they|it|the|a|an|my|your"
+    r"|his|her|our|their|is|was|are|were)\b))\b",
     re.IGNORECASE,
 )
-_EN_WEAK_RE = re.compile(r"\b(?:it|that|this|those|these|them)\b", re.IGNORECASE)
+# Conversational words that carry no subject of their own: "again?" is not a search term.
+_DISCOURSE_WORDS = frozenset("again also still please anyway now then exactly".split())
 # Function characters that make a CJK bigram useless as a search term.
 _CJK_STOP_CHARS = frozenset(
     "的了是在我你他她它们这那个吗呢吧啊呀和与就都也还说有要会能一不没很把被给对什么怎样用到得地着过去来上下又"
@@ -209,18 +219,18 @@ def _extract(text: str) -> _Extracted:
 
 def content_term_count(text: str) -> int:
     """Content words of `text`, with a CJK run counted as one word per two characters."""
-    words = sum(1 for term in terms(text) if not is_cjk(term))
+    words = sum(1 for term in terms(text) if not is_cjk(term) and term not in _DISCOURSE_WORDS)
     return words + sum(max(1, len(run) // 2) for run in _CJK_RUN_RE.findall(text))
 
 
 def has_anaphora(query: str, *, has_exact_keys: bool) -> bool:
-    """Whether `query` refers back to earlier turns.
+    """Whether `query` points at what was just said (and so needs the last turns' words).
 
-    Strong markers (earlier, last time, 刚才, 上次 ...) always count. Bare pronouns (it, that, this)
-    are also used as conjunctions or point inside the query, so they count only when the query
-    has no ID or quoted string of its own.
+    Chinese deictics (这个, 那些, 它, 刚才, 上面 ...) and "that one" / "the same" always count.
+    Bare pronouns (it, that, this) are also used as conjunctions or point inside the query, so
+    they count only when the query has no ID or quoted string of its own.
     """
-    if _ZH_ANAPHORA_RE.search(query) or _EN_STRONG_RE.search(query):
+    if _ZH_DEICTIC_RE.search(query) or _EN_STRONG_RE.search(query):
         return True
     return not has_exact_keys and bool(_EN_WEAK_RE.search(query))
 

@@ -194,6 +194,27 @@ async def live_turns(db: AsyncSession, session_pk: uuid.UUID, first: int, last: 
     return list((await db.execute(query)).scalars())
 
 
+async def turns_of_chunks(
+    db: AsyncSession, session_pk: uuid.UUID, chunk_ids: Sequence[str]
+) -> dict[str, list[Turn]]:
+    """The live turns each chunk covers, in seq order (recall shows a chunk's best turns)."""
+    if not chunk_ids:
+        return {}
+    rows = await db.execute(
+        select(Turn)
+        .where(
+            Turn.session_id == session_pk,
+            Turn.chunk_id.in_([uuid.UUID(c) for c in chunk_ids]),
+            Turn.forgotten_at.is_(None),
+        )
+        .order_by(Turn.seq)
+    )
+    out: dict[str, list[Turn]] = {}
+    for turn in rows.scalars():
+        out.setdefault(str(turn.chunk_id), []).append(turn)
+    return out
+
+
 async def assign_turns(
     db: AsyncSession, session_pk: uuid.UUID, ranges: Sequence[tuple[uuid.UUID, int, int]]
 ) -> int:

@@ -12,19 +12,23 @@ from tests.support.server import run_server
 OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
 
 PETS = ["parrot", "hamster", "iguana", "goldfish", "tortoise", "ferret", "rabbit", "gecko"]
+PETS += ["canary", "axolotl", "chinchilla", "hedgehog", "lizard", "pony", "alpaca", "beagle"]
 CITIES = ["Lisbon", "Oslo", "Kyoto", "Lima", "Cairo", "Quito", "Hanoi", "Perth"]
+CITIES += ["Dakar", "Riga", "Tunis", "Bogota", "Osaka", "Accra", "Minsk", "Nairobi"]
 HOBBIES = ["violin", "pottery", "archery", "chess", "fencing", "origami", "rowing", "tango"]
+HOBBIES += ["karate", "knitting", "surfing", "juggling", "baking", "climbing", "poetry", "sailing"]
 
 
 def synthetic_conversation(n: int) -> dict[str, Any]:
-    """Four sessions of distinct facts with filler between them, and questions about them."""
+    """Four sessions of sixteen distinct facts (each stated once) with filler between them, and
+    questions about them."""
     conv: dict[str, Any] = {"speaker_a": "Ann", "speaker_b": "Bob"}
     qa = []
     for s in range(1, 5):
         conv[f"session_{s}_date_time"] = f"1:56 pm on {s} May, 2023"
         turns = []
         for t in range(1, 21):
-            i = (s * 20 + t + n) % len(PETS)
+            i = (s * 4 + t // 5 + n) % len(PETS)
             if t % 5 == 1:
                 text = f"My cousin in {CITIES[i]} keeps a {PETS[i]} and plays {HOBBIES[i]}."
             else:
@@ -80,7 +84,10 @@ def test_eval_locomo_writes_a_report(
     ours, bm25 = results["summary"]["contextd"]["overall"], results["summary"]["bm25"]["overall"]
     assert 0.0 <= ours["R@1"] <= ours["R@5"] <= 1.0
     assert 0.0 <= bm25["R@1"] <= bm25["R@5"] <= 1.0
-    assert bm25["R@5"] > 0.5  # the facts are lexically distinct: BM25 finds them
+    assert bm25["R@5"] > 0.9  # every fact is stated once, in words no other turn uses
+    # contextd's own recall has a floor: an empty or misranked recall fails here.
+    assert ours["R@5"] >= 0.9, ours
+    assert ours["B300"] >= 0.9 and ours["B300_recalled"] >= 0.85, ours
     assert ours["tokens300"] <= 300
     # Every contextd row is a real measurement: no failed builds in this run.
     assert not re.search(r"\*\*server error\*\*[^|]*\| [1-9]", report)

@@ -81,6 +81,9 @@ def test_a_match_needs_a_shared_word_or_bigram_or_an_exact_hit() -> None:
     assert is_match(query, "Budget at most 120 EUR for Lyon.", exact_hit=False)
     assert not is_match(query, "We talked about the weather.", exact_hit=False)
     assert is_match(query, "unrelated text", exact_hit=True)
+    # Vector-only: the hit must stand out from the other candidates, not merely be nearest.
+    assert is_match(query, "我女儿对花生过敏", exact_hit=False, vector_margin=0.07)
+    assert not is_match(query, "我女儿对花生过敏", exact_hit=False, vector_margin=0.013)
     cjk = terms("发票邮箱")
     assert is_match(cjk, "请把发票寄到邮箱", exact_hit=False)
     assert not is_match(cjk, "发现一个箱子", exact_hit=False)  # shared characters, no bigram

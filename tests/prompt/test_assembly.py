@@ -295,3 +295,28 @@ def test_rejects_bad_input() -> None:
         build(format="gemini")
     with pytest.raises(ValueError):
         build(per_item_max_tokens=0)
+
+
+def test_a_chunk_that_does_not_fit_whole_comes_in_compact() -> None:
+    from datetime import UTC, datetime
+
+    from app.domain.records import RecalledItem
+    from app.prompt.assembly import AssemblyInput, assemble_prompt
+
+    ts = datetime(2024, 5, 1, tzinfo=UTC)
+    whole = RecalledItem("c1", "user: filler words here. " * 40, ts, 10, 14)
+    small = RecalledItem("c1", "…\nuser: the fence is green\n…", ts, 10, 14, seqs=(12,))
+    item = RecalledItem(whole.chunk_id, whole.text, ts, 10, 14, compact=small)
+
+    def build(budget: int) -> list[RecalledItem]:
+        inp = AssemblyInput(
+            system=[], turns=[], query="fence?", budget=10_000, recall_budget_tokens=budget,
+            top_k=5, per_item_max_tokens=1_000, recalled=[item],
+        )  # fmt: skip
+        return assemble_prompt(inp).recalled
+
+    assert build(1_000) == [item]  # room for the whole chunk: it comes whole
+    # It would fit, but would take over 40 % of the budget: its best turns come first.
+    assert build(400) == [small]
+    assert build(80) == [small]  # no room: its best turns come, with their seqs
+    assert build(5) == []

@@ -60,6 +60,8 @@ CHINESE_QUESTIONS = [
     ("刚才说的那个方案是什么？", "改成方案B"),
     ("谁和我们一起去？", "王小明"),
 ]
+ALLERGY_ZH = [("user", "我女儿对花生过敏。"), ("assistant", "好的，我记住了。")]
+ALLERGY_EN = [("user", "My daughter is allergic to peanuts."), ("assistant", "Noted.")]
 TOPICS_EN = [
     "museum",
     "weather",
@@ -288,3 +290,140 @@ async def test_cache_down_goes_straight_to_postgres(settings: Settings, api_key:
     assert [m for m in cold["messages"] if m["role"] != "system"] == [
         m for m in warm["messages"] if m["role"] != "system"
     ]
+
+
+@pytest.mark.parametrize(
+    ("sid", "facts", "language", "question", "fact"),
+    [
+        ("xl-en-asks-zh", CHINESE_FACTS, "zh", "What is the hotel budget per night?", "900元"),
+        ("xl-zh-asks-en", ENGLISH_FACTS, "en", "酒店每晚的预算是多少？", "180 euros"),
+        ("xl-allergy-en-asks-zh", ALLERGY_ZH, "zh", "What is my daughter allergic to?", "花生"),
+        ("xl-allergy-zh-asks-en", ALLERGY_EN, "en", "我女儿对什么过敏？", "peanuts"),
+    ],
+)
+async def test_a_question_in_one_language_finds_the_fact_in_the_other(
+    e5_client: httpx.AsyncClient,
+    sid: str,
+    facts: list[tuple[str, str]],
+    language: str,
+    question: str,
+    fact: str,
+) -> None:
+    await load(e5_client, sid, facts + filler(language, 90, seed=7))
+    await offloaded(e5_client, sid, embedded=True)
+    resp = await e5_client.post(f"/v1/sessions/{sid}/build-prompt", json={"query": question})
+    assert resp.status_code == 200, resp.text
+    assert fact in recalled_block(resp.json()), resp.json()["recall"]
+    # The memory tool finds it too: no shared word, but the vector hit stands out.
+    tool = await e5_client.post(
+        f"/v1/sessions/{sid}/memory", json={"type": "recall", "query": question, "top_k": 5}
+    )
+    assert tool.status_code == 200, tool.text
+    assert fact in tool.json()["text"], tool.json()["text"]
+
+
+@pytest.mark.parametrize(
+    ("user", "stored", "question"),
+    [
+        ("xl-u-zh", "我女儿对花生过敏。", "What is my daughter allergic to?"),
+        ("xl-u-en", "My daughter is allergic to peanuts.", "我女儿对什么过敏？"),
+    ],
+)
+async def test_a_remembered_item_answers_a_question_in_the_other_language(
+    e5_client: httpx.AsyncClient, user: str, stored: str, question: str
+) -> None:
+    sid = f"{user}-first"
+    assert (await e5_client.put(f"/v1/sessions/{sid}", json={"user_id": user})).status_code == 200
+    others = (
+        ("我们周末一般去公园散步。", "我的车停在三号停车场。")
+        if stored.startswith("我")
+        else ("We usually walk in the park at weekends.", "My car is parked on level three.")
+    )
+    for text in (*others, stored):
+        body = {"type": "remember", "text": text, "scope": "user"}
+        assert (await e5_client.post(f"/v1/sessions/{sid}/memory", json=body)).status_code == 200
+
+    async def ask() -> dict[str, Any]:
+        body = {"type": "recall", "query": question}
+        return (await e5_client.post(f"/v1/sessions/{sid}/memory", json=body)).json()
+
+    answer = await wait_for(ask, lambda a: bool(a["data"]["matches"]), timeout=120, interval=0.3,
+                            what="the remembered items to be embedded")  # fmt: skip
+    assert answer["data"]["matches"][0]["text"] == stored
+    # A new session of the same user: the item leads its first build's "about this user" block.
+    fresh = f"{user}-second"
+    assert (await e5_client.put(f"/v1/sessions/{fresh}", json={"user_id": user})).status_code == 200
+    resp = await e5_client.post(f"/v1/sessions/{fresh}/build-prompt", json={"query": question})
+    assert resp.status_code == 200, resp.text
+    about = [m["content"] for m in resp.json()["messages"] if m["role"] == "system"]
+    assert about and about[-1].startswith("<about_user>"), about
+    assert about[-1].splitlines()[2].startswith(f"- {stored}"), about[-1]
+
+
+async def test_a_relative_date_finds_the_turns_of_that_day(
+    settings: Settings, api_key: str
+) -> None:
+    def dated(day: int, texts: list[str]) -> list[dict[str, Any]]:
+        return [
+            {
+                "role": "user" if i % 2 == 0 else "assistant",
+                "content": text,
+                "metadata": {"time": f"2024-03-{day:02d}T10:{i % 60:02d}:00Z"},
+            }
+            for i, text in enumerate(texts)
+        ]
+
+    small_talk = [text for _, text in filler("en", 160, seed=11)]
+    turns = dated(1, small_talk[:45]) + dated(4, ["We painted the fence green."])
+    turns += dated(5, small_talk[45:])
+    with run_server(settings, with_worker=True) as server:
+        async with httpx.AsyncClient(
+            base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60
+        ) as http:
+            assert (await http.put("/v1/sessions/dated", json=SMALL)).status_code == 200
+            for start in range(0, len(turns), 10):
+                batch = {"turns": turns[start : start + 10]}
+                assert (await http.post("/v1/sessions/dated/turns", json=batch)).status_code == 201
+
+            async def fact_turn() -> dict[str, Any]:
+                page = await http.get("/v1/sessions/dated/turns", params={"since_seq": 45})
+                return page.json()["turns"][0]
+
+            await wait_for(fact_turn, lambda t: t["chunk_id"] is not None, timeout=180,
+                           interval=0.2, what="the dated fact to be offloaded")  # fmt: skip
+            chunks = (await http.get("/v1/sessions/dated/chunks", params={"limit": 500})).json()
+            bodies = [
+                (
+                    await http.post("/v1/sessions/dated/build-prompt", json={"query": question})
+                ).json()
+                for question in ("What did we do yesterday?", "我们昨天做了什么？")
+            ]
+    # Chunks are dated by the time the client sent, and break where the days change.
+    days = {(c["ts_first"][:10], c["ts_last"][:10]) for c in chunks["chunks"]}
+    assert ("2024-03-04", "2024-03-04") in days and all(a == b for a, b in days)
+    # "yesterday" of the latest turn (2024-03-05) is 2024-03-04: no word of the question is in
+    # the turn, its date is.
+    for body in bodies:
+        block = recalled_block(body)
+        assert "[2024-03-04T10:00Z | turn 46-46 |" in block and "painted the fence green" in block
+
+
+async def test_a_standalone_question_is_searched_as_asked(e5_client: httpx.AsyncClient) -> None:
+    sid = "rewrite-only-on-reference"
+    turns = ENGLISH_FACTS + filler("en", 90, seed=13)
+    turns += [("user", "The oak chair arrived scratched."), ("assistant", "Sorry, I will refund.")]
+    await load(e5_client, sid, turns)
+    await offloaded(e5_client, sid, embedded=False)
+
+    async def rewritten(query: str) -> str:
+        resp = await e5_client.post(f"/v1/sessions/{sid}/build-prompt", json={"query": query})
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        assert body["recall"]["query_raw"] == query
+        return str(body["recall"]["query_rewritten"])
+
+    for standalone in ("What was my order number again?", "我之前的订单号是多少？"):
+        assert await rewritten(standalone) == standalone
+    # A question that points at what was just said borrows the last turns' words.
+    pointing = await rewritten("Can you do that one again?")
+    assert pointing.startswith("Can you do that one again?") and "chair" in pointing, pointing

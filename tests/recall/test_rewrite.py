@@ -31,7 +31,7 @@ def test_chinese_anaphora_appends_context_terms():
 
 def test_mixed_english_and_chinese():
     turns = ["We compared Redis and Memcached for caching session data."]
-    q = rewrite_query("上次那个 Redis 方案 again?", turns)
+    q = rewrite_query("那个 Redis 方案 again?", turns)
     assert q.resolved_anaphora
     assert "Memcached" in q.appended
     assert "Redis" not in q.appended
@@ -47,9 +47,29 @@ def test_specific_query_is_left_unchanged():
 
 
 def test_short_query_is_expanded_without_anaphora():
-    q = rewrite_query("shipping date?", ORDER_TURNS)
+    q = rewrite_query("and the shipping?", ORDER_TURNS)
     assert q.short_query and not q.resolved_anaphora
     assert "AB-12345" in q.appended
+
+
+def test_standalone_questions_are_not_rewritten():
+    """Words about the past in general ("again", "earlier", 之前) are no reference to the last
+    turns: a question that names its subject is searched as asked."""
+    turns = [
+        "Most customers choose the oak chair; 464 arrived scratched within 30 days.",
+        "Bright care happens when the chair arrives; 70 percent keep it.",
+    ]
+    for query in (
+        "What was my order number again?",
+        "What did we decide earlier about the refund policy?",
+        "When did Caroline go to the LGBTQ support group?",
+        "What did Melanie paint recently that she shared with the group?",
+        "我之前的订单号是多少？",
+        "上次说的退款政策是什么？",
+        "shipping date?",
+    ):
+        q = rewrite_query(query, turns)
+        assert q.rewritten == query and not q.appended, (query, q.appended)
 
 
 def test_query_with_own_id_is_not_expanded():
@@ -88,8 +108,13 @@ def test_names_skip_sentence_starts_and_stopwords():
 
 
 def test_anaphora_markers():
-    assert has_anaphora("之前提到的预算", has_exact_keys=False)
-    assert has_anaphora("what did we decide earlier", has_exact_keys=True)
+    assert has_anaphora("那个预算是多少", has_exact_keys=False)
+    assert has_anaphora("刚才说的方案", has_exact_keys=True)
+    assert has_anaphora("do the same for that one", has_exact_keys=True)
+    assert has_anaphora("how much was that?", has_exact_keys=False)
+    assert not has_anaphora("之前提到的预算", has_exact_keys=False)
+    assert not has_anaphora("what did we decide earlier", has_exact_keys=True)
+    assert not has_anaphora("the cake that she baked", has_exact_keys=False)
     assert has_anaphora("is it ready", has_exact_keys=False)
     assert not has_anaphora("is it ready", has_exact_keys=True)  # "it" likely points at the ID
     assert not has_anaphora("schedule the database migration", has_exact_keys=False)
@@ -97,6 +122,7 @@ def test_anaphora_markers():
 
 def test_content_term_count_counts_cjk_words_roughly():
     assert content_term_count("what is the price") == 1
+    assert content_term_count("what was it again?") == 0
     assert content_term_count("缓存方案") == 2
 
 
