@@ -17,6 +17,11 @@ the floor gets as many chunks as contextd wrote. Each round runs both, alternati
 first; the query-embedding cache is emptied before each contextd round (the floor has none), so
 every query is embedded. Prints each round, then per figure the median over rounds and the ratio
 contextd / floor (median and range), and the load average of the machine.
+
+Then, `--append-rounds` times (default 3), builds right after an append (`--append-tries`
+builds, default 20): the p95 of recall builds on a quiet server, then the p95 of builds each sent
+right after a 100-turn append to the same session (the appends cross its watermark, so offload
+jobs run and their chunks are embedded by the worker while the builds are served), and their ratio.
 """
 
 import argparse
@@ -43,7 +48,7 @@ import httpx
 import redis
 
 from app.embedded import EmbeddedStack
-from benchmarks.build_prompt_latency import ingest, wait_offloaded
+from benchmarks.build_prompt_latency import ingest, percentile, turn_text, wait_offloaded
 
 SCENARIOS = ("no recall", "recall")
 CLIENTS = (1, 16)
@@ -56,6 +61,7 @@ SMALL_SESSIONS = 200
 SMALL_TURNS = 50
 BIG_SESSION = "floor-recall"
 BIG_CONFIG = {"context_limit": 16000, "reserve_tokens": 2000, "min_recent_tokens": 2000}
+APPEND_TURNS = 100
 
 Figures = dict[tuple[str, int], tuple[float, float, float]]  # (scenario, clients) -> p50, p95, rps
 
@@ -199,6 +205,33 @@ async def measure_contextd(
     return figures, flags
 
 
+async def after_append(floor: ModuleType, base: str, tries: int, seed: int) -> tuple[float, float]:
+    """p95 of recall builds on a quiet server, then of builds each sent right after a
+    100-turn append to the same session (see the module docstring)."""
+    rng = random.Random(seed)
+    queries = floor.queries(2 * tries, seed)
+    path = f"/v1/sessions/{BIG_SESSION}"
+    quiet: list[float] = []
+    loaded: list[float] = []
+    async with httpx.AsyncClient(base_url=base, timeout=120) as http:
+        await wait_offloaded(http, BIG_SESSION, True, 3600)  # quiet: the worker is idle
+        for j in range(tries):
+            started = time.perf_counter()
+            (await http.post(f"{path}/build-prompt", json={"query": queries[j]})).raise_for_status()
+            quiet.append((time.perf_counter() - started) * 1000)
+        for j in range(tries):
+            turns = [
+                {"role": "user" if i % 2 == 0 else "assistant", "content": turn_text(rng, i)}
+                for i in range(APPEND_TURNS)
+            ]
+            (await http.post(f"{path}/turns", json={"turns": turns})).raise_for_status()
+            started = time.perf_counter()
+            query = {"query": queries[tries + j]}
+            (await http.post(f"{path}/build-prompt", json=query)).raise_for_status()
+            loaded.append((time.perf_counter() - started) * 1000)
+    return percentile(quiet, 0.95), percentile(loaded, 0.95)
+
+
 def print_round(
     n: int,
     floor: Figures,
@@ -270,6 +303,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=480, help="per scenario and concurrency")
     parser.add_argument("--big-turns", type=int, default=5000)
+    parser.add_argument("--append-tries", type=int, default=20)
+    parser.add_argument("--append-rounds", type=int, default=3)
     parser.add_argument("--port", type=int, default=random.randint(18100, 18900))
     parser.add_argument("--serve-args", default="", help="extra `contextd dev` arguments")
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -300,15 +335,27 @@ def main() -> None:
             rounds.append((floor_figures, ours))
             loads.append(load)
             print_round(n, floor_figures, ours, flags, load)
+        appended = []
+        for n in range(1, args.append_rounds + 1):
+            quiet, loaded = asyncio.run(after_append(floor, base, args.append_tries, n))
+            appended.append((quiet, loaded))
+            print(
+                f"after a {APPEND_TURNS}-turn append, {args.append_tries} builds: quiet p95 "
+                f"{quiet:.1f} ms, right after the append p95 {loaded:.1f} ms "
+                f"(x{loaded / quiet:.2f})"
+            )
     rows = summary(rounds)
     print_summary(rows, len(rounds))
+    if appended:
+        ratio = statistics.median(loaded / quiet for quiet, loaded in appended)
+        print(f"build right after an append: p95 / quiet p95, median over rounds x{ratio:.2f}")
     end = os.getloadavg()
     print(f"load average at the end {end[0]:.1f} {end[1]:.1f} {end[2]:.1f}; {os.cpu_count()} cores")
     if args.json:
         args.json.write_text(
             json.dumps(
                 {"rounds": [[list(f.items()), list(c.items())] for f, c in rounds], "summary": rows}
-                | {"loadavg": loads, "chunks": chunks},
+                | {"loadavg": loads, "chunks": chunks, "after_append": appended},
                 indent=2,
                 default=list,
             )

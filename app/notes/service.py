@@ -165,12 +165,20 @@ class NotesSnapshot:
     dropped: list[DroppedNote]  # what the token cap left out of this version
 
 
+def empty_notes() -> NotesSnapshot:
+    """Version 0: the notes of a session no writer has written yet."""
+    return NotesSnapshot(version=0, covers_until_seq=0, notes=Notes(), token_count=0, dropped=[])
+
+
 def notes_cache_key(cache: Cache, session_pk: uuid.UUID, version: int) -> str:
     return cache.key("notes", session_pk, f"v{version}")
 
 
 async def current_notes(db: AsyncSession, cache: Cache, session: Session) -> NotesSnapshot:
-    """The notes version the session row names, from the cache when it holds that version."""
+    """The notes version the session row names, from the cache when it holds that version.
+    Version 0 is the empty notes no writer has replaced yet: no read at all."""
+    if session.notes_version == 0:
+        return empty_notes()
     key = notes_cache_key(cache, session.id, session.notes_version)
     cached = await cache.get_json(key)
     if cached is not None:
@@ -183,9 +191,7 @@ async def current_notes(db: AsyncSession, cache: Cache, session: Session) -> Not
         )
     pad = await repository.get_scratchpad(db, session.id)
     if pad is None:
-        return NotesSnapshot(
-            version=0, covers_until_seq=0, notes=Notes(), token_count=0, dropped=[]
-        )
+        return empty_notes()
     snapshot = NotesSnapshot(
         version=pad.version,
         covers_until_seq=pad.covers_until_seq,

@@ -3,12 +3,14 @@ by recall, tombstoned and erased by forget. Every query of the `chunks` table li
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, func, or_, select, text, tuple_, update
+from sqlalchemy import ColumnElement, Row, bindparam, func, or_, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.text import lexical_document
 from app.db.models import Chunk, OffloadEvent
 
 INSERT_BATCH = 1000  # rows per executemany call
@@ -143,10 +145,17 @@ def _like_pattern(needle: str) -> str:
 async def exact_hits(
     db: AsyncSession, session_pk: uuid.UUID, needles: Sequence[str], limit: int
 ) -> list[str]:
-    """Chunks holding any of the IDs / quoted strings verbatim (case-insensitive), newest first."""
+    """Chunks holding any of the IDs / quoted strings verbatim (case-insensitive), newest first.
+
+    A chunk that holds a needle holds all of the needle's terms, so the lexical index narrows the
+    chunks to check first (the match itself stays the verbatim ILIKE): the cost follows the
+    chunks that share the needle's terms, not the session's size. A needle without terms (only
+    stopwords or punctuation) can only be found by checking every chunk of the session.
+    """
     if not needles:
         return []
-    rows = await db.execute(
+    docs = [lexical_document(n) for n in needles]
+    query = (
         select(Chunk.id)
         .where(
             Chunk.session_id == session_pk,
@@ -156,6 +165,12 @@ async def exact_hits(
         .order_by(Chunk.turn_last.desc())
         .limit(limit)
     )
+    if all(docs):
+        any_needle: ColumnElement[Any] = func.plainto_tsquery("simple", docs[0])
+        for doc in docs[1:]:
+            any_needle = any_needle.op("||")(func.plainto_tsquery("simple", doc))
+        query = query.where(Chunk.lexical.op("@@")(any_needle))
+    rows = await db.execute(query)
     return [str(cid) for cid in rows.scalars()]
 
 
@@ -163,23 +178,20 @@ async def nearest_chunks(
     db: AsyncSession,
     session_pk: uuid.UUID,
     model: str,
-    dim: int,
     vector: Sequence[float],
     limit: int,
 ) -> dict[str, float]:
     """Cosine similarity of the session's chunks closest to `vector`, best first, by an exact scan
-    of the session's own rows (there is no approximate index: a session holds few chunks, and
-    pgvector applies a session filter only after an index scan, which would return too few).
-    The materialised CTE keeps the planner on the session index.
+    of the session's own rows through the session index (there is no approximate index: the
+    server's pgvector, 0.6, has no iterative index scans, so an index scan filtered to one session
+    would return too few rows). The vectors are compared as stored, without a cast to the model's
+    dimension (a cast copies every vector); one model's vectors all have that dimension.
     """
     query = text(
-        f"""
-        WITH own AS MATERIALIZED (
-            SELECT id, embedding FROM chunks
-            WHERE session_id = :session AND status = 'active' AND embedding_model = :model
-        )
-        SELECT id, embedding::vector({int(dim)}) <=> CAST(:vector AS vector({int(dim)})) AS distance
-        FROM own ORDER BY distance LIMIT :limit
+        """
+        SELECT id, embedding <=> CAST(:vector AS vector) AS distance FROM chunks
+        WHERE session_id = :session AND status = 'active' AND embedding_model = :model
+        ORDER BY distance LIMIT :limit
         """
     )
     rows = await db.execute(
@@ -193,11 +205,28 @@ def _vector_literal(vector: Sequence[float]) -> str:
     return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
 
 
-async def chunks_by_id(db: AsyncSession, ids: Sequence[str]) -> dict[str, Chunk]:
+# A chunk as recall shows it: id, status, turn_first, turn_last, part, parts, ts_last, raw_text,
+# trusted.
+ShownChunk = Row[uuid.UUID, str, int, int, int, int, datetime, str, bool]
+_SHOWN_COLUMNS = (
+    Chunk.id,
+    Chunk.status,
+    Chunk.turn_first,
+    Chunk.turn_last,
+    Chunk.part,
+    Chunk.parts,
+    Chunk.ts_last,
+    Chunk.raw_text,
+    Chunk.trusted,
+)
+
+
+async def chunks_by_id(db: AsyncSession, ids: Sequence[str]) -> dict[str, ShownChunk]:
+    """What recall shows of these chunks, as plain rows (no ORM objects on every build)."""
     if not ids:
         return {}
-    rows = await db.execute(select(Chunk).where(Chunk.id.in_([uuid.UUID(i) for i in ids])))
-    return {str(c.id): c for c in rows.scalars()}
+    query = select(*_SHOWN_COLUMNS).where(Chunk.id.in_([uuid.UUID(i) for i in ids]))
+    return {str(row.id): row for row in await db.execute(query)}
 
 
 # --- forget and erase ----------------------------------------------------------------------------

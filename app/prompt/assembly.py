@@ -25,14 +25,19 @@ re-encode the window.
 """
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal
 
 from app.core.tokens import count_tokens, message_tokens
 from app.domain.budget import REPLY_PRIMING_TOKENS
 from app.domain.records import RecalledItem, TurnRecord
 from app.prompt.blocks import (
+    ITEM_SEPARATOR,
+    RECALL_CLOSE,
+    RECALL_FRAME,
+    RECALL_OPEN,
     SYSTEM_SEPARATOR,
     anthropic_counting_view,
     anthropic_messages,
@@ -90,9 +95,6 @@ class ManifestEntry:
     included: bool
     reason: str | None  # why it was left out; None when included
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(slots=True)
 class AssembledPrompt:
@@ -145,12 +147,28 @@ class _RecallChoice:
     outcome: dict[int, tuple[str | None, int]]  # candidate index -> (reason, marginal tokens)
 
 
+@lru_cache(maxsize=1)
+def _frame_tokens() -> tuple[int, int]:
+    """Tokens of the block's fixed pieces: what precedes the first item, and the closing tag."""
+    head = count_tokens(RECALL_OPEN + ITEM_SEPARATOR) + count_tokens(RECALL_FRAME + ITEM_SEPARATOR)
+    return head, count_tokens(RECALL_CLOSE)
+
+
 def _choose_recall(
-    inp: AssemblyInput, limit: int, in_window: set[int], block_cost: Callable[[str], int]
+    inp: AssemblyInput, limit: int, in_window: set[int], block_extra: int
 ) -> _RecallChoice:
-    """Items in rank order while the whole block (framing included) stays within `limit`."""
+    """Items in rank order while the whole block (framing included) stays within `limit`.
+
+    The block is `OPEN, FRAME, item, ..., item` joined by blank lines, then a newline and the
+    closing tag, and costs `block_extra` tokens more than its text. Each of its pieces starts with
+    a non-space character right after a newline, where cl100k's pre-tokeniser always starts a new
+    piece, so the block's tokens are the sum of its pieces' (each item counted with what follows
+    it: a blank line, or for the last one the newline before the closing tag). Each candidate is
+    rendered and counted once instead of re-counting the whole block per candidate."""
     choice = _RecallChoice([], {})
-    used = 0
+    head, close = _frame_tokens()
+    used = 0  # the block's cost with the chosen items (0 while there is none)
+    chosen_inner = 0  # the chosen items' tokens, each followed by a blank line
     for index, item in enumerate(inp.recalled):
         first = item.turn_first
         last = first if item.turn_last is None else item.turn_last
@@ -158,20 +176,22 @@ def _choose_recall(
             choice.outcome[index] = ("in_window", 0)
             continue
         # What the item's own text costs: about what it adds to the block, and cheap to count.
-        alone = count_tokens(render_item(item, inp.per_item_max_tokens))
+        rendered = render_item(item, inp.per_item_max_tokens)
+        alone = count_tokens(rendered)
         if len(choice.chosen) >= inp.top_k:
             choice.outcome[index] = ("below_k", alone)
             continue
         if used + alone > limit:
             choice.outcome[index] = ("over_budget", alone)
             continue
-        cost = block_cost(render_recalled_block([*choice.chosen, item], inp.per_item_max_tokens))
+        cost = block_extra + head + chosen_inner + count_tokens(rendered + "\n") + close
         if cost > limit:
             choice.outcome[index] = ("over_budget", cost - used)
         else:
             choice.chosen.append(item)
             choice.outcome[index] = (None, cost - used)
             used = cost
+            chosen_inner += count_tokens(rendered + ITEM_SEPARATOR)
     return choice
 
 
@@ -214,16 +234,16 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
 
     # In Anthropic format the block ends the system string: charge what it adds to that string.
     prefix = [c0_text, notes if keep_notes else ""]
-    prefix_cost = _system_cost(prefix)
+    # What the block costs beyond the tokens of its text: a system message of its own, or in
+    # Anthropic format the separator that joins it to the system string (its own when alone).
+    block_extra = message_tokens("system", "")
+    if anthropic and any(prefix):
+        prefix_text = SYSTEM_SEPARATOR.join(p for p in prefix if p)
+        block_extra = count_tokens(prefix_text + SYSTEM_SEPARATOR) - count_tokens(prefix_text)
 
-    def block_cost(block: str) -> int:
-        if not anthropic:
-            return message_tokens("system", block)
-        return _system_cost([*prefix, block]) - prefix_cost
-
-    recall = _choose_recall(inp, min(inp.recall_budget_tokens, left), in_window, block_cost)
+    recall = _choose_recall(inp, min(inp.recall_budget_tokens, left), in_window, block_extra)
     block = render_recalled_block(recall.chosen, inp.per_item_max_tokens)
-    recall_cost = block_cost(block) if block else 0
+    recall_cost = block_extra + count_tokens(block) if block else 0
 
     flags: list[str] = []
     if len(window) < len(inp.turns):

@@ -271,7 +271,18 @@ async def build_prompt(
         fallbacks.append("cache_bypass")
 
     included = {item.chunk_id for item in assembled.recalled}
-    manifest = [ManifestItem(**entry.as_dict()) for entry in assembled.manifest]
+    manifest = [
+        ManifestItem(
+            id=e.id,
+            layer=e.layer,
+            source=e.source,
+            tokens=e.tokens,
+            score=e.score,
+            included=e.included,
+            reason=e.reason,
+        )
+        for e in assembled.manifest
+    ]
     # After the notes entry: each item the notes' token cap left out (no text, its turn has it).
     at = next((n + 1 for n, m in enumerate(manifest) if m.id == "notes"), len(manifest))
     manifest[at:at] = [

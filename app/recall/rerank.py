@@ -198,7 +198,7 @@ def select_within_budget(
     - "below_k": k candidates are already kept;
     - "over_budget": it does not fit the tokens left; smaller ones further down are still tried.
     Tokens come from `token_counts` (what injecting the fragment costs, framing included), else
-    `count_tokens(text)`.
+    `count_tokens(text)`; without a budget nothing is counted (`tokens` stays 0).
     """
     groups = overlap_groups or {}
     selected: list[ScoredCandidate] = []
@@ -228,12 +228,13 @@ def select_within_budget(
         if len(selected) >= k:
             dropped.append((item, "below_k"))
             continue
-        cost = token_counts[cand.id] if token_counts and cand.id in token_counts else None
-        if cost is None:
-            cost = count_tokens(cand.text)
-        if budget_tokens is not None and used + cost > budget_tokens:
-            dropped.append((item, "over_budget"))
-            continue
+        cost = 0
+        if budget_tokens is not None:
+            known = token_counts.get(cand.id) if token_counts else None
+            cost = count_tokens(cand.text) if known is None else known
+            if used + cost > budget_tokens:
+                dropped.append((item, "over_budget"))
+                continue
         selected.append(item)
         used += cost
         kept_texts.add(text_key)

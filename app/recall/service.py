@@ -23,7 +23,7 @@ from app.core.context import AppContext
 from app.core.cpu import off_loop
 from app.core.db import release
 from app.core.text import terms
-from app.db.models import Chunk, Session
+from app.db.models import Session
 from app.domain.records import RecalledItem
 from app.embeddings.base import EmbedderTimeout, EmbedderUnavailable
 from app.memory.repository import visible_memories
@@ -111,7 +111,7 @@ class RecallOutcome:
     candidates: int = 0
 
 
-def _chunk_fields(chunk: Chunk) -> dict[str, Any]:
+def _chunk_fields(chunk: repository.ShownChunk) -> dict[str, Any]:
     return {
         "turn_first": chunk.turn_first,
         "turn_last": chunk.turn_last,
@@ -300,7 +300,7 @@ async def recall(
         try:
             async with db.begin_nested():
                 vector = await repository.nearest_chunks(
-                    db, session.id, context.embedder.name, context.embedder.dim, qvec, candidates
+                    db, session.id, context.embedder.name, qvec, candidates
                 )
         except SQLAlchemyError as exc:
             logger.warning("vector recall unavailable, lexical only: %s", exc)

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.cache import Cache
 from app.core.config import Settings
+from app.offload import repository
 from app.offload.service import offload_session
 from tests.support.factories import append, configure, new_caller, transaction
 
@@ -218,3 +219,55 @@ async def test_offload_is_idempotent_and_records_its_event(
     )
     assert jobs == ["offload:run", "offload:embed_chunks", "notes:refresh"]
     assert offloaded_until == last_offloaded == first.turns_moved  # notes now stale
+
+
+async def test_exact_hits_find_ids_and_quotes_verbatim_through_the_lexical_index(
+    engine: AsyncEngine, settings: Settings, cache: Cache
+) -> None:
+    caller = await new_caller(engine)
+    sid = "exact-hits"
+    await configure(engine, caller, settings, cache, sid, **SMALL)
+    turns = [
+        {"role": "user", "content": f"note {i}: " + "the parcel was one of the boxes sent. " * 9}
+        for i in range(40)
+    ]
+    turns[3]["content"] = "the order AB-12345 ships on Friday"
+    turns[9]["content"] = "预算不超过一百二十欧元，订单号 XY-987"
+    turns[15]["content"] = "keep the AB-123456 receipt"  # the ID inside a longer one
+    await append(engine, caller, settings, cache, sid, turns)
+    pk = await session_pk(engine, caller.tenant_id, sid)
+    async with transaction(engine) as db:
+        assert await offload_session(db, settings, cache, pk, trigger="test") is not None
+    async with engine.connect() as conn:
+        holding = dict(
+            (
+                await conn.execute(
+                    text("SELECT raw_text, id FROM chunks WHERE session_id = :s"), {"s": pk}
+                )
+            ).all()
+        )
+
+    def chunk_of(fragment: str) -> str:
+        return next(str(cid) for raw, cid in holding.items() if fragment in raw)
+
+    async with transaction(engine) as db:
+        assert await repository.exact_hits(db, pk, ["ab-12345"], 10) == [chunk_of("AB-12345 ")]
+        assert await repository.exact_hits(db, pk, ["一百二十欧元"], 10) == [chunk_of("XY-987")]
+        both = await repository.exact_hits(db, pk, ["xy-987", "Friday"], 10)
+        assert sorted(both) == sorted({chunk_of("XY-987"), chunk_of("Friday")})
+        assert await repository.exact_hits(db, pk, ["AB-99999"], 10) == []
+        # A needle of stopwords only has no terms: every chunk is checked, and it is still found.
+        assert len(await repository.exact_hits(db, pk, ["of the"], 3)) == 3
+
+
+async def test_embeddings_are_stored_in_the_row(engine: AsyncEngine) -> None:
+    # MAIN: the vector stays in the chunk row (pgvector's own default, EXTERNAL, moves it out of
+    # line once the row passes 2 kB, and every exact scan then reads it through the TOAST index).
+    async with engine.connect() as conn:
+        storage = await conn.scalar(
+            text(
+                "SELECT attstorage FROM pg_attribute "
+                "WHERE attrelid = 'chunks'::regclass AND attname = 'embedding'"
+            )
+        )
+    assert storage == "m"

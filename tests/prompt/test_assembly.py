@@ -179,6 +179,28 @@ def test_recall_skips_oversized_item_and_tries_next() -> None:
     assert prompt.usage["total"] == counted(prompt)
 
 
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+def test_recall_block_cost_counted_by_pieces_matches_the_whole(fmt: str) -> None:
+    # Items ending in punctuation, spaces, newlines, Chinese or digits: the pieces' counts add up
+    # to the count of the rendered block, and each item's marginal cost sums to the block's.
+    endings = ["ends with a dot.", "trailing spaces   ", "newlines\n\n", "中文结尾。", "no. 4411"]
+    recalled = [item(f"ch_{i}", f"item {i} {end}", 10 + i, 10 + i) for i, end in enumerate(endings)]
+    prompt = assemble_prompt(
+        build(recalled=recalled, top_k=5, format=fmt, notes_block="- budget 120 EUR")
+    )
+    assert [i.chunk_id for i in prompt.recalled] == [f"ch_{i}" for i in range(5)]
+    block = render_recalled_block(prompt.recalled, 200)
+    if fmt == "openai":
+        assert prompt.usage["recall"] == message_tokens("system", block)
+    else:
+        assert prompt.system is not None and prompt.system.endswith(block)
+        without = prompt.system.removesuffix("\n\n" + block)
+        assert prompt.usage["recall"] == count_tokens(prompt.system) - count_tokens(without)
+    marginal = [e.tokens for e in prompt.manifest if e.layer == "c3"]
+    assert sum(marginal) == prompt.usage["recall"]
+    assert prompt.usage["total"] == counted(prompt)
+
+
 def test_recall_covering_left_out_turns_is_used() -> None:
     long_first = turn(1, "user", "Here is the full itinerary: " + "day trip, museum, " * 200)
     turns = [long_first, *CHAT[1:]]
