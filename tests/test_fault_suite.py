@@ -12,9 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -24,12 +21,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core.config import Settings
 from tests.notes.test_notes_service import chat_reply
 from tests.offload.test_worker import worker_env
-from tests.sessions.test_counters import stored_and_counted
+from tests.sessions.test_counters import stored_and_counted, turn
 from tests.support.factories import session_of_key
 from tests.support.faults import faulty_server
 from tests.support.loopback import loopback_server
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import wait_for
+from tests.support.workers import worker_process
 
 OWN_DATABASE = True  # it runs workers: see tests/conftest.py
 
@@ -42,28 +40,13 @@ def good_llm(method: str, path: str, body: Any) -> tuple[int, Any]:
     return 200, chat_reply(json.dumps(NOTES))
 
 
-@contextmanager
-def worker(settings: Settings, llm_url: str) -> Iterator[subprocess.Popen[bytes]]:
-    """`contextd worker` in its own process, writing notes with the LLM at `llm_url`."""
-    env = worker_env(settings)
-    env.update(
-        {
-            "CONTEXTD_NOTES__GENERATOR": "llm",
-            "CONTEXTD_NOTES__LLM_BASE_URL": llm_url,
-            "CONTEXTD_NOTES__LLM_TIMEOUT_SECONDS": "120",
-        }
-    )
-    process = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], env=env)
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+def llm_worker(settings: Settings, llm_url: str) -> dict[str, str]:
+    """The environment of a `contextd worker` writing notes with the LLM at `llm_url`."""
+    return worker_env(settings) | {
+        "CONTEXTD_NOTES__GENERATOR": "llm",
+        "CONTEXTD_NOTES__LLM_BASE_URL": llm_url,
+        "CONTEXTD_NOTES__LLM_TIMEOUT_SECONDS": "120",
+    }
 
 
 def sigkill(process: subprocess.Popen[bytes]) -> None:
@@ -112,11 +95,14 @@ async def test_a_worker_killed_during_notes_refresh_and_erase_loses_neither(
             assert moved.status_code == 200, moved.text  # chunks written, notes refresh queued
 
             # Notes refresh: the worker dies while the LLM is generating.
-            with faulty_server("hang") as hanging, worker(settings, hanging.url) as doomed:
+            with (
+                faulty_server("hang") as hanging,
+                worker_process(llm_worker(settings, hanging.url)) as doomed,
+            ):
                 assert await asyncio.to_thread(hanging.arrived.wait, 120)
                 sigkill(doomed)
             assert (await scratchpad(http, "k"))["version"] == 0
-            with worker(settings, llm.url):
+            with worker_process(llm_worker(settings, llm.url)):
                 pad = await wait_for(
                     lambda: scratchpad(http, "k"),
                     lambda p: p["version"] >= 1 and not p["stale"],
@@ -132,12 +118,15 @@ async def test_a_worker_killed_during_notes_refresh_and_erase_loses_neither(
             )
             assert forgot.status_code == 200, forgot.text
             receipt_id = forgot.json()["data"]["erase_receipt_id"]
-            with faulty_server("hang") as hanging, worker(settings, hanging.url) as doomed:
+            with (
+                faulty_server("hang") as hanging,
+                worker_process(llm_worker(settings, hanging.url)) as doomed,
+            ):
                 assert await asyncio.to_thread(hanging.arrived.wait, 120)
                 sigkill(doomed)
             assert (await receipt(http, receipt_id))["status"] == "pending"
             requests_before = len(llm.requests)
-            with worker(settings, llm.url):
+            with worker_process(llm_worker(settings, llm.url)):
                 done = await wait_for(
                     lambda: receipt(http, receipt_id),
                     lambda r: r["status"] != "pending",
@@ -170,7 +159,7 @@ async def test_garbage_from_the_notes_llm_keeps_builds_answering(
                 await http.post("/v1/sessions/g/turns", json={"turns": lisbon_turns()})
             ).is_success
             assert (await http.post("/v1/sessions/g/memory", json={"type": "offload"})).is_success
-            with worker(settings, llm.url) as running:
+            with worker_process(llm_worker(settings, llm.url)) as running:
                 assert await asyncio.to_thread(llm.arrived.wait, 120)
                 built = await http.post(
                     "/v1/sessions/g/build-prompt",
@@ -183,14 +172,6 @@ async def test_garbage_from_the_notes_llm_keeps_builds_answering(
     assert "notes_stale" in built.json()["fallbacks"]
     assert pad["version"] == 0  # nothing of the garbage was stored
     assert alive and ready["worker"]["live_workers"] >= 1
-
-
-def numbered(client_id: int, i: int) -> dict[str, str]:
-    return {
-        "role": "user" if i % 2 == 0 else "assistant",
-        "content": f"[c{client_id}-t{i}] order AB-{client_id}{i:03d} ships to Lyon by train, "
-        "window seat, budget at most 120 EUR. " * 2,
-    }
 
 
 async def test_n_clients_m_turns_with_a_hot_session_and_a_worker(
@@ -214,8 +195,8 @@ async def test_n_clients_m_turns_with_a_hot_session_and_a_worker(
 
             async def one_client(c: int) -> None:
                 for i in range(turns_each):
-                    await append(f"own-{c}", numbered(c, i))
-                    await append("hot", numbered(100 + c, i))
+                    await append(f"own-{c}", turn(c, i))
+                    await append("hot", turn(100 + c, i))
                     if i % (turns_each // builds_each) == 0:
                         # A long system prompt puts the hot session in the emergency band.
                         resp = await http.post(

@@ -12,6 +12,7 @@ from sqlalchemy import text
 from app.core.config import Settings
 from app.embedded import EmbeddedStack
 from app.jobs.queue import enqueue_offload
+from tests.sessions.test_counters import turn
 from tests.support.factories import session_of_key, transaction
 from tests.support.server import run_server
 from tests.support.waiting import wait_for
@@ -61,14 +62,6 @@ async def test_readyz_reports_no_live_worker_and_stuck_jobs(
                     what="the worker to retry the stuck job",
                 )
     assert ready["status"] == "ready" and ready["worker"]["live_workers"] >= 1
-
-
-def turn(client: int, i: int) -> dict[str, Any]:
-    return {
-        "role": "user" if i % 2 == 0 else "assistant",
-        "content": f"client {client} turn {i}: ship order AB-{client}{i:03d} to Lyon by train "
-        "with a window seat; the budget is at most 120 EUR. " * 2,
-    }
 
 
 async def test_a_postgres_restart_mid_appends_loses_nothing_and_offloads_resume(

@@ -2,12 +2,7 @@
 are written, found lexically and retried; once it is back they get their vectors."""
 
 import hashlib
-import signal
-import subprocess
-import sys
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import text
@@ -22,6 +17,7 @@ from tests.offload.test_worker import worker_env
 from tests.support.factories import append, configure, new_caller, transaction
 from tests.support.loopback import Handler, loopback_server
 from tests.support.waiting import wait_for
+from tests.support.workers import worker_process
 
 OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
 
@@ -65,34 +61,17 @@ def openai_settings(settings: Settings, url: str, model: str, dim: int) -> Setti
     )
 
 
-@contextmanager
-def worker_process(settings: Settings, url: str, model: str, dim: int) -> Iterator[None]:
-    """A real `contextd worker` process embedding with the loopback `openai` server.
-
-    A separate process: `create_job_app` namespaces the task blueprints in place, so a second
-    worker in one process (another test's `run_server(with_worker=True)`) would find no tasks."""
-    env = worker_env(settings)
-    env.update(
-        {
-            "CONTEXTD_EMBEDDING__KIND": "openai",
-            "CONTEXTD_EMBEDDING__OPENAI_BASE_URL": url,
-            "CONTEXTD_EMBEDDING__OPENAI_MODEL": model,
-            "CONTEXTD_EMBEDDING__OPENAI_DIM": str(dim),
-            "CONTEXTD_EMBEDDING__TIMEOUT_SECONDS": "2",
-            "CONTEXTD_EMBEDDING__BATCH_SIZE": "4",
-            "CONTEXTD_WORKER__CONCURRENCY": "4",
-        }
-    )
-    worker = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], env=env)
-    try:
-        yield
-    finally:
-        worker.send_signal(signal.SIGINT)
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(timeout=10)
+def worker_env_for(settings: Settings, url: str, model: str, dim: int) -> dict[str, str]:
+    """A `contextd worker` embedding with the loopback `openai` server."""
+    return worker_env(settings) | {
+        "CONTEXTD_EMBEDDING__KIND": "openai",
+        "CONTEXTD_EMBEDDING__OPENAI_BASE_URL": url,
+        "CONTEXTD_EMBEDDING__OPENAI_MODEL": model,
+        "CONTEXTD_EMBEDDING__OPENAI_DIM": str(dim),
+        "CONTEXTD_EMBEDDING__TIMEOUT_SECONDS": "2",
+        "CONTEXTD_EMBEDDING__BATCH_SIZE": "4",
+        "CONTEXTD_WORKER__CONCURRENCY": "4",
+    }
 
 
 def tsquery(words: str) -> str:
@@ -146,7 +125,7 @@ async def test_embedding_outage_leaves_chunks_lexical_and_retried_until_embedded
     state: dict[str, Any] = {"up": False, "dim": 8}
     with loopback_server(embeddings_handler(state)) as provider:
         model = f"loop-embed-8-{uuid.uuid4().hex[:8]}"
-        with worker_process(settings, provider.url, model, 8):
+        with worker_process(worker_env_for(settings, provider.url, model, 8)):
             caller = await new_caller(engine)
             sid = "embed-outage"
             await configure(engine, caller, settings, cache, sid, **FLOOR_OF_TWO)

@@ -2,7 +2,6 @@
 
 import os
 import queue
-import signal
 import subprocess
 import sys
 import threading
@@ -11,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.support.workers import stop
 
 CONTEXTD = str(Path(sys.executable).with_name("contextd"))
 
@@ -78,10 +79,4 @@ def dev_server(cwd: Path, port: int, *args: str, timeout: float = 120) -> Iterat
                 raise AssertionError(f"contextd dev exited: {''.join(server.lines)}")
         yield server
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop(process, timeout=60)
