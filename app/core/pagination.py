@@ -36,7 +36,8 @@ class Page(NamedTuple):
     cursor: str | None
 
 
-def page_params(
+# async although it does no I/O: see app.core.deps
+async def page_params(
     settings: SettingsDep,
     limit: Annotated[
         int,
