@@ -7,6 +7,7 @@ see identical terms.
 """
 
 import re
+from collections.abc import Sequence
 
 _CJK_CLASS = (
     "\u3040-\u30ff"  # Hiragana, Katakana
@@ -56,17 +57,19 @@ def terms(text: str, *, drop_stopwords: bool = True) -> list[str]:
     return out
 
 
-def lexical_document(text: str) -> str:
+_ID_PUNCTUATION = re.compile(r"[-_.@]")
+
+
+def lexical_document(text: str, found: Sequence[str] | None = None) -> str:
     """Space-joined terms for Postgres `to_tsvector('simple', ...)`, so it indexes our terms.
+    `found`: `terms(text)` when the caller already has them.
 
     Punctuation inside identifiers (AB-12345, a.b@c.d) would be split by the 'simple' parser, so
     such terms are kept whole and also contribute their parts.
     """
     out: list[str] = []
-    for term in terms(text):
+    for term in terms(text) if found is None else found:
         out.append(term)
-        if not is_cjk(term):
-            parts = re.split(r"[-_.@]", term)
-            if len(parts) > 1:
-                out.extend(p for p in parts if p)
+        if _ID_PUNCTUATION.search(term) and not is_cjk(term):
+            out.extend(p for p in _ID_PUNCTUATION.split(term) if p)
     return " ".join(out)

@@ -55,7 +55,8 @@ def chunking_config(settings: Settings) -> ChunkingConfig:
 def chunk_row(
     draft: ChunkDraft, chunk_id: uuid.UUID, tenant_id: uuid.UUID, session_pk: uuid.UUID
 ) -> dict[str, object]:
-    counts = Counter(terms(draft.raw_text))
+    found = terms(draft.raw_text)
+    counts = Counter(found)
     return {
         "id": chunk_id,
         "tenant_id": tenant_id,
@@ -73,7 +74,7 @@ def chunk_row(
         "token_count": draft.token_count,
         "term_counts": dict(counts),
         "term_total": sum(counts.values()),
-        "lexical_source": lexical_document(draft.raw_text),
+        "lexical_source": lexical_document(draft.raw_text, found),
         "trusted": draft.trusted,
     }
 
