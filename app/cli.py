@@ -137,6 +137,7 @@ async def _serve(
 
     from app.core.context import AppContext
     from app.core.observability import Metrics
+    from app.core.server import uvicorn_config
     from app.jobs.worker import run_worker
     from app.main import create_app
 
@@ -147,14 +148,7 @@ async def _serve(
         tasks.append(asyncio.create_task(run_worker(settings, worker_context)))
     try:
         if with_api:
-            config = uvicorn.Config(
-                create_app(settings, metrics),
-                host=settings.host,
-                port=settings.port,
-                log_level=settings.log_level.lower(),
-                log_config=None,  # keep our handlers (JSON); our middleware writes the access log
-                access_log=False,
-            )
+            config = uvicorn_config(create_app(settings, metrics), settings)
             server = uvicorn.Server(config)
             if server_box is not None:
                 server_box["server"] = server

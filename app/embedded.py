@@ -55,6 +55,18 @@ class EmbeddedStack:
     def valkey(self) -> object:
         return self._valkey
 
+    def restart_postgres(self) -> None:
+        """Restart PostgreSQL as after a crash (`pg_ctl restart -m immediate`): every connection
+        drops, and new ones are refused until recovery ends. For fault tests and benchmarks."""
+        from pgserver._commands import pg_ctl  # type: ignore[attr-defined]
+
+        pg_ctl(
+            ["-w", "-m", "immediate", "-l", str(self._pg.log), "restart"],
+            pgdata=self._pg.pgdata,
+            user=self._pg.system_user,
+            timeout=120,
+        )
+
     def stop(self) -> None:
         if self.redis_url:
             self._valkey.stop()

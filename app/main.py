@@ -10,6 +10,7 @@ from app.core.config import Settings, load_settings
 from app.core.context import AppContext
 from app.core.errors import install_error_handlers
 from app.core.observability import Metrics, RequestContextMiddleware
+from app.core.server import RequestBodyGuard
 from app.core.tokens import encoding
 from app.erasure.endpoints import router as erasure_router
 from app.inspect.endpoints import router as inspect_router
@@ -47,8 +48,13 @@ def create_app(settings: Settings | None = None, metrics: Metrics | None = None)
         description=DESCRIPTION,
         lifespan=lifespan,
     )
-    install_error_handlers(app)
-    app.add_middleware(RequestContextMiddleware)
+    install_error_handlers(app, settings.server.retry_after_seconds)
+    app.add_middleware(
+        RequestBodyGuard,
+        max_bytes=settings.limits.max_body_bytes,
+        timeout=settings.server.body_timeout_seconds,
+    )
+    app.add_middleware(RequestContextMiddleware)  # outermost: every answer gets its request id
     app.include_router(health.router)
     app.include_router(sessions_router)
     app.include_router(offload_router)

@@ -22,6 +22,7 @@ ROOTS = ("app.main", "app.cli", "app.jobs.worker")
 # Rules of the product, no I/O: unit-tested without a database.
 PURE = (
     "app.domain",
+    "app.core.breaker",
     "app.offload.policy",
     "app.offload.chunking",
     "app.notes.policy",

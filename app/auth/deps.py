@@ -15,7 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.auth import service
 from app.auth.schemas import Caller, Scope
-from app.core.deps import DbDep, SettingsDep
+from app.core.deps import ContextDep, DbDep
 
 # auto_error=False: our own 401 body, not FastAPI's 403; the scheme still appears in OpenAPI.
 bearer_scheme = HTTPBearer(auto_error=False, description="API key from `contextd keys create`")
@@ -24,9 +24,10 @@ bearer_scheme = HTTPBearer(auto_error=False, description="API key from `contextd
 async def get_caller(
     request: Request,
     db: DbDep,
-    settings: SettingsDep,
+    context: ContextDep,
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
 ) -> Caller:
+    settings = context.settings
     if settings.auth_disabled:
         cached: Caller | None = getattr(request.app.state, "dev_caller", None)
         if cached is None:
@@ -36,6 +37,7 @@ async def get_caller(
     else:
         caller = await service.authenticate(db, request.headers.get("Authorization"))
     request.state.tenant = caller.tenant_name  # for the access log line
+    await service.check_rate(context.rate_limiter, caller, settings.limits)
     return caller
 
 

@@ -11,7 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import repository
 from app.auth.schemas import ALL_SCOPES, Caller, Scope
+from app.core.config import Limits
 from app.core.errors import Forbidden, InvalidInput, Unauthorized
+from app.core.ratelimit import RateLimiter, rate_limited
 
 KEY_PREFIX = "ctxd_"
 DEV_TENANT = "default"
@@ -64,3 +66,13 @@ async def dev_caller(db: AsyncSession) -> Caller:
 def require_scope(caller: Caller, scope: Scope) -> None:
     if not caller.has(scope):
         raise Forbidden(f"this API key lacks the scope {scope.value!r}", field="scope")
+
+
+async def check_rate(limiter: RateLimiter, caller: Caller, limits: Limits) -> None:
+    """429 once the caller's key (the tenant's, with auth disabled) passes its per-minute limit."""
+    limit = limits.requests_per_minute_per_key
+    if not limit:
+        return
+    count = await limiter.hit(f"key:{caller.key_id or caller.tenant_id}")
+    if count > limit:
+        raise rate_limited("this API key's requests", limit, "Authorization")

@@ -17,10 +17,40 @@ MAX_PAGE_SIZE = 10_000  # the largest `max_page_size` a deployment may set
 
 
 class Limits(BaseModel):
-    max_turn_bytes: int = Field(262_144, gt=0, description="largest turn content (413 above)")
+    max_body_bytes: int = Field(
+        4_194_304, gt=0, description="largest request body, bytes (413 above)"
+    )
+    max_turn_bytes: int = Field(
+        262_144,
+        gt=0,
+        description="largest turn: content + tool calls + metadata, bytes (413 above)",
+    )
+    max_metadata_bytes: int = Field(
+        16_384, gt=0, description="largest metadata object of a turn or session, bytes as JSON"
+    )
     max_turns_per_request: int = Field(100, gt=0, description="turns in one append call")
     max_page_size: int = Field(
         500, gt=0, le=MAX_PAGE_SIZE, description="largest page of a list endpoint"
+    )
+    requests_per_minute_per_key: int = Field(
+        6_000, ge=0, description="requests one API key may make per minute (429 above; 0: off)"
+    )
+
+
+class ServerSettings(BaseModel):
+    """Connection limits that protect the API from slow or stuck clients."""
+
+    header_timeout_seconds: float = Field(
+        10.0, gt=0, description="a request line and headers must arrive within this (else closed)"
+    )
+    body_timeout_seconds: float = Field(
+        30.0, gt=0, description="a request body must arrive whole within this (408 after)"
+    )
+    keep_alive_seconds: int = Field(
+        5, gt=0, description="an idle keep-alive connection is closed after this"
+    )
+    retry_after_seconds: int = Field(
+        5, ge=1, description="Retry-After of a 503 while PostgreSQL is unreachable"
     )
 
 
@@ -38,6 +68,15 @@ class DatabaseSettings(BaseModel):
     max_overflow: int = Field(10, ge=0, description="extra connections above the pool")
     idempotency_ttl_hours: int = Field(
         24, gt=0, description="how long Idempotency-Key replays hold"
+    )
+    statement_timeout_seconds: float = Field(
+        60.0, gt=0, description="PostgreSQL cancels any one statement running longer (503)"
+    )
+    lock_timeout_seconds: float = Field(
+        10.0, gt=0, description="a statement waiting longer for a row or table lock fails (503)"
+    )
+    idle_in_transaction_timeout_seconds: float = Field(
+        60.0, gt=0, description="PostgreSQL ends a session idle this long inside a transaction"
     )
 
 
@@ -108,7 +147,19 @@ class RecallSettings(BaseModel):
         1.5, gt=0, description="LLM rewrite budget; on expiry the rule rewrite is used"
     )
     emergency_offload_timeout_seconds: float = Field(
-        5.0, gt=0, description="an inline offload in build-prompt gives up after this"
+        2.0,
+        gt=0,
+        description="an inline offload in build-prompt waits at most this for the session lock "
+        "and for each statement, then gives up (`emergency_offload_failed`)",
+    )
+    embedder_breaker_failures: int = Field(
+        3, gt=0, description="consecutive query-embedding failures that open the circuit breaker"
+    )
+    embedder_breaker_cooldown_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="while open, recall skips the embedder (`embedder_circuit_open`); then one "
+        "call tries it again",
     )
     lexical_index_cache_sessions: int = Field(
         256, ge=0, description="per-process BM25 indexes kept (one per session)"
@@ -176,9 +227,15 @@ class Settings(BaseSettings):
     log_format: Literal["json", "text"] = Field(
         "json", description="log lines: one JSON object (with request_id) or plain text"
     )
+    log_text: bool = Field(
+        False,
+        description="debug only: logs carry conversation text (queries, SQL parameters); "
+        "off: lengths and hashes",
+    )
 
     session_defaults: BudgetConfig = BudgetConfig()
     limits: Limits = Limits()
+    server: ServerSettings = ServerSettings()
     cache: CacheSettings = CacheSettings()
     db: DatabaseSettings = DatabaseSettings()
     offload: OffloadSettings = OffloadSettings()

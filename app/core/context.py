@@ -10,11 +10,13 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from app.core.breaker import CircuitBreaker
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import create_engine, create_sessionmaker
 from app.core.lru import VersionedLRU
 from app.core.observability import Metrics
+from app.core.ratelimit import RateLimiter
 from app.embeddings.base import Embedder
 from app.embeddings.factory import embedder_from_settings
 
@@ -29,19 +31,27 @@ class AppContext:
     # Recall's per-session BM25 indexes (`app.recall.bm25.BM25Index`) of this process.
     lexical_indexes: VersionedLRU[Any]
     metrics: Metrics  # this instance's Prometheus registry (shared by API and worker in `dev`)
+    rate_limiter: RateLimiter  # per-minute limits: Redis, else counted in this process
+    query_embedder: CircuitBreaker  # skips the embedder in recall while it keeps failing
     embedder: Embedder | None = None  # set by `start_embedder`; None means lexical recall only
 
     @classmethod
     def create(cls, settings: Settings, metrics: Metrics | None = None) -> "AppContext":
         engine = create_engine(settings)
+        cache = Cache(settings.redis_url, settings.cache)
         return cls(
             settings=settings,
             engine=engine,
             sessionmaker=create_sessionmaker(engine),
-            cache=Cache(settings.redis_url, settings.cache),
+            cache=cache,
             http=httpx.AsyncClient(timeout=10.0),
             lexical_indexes=VersionedLRU(settings.recall.lexical_index_cache_sessions),
             metrics=metrics or Metrics(),
+            rate_limiter=RateLimiter(cache),
+            query_embedder=CircuitBreaker(
+                settings.recall.embedder_breaker_failures,
+                settings.recall.embedder_breaker_cooldown_seconds,
+            ),
         )
 
     async def start_embedder(self) -> None:

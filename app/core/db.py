@@ -1,12 +1,16 @@
 """Async SQLAlchemy engine and the per-request unit of work.
 
 The outer layer owns the transaction: `unit_of_work` commits once on success and rolls back on any
-error, so services only flush and nothing is ever half-written.
+error, so services only flush and nothing is ever half-written. The exception is a wait on the
+network: a service first ends its transaction (`release`), so no connection idles in a transaction
+and no row lock is held meanwhile. PostgreSQL bounds every statement, lock wait and idle
+transaction (`create_engine`).
 """
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -17,12 +21,45 @@ from sqlalchemy.ext.asyncio import (
 from app.core.config import Settings
 
 
+def _milliseconds(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
 def create_engine(settings: Settings) -> AsyncEngine:
+    db = settings.db
+    # Time limits PostgreSQL enforces on every connection of the pool: no statement, lock wait or
+    # abandoned transaction holds a connection (or a session's row) without bound.
+    options = " ".join(
+        f"-c {name}={_milliseconds(seconds)}"
+        for name, seconds in (
+            ("statement_timeout", db.statement_timeout_seconds),
+            ("lock_timeout", db.lock_timeout_seconds),
+            ("idle_in_transaction_session_timeout", db.idle_in_transaction_timeout_seconds),
+        )
+    )
     return create_async_engine(
         settings.sqlalchemy_url,
-        pool_size=settings.db.pool_size,
-        max_overflow=settings.db.max_overflow,
+        pool_size=db.pool_size,
+        max_overflow=db.max_overflow,
         pool_pre_ping=True,
+        # Database errors are logged; their SQL parameters hold conversation text.
+        hide_parameters=not settings.log_text,
+        connect_args={"options": options},
+    )
+
+
+async def local_time_limits(db: AsyncSession, seconds: float) -> None:
+    """Tighter statement and lock timeouts until the current transaction (or the savepoint they
+    are set in) ends: a wait that must stay short fails cleanly in PostgreSQL, so the savepoint
+    rolls back and the transaction goes on, where cancelling the query from Python would leave
+    the connection in doubt."""
+    limit = f"{_milliseconds(seconds)}ms"
+    await db.execute(
+        text(
+            "SELECT set_config('lock_timeout', :limit, true), "
+            "set_config('statement_timeout', :limit, true)"
+        ),
+        {"limit": limit},
     )
 
 
@@ -55,3 +92,12 @@ async def commit(db: AsyncSession) -> None:
     actions: list[AfterCommit] = db.info.pop("after_commit", [])
     for action in actions:
         await action()
+
+
+async def release(db: AsyncSession) -> None:
+    """End the current transaction before a wait on the network (an embedder, a rerank or chat
+    API): no connection sits idle in a transaction, and no row lock is held, while another
+    service answers. What the transaction wrote is committed (callers write before they wait);
+    the next statement begins a new transaction."""
+    if db.in_transaction():
+        await commit(db)

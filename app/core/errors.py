@@ -6,13 +6,19 @@ lists each code an endpoint can answer (`error_responses`), and no code is made 
 
 import logging
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from starlette.types import Scope
 
 logger = logging.getLogger("contextd.errors")
 
@@ -24,12 +30,21 @@ class ContextdError(Exception):
     code: str = "bad_request"
 
     def __init__(
-        self, message: str, *, field: str | None = None, details: dict[str, Any] | None = None
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
         self.details = details
+        self.headers = headers  # response headers, e.g. Retry-After
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(status_code=self.status_code, content=self.body(), headers=self.headers)
 
     def body(self) -> dict[str, Any]:
         return ErrorResponse(
@@ -69,6 +84,12 @@ class MethodNotAllowed(ContextdError):
     status_code, code = 405, "method_not_allowed"
 
 
+class RequestTimeout(ContextdError):
+    """The request body did not arrive whole in time; the connection is closed."""
+
+    status_code, code = 408, "request_timeout"
+
+
 class Conflict(ContextdError):
     """The request conflicts with an earlier one (an Idempotency-Key reused for another body,
     a concurrent change): nothing was written."""
@@ -77,7 +98,7 @@ class Conflict(ContextdError):
 
 
 class PayloadTooLarge(ContextdError):
-    """A turn or a batch above the configured limits."""
+    """A request body, turn, metadata object or batch above the configured limits."""
 
     status_code, code = 413, "payload_too_large"
 
@@ -98,6 +119,19 @@ class MalformedJson(InvalidInput):
     """The body is not valid JSON."""
 
     code = "malformed_json"
+
+
+class InvalidText(InvalidInput):
+    """A string or object key holds a NUL character (U+0000) or a lone UTF-16 surrogate, which
+    cannot be stored."""
+
+    code = "invalid_text"
+
+
+class TooDeep(InvalidInput):
+    """JSON nested deeper than the limit (`app.core.input.MAX_JSON_DEPTH` levels)."""
+
+    code = "too_deep"
 
 
 class MissingField(InvalidInput):
@@ -146,6 +180,12 @@ class UnknownToolCall(InvalidInput):
     """A tool turn answering a call no assistant turn issued."""
 
     code = "unknown_tool_call"
+
+
+class DuplicateToolResult(InvalidInput):
+    """A second tool turn answering a tool call that already has its result."""
+
+    code = "duplicate_tool_result"
 
 
 class InvalidSessionId(InvalidInput):
@@ -250,7 +290,35 @@ COMMON_ERRORS: tuple[type[ContextdError], ...] = (
     WrongType,
     InvalidValue,
     InvalidSessionId,
+    InvalidText,
+    TooDeep,
+    RateLimited,
+    ServiceUnavailable,
 )
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A 4xx a request can get although its JSON matches the schema: a rule across fields, or
+    one on stored state or configured limits, which JSON Schema cannot state."""
+
+    error: type[ContextdError]
+    rule: str
+
+
+def with_rules(description: str, *rules: Rule) -> dict[str, Any]:
+    """`description` and `openapi_extra` of an operation that enforces `rules`: listed for
+    readers in the description and, machine-readable, as `x-rules` (the API tests accept a
+    schema-valid request's 4xx only when its code is listed there)."""
+    listed = "\n".join(f"- {r.error.status_code} `{r.error.code}`: {r.rule}" for r in rules)
+    return {
+        "description": f"{description}\n\nRules beyond the schema:\n{listed}",
+        "openapi_extra": {
+            "x-rules": [
+                {"status": r.error.status_code, "code": r.error.code, "rule": r.rule} for r in rules
+            ]
+        },
+    }
 
 
 def _loc_to_field(loc: tuple[Any, ...]) -> str | None:
@@ -272,11 +340,20 @@ PATH_PARAMETER_ERRORS: dict[str, type[InvalidInput]] = {
 }
 
 
+# Custom validation error types (`PydanticCustomError`) raised by request models.
+CUSTOM_VALIDATION_ERRORS: dict[str, type[InvalidInput]] = {
+    InvalidText.code: InvalidText,
+    TooDeep.code: TooDeep,
+}
+
+
 def _validation_error_class(error: dict[str, Any]) -> type[InvalidInput]:
     kind = str(error.get("type", ""))
     loc = tuple(error.get("loc", ()))
     if len(loc) == 2 and loc[0] == "path" and loc[1] in PATH_PARAMETER_ERRORS:
         return PATH_PARAMETER_ERRORS[loc[1]]
+    if kind in CUSTOM_VALIDATION_ERRORS:
+        return CUSTOM_VALIDATION_ERRORS[kind]
     if kind == "json_invalid":
         return MalformedJson
     if kind == "missing":
@@ -307,33 +384,79 @@ def _unreadable_body(request: Request, error: dict[str, Any], body: Any) -> Cont
     return None
 
 
-def install_error_handlers(app: FastAPI) -> None:
+class BodyError(StarletteHTTPException):
+    """A `ContextdError` raised while the application reads the request body (`app.core.server`):
+    FastAPI turns any other exception there into a bare 400, but lets HTTP exceptions through."""
+
+    def __init__(self, error: ContextdError) -> None:
+        super().__init__(error.status_code, error.message, headers=error.headers)
+        self.error = error
+
+
+HTTP_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(app: Starlette, scope: Scope) -> list[str]:
+    """Methods some route serves at the request's path (the `Allow` header of a 405; Starlette
+    names only the first such route's)."""
+    return [
+        method
+        for method in HTTP_METHODS
+        if any(
+            route.matches({**scope, "method": method})[0] is Match.FULL
+            for route in app.router.routes
+        )
+    ]
+
+
+# The database cannot be reached (down, restarting, connection lost, pool exhausted): a 503 the
+# client may retry, not a 500.
+DATABASE_UNAVAILABLE = (OperationalError, InterfaceError, SQLAlchemyTimeoutError)
+
+
+def install_error_handlers(app: FastAPI, retry_after_seconds: int) -> None:
+    """Every refusal as the one JSON shape. An exception no handler takes is answered by
+    `app.core.observability.RequestContextMiddleware` (a 500 that keeps the connection)."""
+
     @app.exception_handler(ContextdError)
     async def _contextd_error(_: Request, exc: ContextdError) -> JSONResponse:
-        return JSONResponse(status_code=exc.status_code, content=exc.body())
+        return exc.response()
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
+        # A body-wide check (app.core.input) names the field inside the body itself.
+        field = (first.get("ctx") or {}).get("field") or _loc_to_field(tuple(first.get("loc", ())))
         err = _unreadable_body(request, first, exc.body) or _validation_error_class(first)(
-            str(first.get("msg", "invalid request")),
-            field=_loc_to_field(tuple(first.get("loc", ()))),
+            str(first.get("msg", "invalid request")), field=field
         )
-        return JSONResponse(status_code=err.status_code, content=err.body())
+        return err.response()
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc, BodyError):
+            return exc.error.response()
         error: ContextdError
+        if exc.status_code == 400:  # FastAPI could not decode the body: not UTF-8 JSON
+            return MalformedJson("the body is not UTF-8 encoded JSON").response()
         if exc.status_code == 404:
             error = NotFound(str(exc.detail))
         elif exc.status_code == 405:
-            error = MethodNotAllowed(str(exc.detail))
+            allow = ", ".join(allowed_methods(request.app, request.scope))
+            error = MethodNotAllowed(str(exc.detail), headers={"Allow": allow})
         else:
-            error = HttpError(str(exc.detail))
-        # The status is Starlette's (e.g. 405 with its `Allow` header), the body ours.
-        return JSONResponse(status_code=exc.status_code, content=error.body(), headers=exc.headers)
+            error = HttpError(str(exc.detail), headers=dict(exc.headers or {}) or None)
+        # The status is Starlette's, the body ours.
+        return JSONResponse(
+            status_code=exc.status_code, content=error.body(), headers=error.headers
+        )
 
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        logger.exception("unhandled error", exc_info=exc)
-        return JSONResponse(status_code=500, content=InternalError("internal error").body())
+    async def _database_unavailable(_: Request, exc: Exception) -> JSONResponse:
+        logger.warning("database unavailable: %s", type(exc).__name__)
+        return ServiceUnavailable(
+            "the database cannot be reached; retry later",
+            headers={"Retry-After": str(retry_after_seconds)},
+        ).response()
+
+    for kind in DATABASE_UNAVAILABLE:
+        app.add_exception_handler(kind, _database_unavailable)

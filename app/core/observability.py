@@ -13,6 +13,7 @@ and an API with no scraper issues no queries.
 
 import asyncio
 import contextvars
+import hashlib
 import json
 import logging
 import os
@@ -36,11 +37,14 @@ from prometheus_client.registry import Collector
 from sqlalchemy import text
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.core.errors import InternalError
+
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 logger = logging.getLogger("contextd.metrics")
 access_logger = logging.getLogger("contextd.access")
+errors_logger = logging.getLogger("contextd.errors")
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _REQUEST_ID_OK = re.compile(r"[A-Za-z0-9._-]{1,128}")
@@ -234,7 +238,9 @@ def accept_request_id(value: str | None) -> str:
 
 class RequestContextMiddleware:
     """Pure ASGI: request id in (X-Request-ID) and out, bound to `request_id_var` for the logs;
-    latency histogram by route template; one access log line per request.
+    latency histogram by route template; one access log line per request; a JSON 500 for an
+    exception no handler took (Starlette's last-resort handler answers too, but then re-raises
+    to the server, which drops the connection: the client's next request on it would fail).
 
     The tenant comes from `request.state.tenant`, which the auth dependency sets."""
 
@@ -254,11 +260,12 @@ class RequestContextMiddleware:
         token = request_id_var.set(rid)
         started = time.perf_counter()
         status = 500
+        responded = False
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, responded
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, responded = message["status"], True
                 headers = [(k, v) for k, v in message.get("headers", []) if k != b"x-request-id"]
                 headers.append((b"x-request-id", rid.encode("latin-1")))
                 message = {**message, "headers": headers}
@@ -266,6 +273,11 @@ class RequestContextMiddleware:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except Exception as exc:
+            errors_logger.exception("unhandled error", exc_info=exc)
+            if responded:
+                raise  # half a response is out: only closing the connection can end it
+            await InternalError("internal error").response()(scope, receive, send_with_id)
         finally:
             seconds = time.perf_counter() - started
             route = getattr(scope.get("route"), "path", None) or "unmatched"
@@ -291,6 +303,21 @@ class RequestContextMiddleware:
 
 
 # --- JSON logs ---------------------------------------------------------------------------------
+
+
+def text_fields(name: str, value: str | None, *, with_text: bool) -> dict[str, Any]:
+    """Log fields describing conversation text: its length and a short SHA-256 (enough to match
+    two lines or a known text), and the text itself only when `with_text` (CONTEXTD_LOG_TEXT)."""
+    if value is None:
+        return {}
+    fields: dict[str, Any] = {
+        f"{name}_chars": len(value),
+        f"{name}_sha256": hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()[:16],
+    }
+    if with_text:
+        fields[name] = value
+    return fields
+
 
 _RECORD_FIELDS = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
 

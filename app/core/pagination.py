@@ -1,57 +1,81 @@
 """Keyset pagination shared by every list endpoint: the page size (at most
-`CONTEXTD_LIMITS__MAX_PAGE_SIZE`) and an opaque cursor, a tuple of integers in base64url."""
+`CONTEXTD_LIMITS__MAX_PAGE_SIZE`) and a cursor, a tuple of non-negative integers (e.g. seq, or
+turn_first and part) joined by dots.
 
-import base64
+Clients treat cursors as opaque; the format is plain so that the OpenAPI document states exactly
+which strings are cursors of a list (`cursor_pattern`), and so that no cursor can carry a number
+its column cannot hold. Cursors of the earlier base64 form are refused (422, `cursor`).
+"""
+
+from collections.abc import Awaitable, Callable
 from typing import Annotated, NamedTuple
 
-from fastapi import Depends, Query
+from fastapi import Query
 
 from app.core.config import MAX_PAGE_SIZE
 from app.core.deps import SettingsDep
 from app.core.errors import InvalidInput
 
-# Every value a cursor carries must fit a signed 64-bit column, except where a caller widens it.
+# Digits a key may have so that it fits its column: 18 stay below the bigint maximum
+# (2**63 - 1, 19 digits), 9 below the integer maximum (2**31 - 1, 10 digits); a UUID as an
+# integer has up to 39.
+BIGINT_KEY, INT_KEY, UUID_KEY = 18, 9, 39
+
+# The largest value `since_seq`-like filters on a bigint column take.
 CURSOR_VALUE_MAX = 2**63 - 1
 
 
+def cursor_pattern(*digits: int) -> str:
+    """The regular expression of a cursor whose keys have at most `digits` digits each."""
+    return "^" + r"\.".join(rf"\d{{1,{d}}}" for d in digits) + "$"
+
+
 def encode_cursor(*values: int) -> str:
-    raw = "k:" + ".".join(str(v) for v in values)
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    return ".".join(str(v) for v in values)
 
 
-def decode_cursor(cursor: str, size: int, maximum: int = CURSOR_VALUE_MAX) -> tuple[int, ...]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        kind, _, body = raw.partition(":")
-        values = tuple(int(v) for v in body.split("."))
-        if kind != "k" or len(values) != size or not all(0 <= v <= maximum for v in values):
-            raise ValueError(raw)
-        return values
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidInput("malformed cursor", field="cursor") from exc
+def decode_cursor(cursor: str, *digits: int) -> tuple[int, ...]:
+    parts = cursor.split(".")
+    if len(parts) != len(digits) or not all(
+        p.isascii() and p.isdigit() and len(p) <= d for p, d in zip(parts, digits, strict=True)
+    ):
+        raise InvalidInput("malformed cursor", field="cursor")
+    return tuple(int(p) for p in parts)
 
 
 class Page(NamedTuple):
     limit: int  # rows to return (the caller fetches one more to know if a next page exists)
     cursor: str | None
+    keys: tuple[int, ...]  # the most digits of each key of this list's cursors
+
+    def after(self) -> tuple[int, ...] | None:
+        """The keys of the last row of the previous page, or None on the first page."""
+        return decode_cursor(self.cursor, *self.keys) if self.cursor else None
 
 
-# async although it does no I/O: see app.core.deps
-async def page_params(
-    settings: SettingsDep,
-    limit: Annotated[
-        int,
-        Query(
-            ge=1,
-            le=MAX_PAGE_SIZE,
-            description="page size; values above CONTEXTD_LIMITS__MAX_PAGE_SIZE are reduced to it",
-        ),
-    ] = 100,
-    cursor: Annotated[
-        str | None, Query(max_length=200, description="`next_cursor` of the previous page")
-    ] = None,
-) -> Page:
-    return Page(min(limit, settings.limits.max_page_size), cursor)
+def page_params(*keys: int) -> Callable[..., Awaitable[Page]]:
+    """The dependency reading `limit` and `cursor` of a list whose cursor has `keys` (async
+    although it does no I/O: see app.core.deps)."""
 
+    async def read_page(
+        settings: SettingsDep,
+        limit: Annotated[
+            int,
+            Query(
+                ge=1,
+                le=MAX_PAGE_SIZE,
+                description="page size; values above CONTEXTD_LIMITS__MAX_PAGE_SIZE are reduced "
+                "to it",
+            ),
+        ] = 100,
+        cursor: Annotated[
+            str | None,
+            Query(
+                pattern=cursor_pattern(*keys),
+                description="`next_cursor` of the previous page",
+            ),
+        ] = None,
+    ) -> Page:
+        return Page(min(limit, settings.limits.max_page_size), cursor, keys)
 
-PageDep = Annotated[Page, Depends(page_params)]
+    return read_page

@@ -57,19 +57,23 @@ def terms(text: str, *, drop_stopwords: bool = True) -> list[str]:
     return out
 
 
-_ID_PUNCTUATION = re.compile(r"[-_.@]")
+_PART_SEPARATOR_RE = re.compile(r"[-_.@]")
 
 
-def lexical_document(text: str, found: Sequence[str] | None = None) -> str:
-    """Space-joined terms for Postgres `to_tsvector('simple', ...)`, so it indexes our terms.
-    `found`: `terms(text)` when the caller already has them.
+def lexical_document(text: str) -> str:
+    """Space-joined terms for Postgres `to_tsvector('simple', ...)`, so it indexes our terms."""
+    return terms_document(terms(text))
+
+
+def terms_document(text_terms: Sequence[str]) -> str:
+    """`lexical_document` of text whose `terms()` are already at hand.
 
     Punctuation inside identifiers (AB-12345, a.b@c.d) would be split by the 'simple' parser, so
-    such terms are kept whole and also contribute their parts.
+    such terms are kept whole and also contribute their parts (CJK terms hold no separator).
     """
     out: list[str] = []
-    for term in terms(text) if found is None else found:
+    for term in text_terms:
         out.append(term)
-        if _ID_PUNCTUATION.search(term) and not is_cjk(term):
-            out.extend(p for p in _ID_PUNCTUATION.split(term) if p)
+        if _PART_SEPARATOR_RE.search(term):
+            out.extend(p for p in _PART_SEPARATOR_RE.split(term) if p)
     return " ".join(out)

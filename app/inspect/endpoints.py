@@ -34,7 +34,7 @@ templates.env.filters["ts"] = _ts
 
 async def _caller(request: Request, db: DbDep, context: ContextDep) -> Caller:
     if context.settings.auth_disabled or request.headers.get("Authorization"):
-        caller = await get_caller(request, db, context.settings, None)
+        caller = await get_caller(request, db, context, None)
     else:
         cookie = request.cookies.get(COOKIE)
         if not cookie:

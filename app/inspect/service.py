@@ -8,7 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.schemas import Caller
 from app.core.context import AppContext
-from app.core.pagination import Page
+from app.core.pagination import BIGINT_KEY, UUID_KEY, Page
 from app.db.models import Chunk, OffloadEvent, PromptBuild
 from app.domain.budget import REPLY_PRIMING_TOKENS
 from app.domain.records import TurnRecord
@@ -159,7 +159,11 @@ async def session_page(
         window=window[-WINDOW_TURNS_SHOWN:],
         memories=(
             await list_memories(
-                db, caller, session_id, Page(MEMORIES_SHOWN, None), include_superseded=True
+                db,
+                caller,
+                session_id,
+                Page(MEMORIES_SHOWN, None, (BIGINT_KEY, UUID_KEY)),
+                include_superseded=True,
             )
         ).memories,
         builds=await prompt_repository.recent_builds(db, session.id, BUILDS_SHOWN),

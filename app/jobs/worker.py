@@ -18,6 +18,8 @@ from app.notes.tasks import blueprint as notes_tasks
 from app.offload.tasks import blueprint as offload_tasks
 
 logger = logging.getLogger("contextd.worker")
+# Waits before starting again after the worker stopped: doubling from the first to the second.
+RESTART_MIN_SECONDS, RESTART_MAX_SECONDS = 0.5, 15.0
 
 
 def plain_postgres_url(url: str) -> str:
@@ -44,21 +46,47 @@ async def retry_stalled_jobs(job_app: App, stalled_after_seconds: float) -> int:
     return len(stalled)
 
 
-async def _watch_stalled(job_app: App, settings: Settings) -> None:
-    while True:
+async def _watch_stalled(job_app: App, settings: Settings, stop: asyncio.Event) -> None:
+    """Retry stalled jobs every maintenance interval until `stop` is set. The event, not only a
+    cancel, ends it: psycopg's pool can swallow a cancel that lands while it waits for a
+    connection (seen after a PostgreSQL restart), and the watcher then ran on for ~45 s."""
+    while not stop.is_set():
         try:
             await retry_stalled_jobs(job_app, settings.worker.stalled_after_seconds)
         except Exception:  # the watcher must outlive a transient database error
             logger.exception("stalled-job check failed")
-        await asyncio.sleep(settings.worker.maintenance_interval_seconds)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), settings.worker.maintenance_interval_seconds)
 
 
 async def run_worker(settings: Settings, context: AppContext) -> None:
-    """Run a worker until cancelled. Several workers (processes or hosts) may run side by side."""
-    job_app = create_job_app(settings)
+    """Run a worker until cancelled. Several workers (processes or hosts) may run side by side.
+
+    The worker outlives its database: when PostgreSQL restarts, procrastinate loses its
+    connections and stops (or raises); the worker then starts again on fresh connections, with a
+    backoff while PostgreSQL refuses them. Jobs it was running when the connection died are
+    retried as stalled once its old heartbeat is stale."""
     await context.start_embedder()
+    loop = asyncio.get_running_loop()
+    delay = RESTART_MIN_SECONDS
+    while True:
+        started = loop.time()
+        try:
+            await _run_until_stopped(settings, context)
+            logger.warning("worker stopped (its database connection was lost); restarting")
+        except Exception as exc:
+            logger.warning("worker failed (%s); restarting", type(exc).__name__)
+        if loop.time() - started > RESTART_MAX_SECONDS:
+            delay = RESTART_MIN_SECONDS  # it ran well for a while: not a restart loop
+        await asyncio.sleep(delay)  # backoff while PostgreSQL refuses connections
+        delay = min(delay * 2, RESTART_MAX_SECONDS)
+
+
+async def _run_until_stopped(settings: Settings, context: AppContext) -> None:
+    job_app = create_job_app(settings)
     async with job_app.open_async():
-        watcher = asyncio.create_task(_watch_stalled(job_app, settings))
+        stop = asyncio.Event()
+        watcher = asyncio.create_task(_watch_stalled(job_app, settings, stop))
         try:
             await job_app.run_worker_async(
                 queues=[DEFAULT_QUEUE],
@@ -70,6 +98,7 @@ async def run_worker(settings: Settings, context: AppContext) -> None:
                 delete_jobs="successful",
             )
         finally:
+            stop.set()
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher

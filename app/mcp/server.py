@@ -97,7 +97,7 @@ class McpEndpoint:
         context: AppContext = request.app.state.context
         try:
             async with unit_of_work(context.sessionmaker) as db:
-                caller = await get_caller(request, db, context.settings, None)
+                caller = await get_caller(request, db, context, None)
         except ContextdError as exc:
             headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
             await JSONResponse(exc.body(), exc.status_code, headers=headers)(scope, receive, send)

@@ -1,8 +1,8 @@
 """HTTP endpoints of the memory tool, remembered items and erase receipts."""
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 
 from app.auth.deps import ReadCaller, ToolCaller
 from app.core.deps import ContextDep, DbDep
@@ -10,12 +10,19 @@ from app.core.errors import (
     COMMON_ERRORS,
     Conflict,
     ConflictingFields,
+    InvalidInput,
+    MissingField,
+    PayloadTooLarge,
     RateLimited,
+    RequestTimeout,
+    Rule,
     TooLong,
     UnexpectedField,
     error_responses,
+    with_rules,
 )
-from app.core.pagination import PageDep
+from app.core.input import BODY_RULES
+from app.core.pagination import BIGINT_KEY, UUID_KEY, Page, page_params
 from app.memory import service
 from app.memory.schemas import MemoryAnswer, MemoryList, MemoryRequest
 from app.sessions.endpoints import SessionIdPath
@@ -27,15 +34,42 @@ router = APIRouter(tags=["memory tool"], responses=error_responses(*COMMON_ERROR
     "/v1/sessions/{session_id}/memory",
     operation_id="memory_tool",
     summary="Call the memory tool",
-    description=(
+    **with_rules(
         'One tool for agents, `{"type": ...}` with type help | recall | remember | status | '
         "offload | forget. Returns `{type, text, data}`: `text` is what the agent puts in its "
         "tool-result message. recall answers an explicit `No match` with empty `data.matches` "
         "when nothing relevant is stored. offload and forget need the scopes `memory:offload` / "
-        "`memory:forget` (or the tenant setting); remember is rate-limited per session."
+        "`memory:forget` (or the tenant setting); remember is rate-limited per session.",
+        Rule(
+            MissingField,
+            "each type's required parameters: recall query, remember "
+            "text, forget one of chunk_id | turn_range | memory_id",
+        ),
+        Rule(
+            UnexpectedField,
+            "a type takes only its own parameters (help, status: "
+            "none; recall: query, top_k; remember: text, tags, key, scope; offload: "
+            "until_tokens)",
+        ),
+        Rule(ConflictingFields, "forget takes exactly one of its targets"),
+        Rule(TooLong, "remember text within memory.remember_max_chars"),
+        Rule(
+            InvalidInput,
+            "turn_range is [first, last] with first <= last; scope "
+            "'user' needs the session's user_id; remember text is not only whitespace; "
+            "forget ids are ids of this session",
+        ),
+        *BODY_RULES,
     ),
     responses=error_responses(
-        *COMMON_ERRORS, TooLong, UnexpectedField, ConflictingFields, Conflict, RateLimited
+        *COMMON_ERRORS,
+        TooLong,
+        UnexpectedField,
+        ConflictingFields,
+        Conflict,
+        RateLimited,
+        PayloadTooLarge,
+        RequestTimeout,
     ),
 )
 async def memory_tool(
@@ -81,7 +115,7 @@ async def list_memories(
     session_id: SessionIdPath,
     caller: ReadCaller,
     db: DbDep,
-    page: PageDep,
+    page: Annotated[Page, Depends(page_params(BIGINT_KEY, UUID_KEY))],
     include_superseded: bool = False,
 ) -> MemoryList:
     return await service.list_memories(

@@ -2,9 +2,11 @@
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from app.core.input import BIGINT_MAX, RequestBody
 
 
 class MemoryType(StrEnum):
@@ -16,7 +18,7 @@ class MemoryType(StrEnum):
     FORGET = "forget"
 
 
-class MemoryRequest(BaseModel):
+class MemoryRequest(RequestBody):
     """One call of the memory tool: `type` plus the parameters of that type (others absent/null)."""
 
     model_config = ConfigDict(
@@ -33,14 +35,18 @@ class MemoryRequest(BaseModel):
 
     type: MemoryType
     query: str | None = Field(None, min_length=1, max_length=2_000)
-    top_k: int | None = Field(None, ge=1)
+    top_k: int | None = Field(
+        None, ge=1, le=1000, description="at most this many (capped by the deployment's limit)"
+    )
     text: str | None = Field(None, min_length=1)
     tags: list[str] | None = Field(None, max_length=16)
     key: str | None = Field(None, min_length=1, max_length=128)
     scope: Literal["session", "user"] | None = None
-    until_tokens: int | None = Field(None, ge=0)
+    until_tokens: int | None = Field(None, ge=0, le=BIGINT_MAX)
     chunk_id: str | None = Field(None, min_length=1, max_length=64)
-    turn_range: list[int] | None = Field(None, min_length=2, max_length=2)
+    turn_range: list[Annotated[int, Field(ge=1, le=BIGINT_MAX)]] | None = Field(
+        None, min_length=2, max_length=2, description="[first, last] turn seq, inclusive"
+    )
     memory_id: str | None = Field(None, min_length=1, max_length=64)
 
 

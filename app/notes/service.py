@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.cache import Cache
 from app.core.config import Settings
+from app.core.cpu import off_loop
 from app.core.tokens import message_tokens
 from app.db.models import Memory, Session
 from app.memory import repository as memory_repository
@@ -89,7 +90,10 @@ async def compute_notes(
                 settings.notes.llm_timeout_seconds,
             )
         else:
-            notes = merge(previous, extract(turns, previous))
+            notes = await off_loop(
+                lambda: merge(previous, extract(turns, previous)),
+                chars=sum(len(t.content) for t in turns),
+            )
     except NotesGenerationError:
         return NotesDraft(session, pad.version, pad.covers_until_seq, None, generator)
     notes = notes.with_section(

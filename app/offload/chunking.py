@@ -17,12 +17,14 @@ turn (still in order, still contiguous).
 """
 
 import re
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import accumulate
 
 from app.core.text import terms
-from app.core.tokens import count_tokens, encoding, tool_calls_text, truncate_to_tokens
+from app.core.tokens import count_tokens, encoding, tool_calls_text
 from app.domain.records import TurnRecord
 from app.offload.policy import atomic_units
 
@@ -38,6 +40,12 @@ SUMMARY_HINT_MAX_CHARS = 80
 
 _PARAGRAPH_RE = re.compile(r"(?<=\n)\s*\n")
 _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
+# An ID needs a digit and an email an "@", and every match lies inside one run of [\w.+@-]: the
+# patterns below run only on such runs that hold a digit or "@" (found from the run's start, so
+# linear), and not on runs longer than `_MAX_ID_RUN` (no label is 16 KB long) — on a long run
+# they backtrack from every start, quadratic in its length.
+_ID_RUN_RE = re.compile(r"(?<![\w.+@-])[\w.+@-]*[\d@][\w.+@-]*")
+_MAX_ID_RUN = 200
 _ID_RE = re.compile(
     r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # emails
     r"|\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*\b"  # IDs: letters + digits
@@ -124,10 +132,14 @@ def jaccard(a: str, b: str) -> float:
 def summary_hint(turns: Sequence[TurnRecord]) -> str:
     """A short label: salient IDs, emails and names, else the first clause of the first turn."""
     seen: dict[str, None] = {}
-    for pattern in (_ID_RE, _NAME_RE):  # IDs and emails first, then names
-        for turn in turns:
-            for match in pattern.finditer(turn.content):
-                seen.setdefault(match.group(0), None)
+    for turn in turns:  # IDs and emails first, then names
+        for run in _ID_RUN_RE.finditer(turn.content):
+            if len(run.group(0)) <= _MAX_ID_RUN:
+                for match in _ID_RE.finditer(run.group(0)):
+                    seen.setdefault(match.group(0), None)
+    for turn in turns:
+        for match in _NAME_RE.finditer(turn.content):
+            seen.setdefault(match.group(0), None)
     text = ", ".join(seen)
     if not text:
         first = next((t.content for t in turns if t.content.strip()), turn_body(turns[0]))
@@ -184,7 +196,12 @@ def _breaks(current: list[TurnRecord], unit: list[TurnRecord], cfg: ChunkingConf
     )
 
 
-def _draft(turns: Sequence[TurnRecord], raw_text: str | None = None, **piece: object) -> ChunkDraft:
+def _draft(
+    turns: Sequence[TurnRecord],
+    raw_text: str | None = None,
+    hint: str | None = None,
+    **piece: object,
+) -> ChunkDraft:
     text = raw_text if raw_text is not None else "\n".join(render_turn(t) for t in turns)
     return ChunkDraft(
         turn_first=turns[0].seq,
@@ -193,7 +210,7 @@ def _draft(turns: Sequence[TurnRecord], raw_text: str | None = None, **piece: ob
         ts_first=min(t.created_at for t in turns),
         ts_last=max(t.created_at for t in turns),
         raw_text=text,
-        summary_hint=summary_hint(turns),
+        summary_hint=summary_hint(turns) if hint is None else hint,
         token_count=count_tokens(text),
         trusted=all(t.trusted for t in turns),
         **piece,  # type: ignore[arg-type]
@@ -201,32 +218,72 @@ def _draft(turns: Sequence[TurnRecord], raw_text: str | None = None, **piece: ob
 
 
 def _split_turn(turn: TurnRecord, cfg: ChunkingConfig) -> list[ChunkDraft]:
-    """Pieces of one long turn: `label [part i/n]:` header line, overlap copy, then the piece."""
+    """Pieces of one long turn: `label [part i/n]:` header line, overlap copy, then the piece.
+
+    Linear in the turn's length: each character is tokenised a bounded number of times (its
+    paragraph, its sentence when the paragraph is too long, its piece to confirm the size, and
+    the piece's chunk text), and the label of the turn is computed once for all its pieces."""
     header_budget = count_tokens(f"{turn_label(turn)} [part 999/999]:\n") + 2
     budget = max(1, cfg.max_tokens - header_budget - cfg.split_overlap_tokens)
     pieces = _pack(_segments(turn_body(turn), budget), budget)
+    hint = summary_hint([turn])
     drafts: list[ChunkDraft] = []
     for i, piece in enumerate(pieces):
         overlap = _overlap(pieces[i - 1], cfg.split_overlap_tokens) if i else ""
         raw = f"{turn_label(turn)} [part {i + 1}/{len(pieces)}]:\n{overlap}{piece}"
-        drafts.append(_draft([turn], raw, part=i + 1, parts=len(pieces), overlap_prefix=overlap))
+        drafts.append(
+            _draft([turn], raw, hint, part=i + 1, parts=len(pieces), overlap_prefix=overlap)
+        )
     return drafts
 
 
-def _segments(text: str, budget: int) -> list[str]:
+Segment = tuple[str, int]  # text and its token count
+
+
+def _segments(text: str, budget: int) -> list[Segment]:
     """Paragraphs, else sentences, else hard token cuts, each within `budget`; joined: `text`."""
-    out: list[str] = []
+    out: list[Segment] = []
     for para in _split_keep(text, _PARAGRAPH_RE):
-        if count_tokens(para) <= budget:
-            out.append(para)
+        ids = encoding().encode(para, disallowed_special=())
+        if len(ids) <= budget:
+            out.append((para, len(ids)))
             continue
-        for sentence in _split_keep(para, _SENTENCE_RE):
-            while count_tokens(sentence) > budget:
-                head = truncate_to_tokens(sentence, budget) or sentence[0]
-                out.append(head)
-                sentence = sentence[len(head) :]
-            if sentence:
-                out.append(sentence)
+        sentences = _split_keep(para, _SENTENCE_RE)
+        if len(sentences) == 1:
+            out.extend(_hard_cuts(para, budget, ids))
+            continue
+        for sentence in sentences:
+            out.extend(
+                _hard_cuts(sentence, budget, encoding().encode(sentence, disallowed_special=()))
+            )
+    return out
+
+
+def _hard_cuts(text: str, budget: int, ids: list[int]) -> list[Segment]:
+    """`text` (tokenised as `ids`) cut on token edges into pieces of at most `budget` tokens.
+
+    A cut that falls inside a multi-byte character moves to the character's end. A piece that
+    re-tokenises above `budget` (tokens can merge differently once cut) is shortened."""
+    if len(ids) <= budget:
+        return [(text, len(ids))]
+    data = text.encode()
+    starts = [0, *accumulate(len(b) for b in encoding().decode_tokens_bytes(ids))]
+    out: list[Segment] = []
+    pos = first = 0  # byte offset of the next piece; the first token starting at or after it
+    while pos < len(data):
+        end = min(first + budget, len(ids))
+        while True:
+            stop = starts[end]
+            while stop < len(data) and 0x80 <= data[stop] < 0xC0:
+                stop += 1  # never cut inside a character
+            piece = data[pos:stop].decode()
+            tokens = count_tokens(piece)
+            if tokens <= budget or end <= first + 1:
+                break
+            end = max(first + 1, end - (tokens - budget))
+        out.append((piece, tokens))
+        pos = stop
+        first = bisect_left(starts, pos)
     return out
 
 
@@ -242,21 +299,45 @@ def _split_keep(text: str, pattern: re.Pattern[str]) -> list[str]:
     return [p for p in parts if p]
 
 
-def _pack(segments: list[str], budget: int) -> list[str]:
-    pieces: list[str] = []
+def _pack(segments: list[Segment], budget: int) -> list[str]:
+    """Consecutive segments joined while their token counts add up to at most `budget`.
+
+    Tokens merge across a join at most rarely, so the sum decides and each piece is counted
+    once to confirm; a piece that came out over `budget` is packed again counting every join.
+    """
+    groups: list[list[Segment]] = []
+    total = 0
     for segment in segments:
-        if pieces and count_tokens(pieces[-1] + segment) <= budget:
-            pieces[-1] += segment
+        if groups and total + segment[1] <= budget:
+            groups[-1].append(segment)
+            total += segment[1]
         else:
-            pieces.append(segment)
+            groups.append([segment])
+            total = segment[1]
+    pieces: list[str] = []
+    for group in groups:
+        piece = "".join(text for text, _ in group)
+        if len(group) == 1 or count_tokens(piece) <= budget:
+            pieces.append(piece)
+            continue
+        exact: list[str] = []
+        for text, _ in group:
+            if exact and count_tokens(exact[-1] + text) <= budget:
+                exact[-1] += text
+            else:
+                exact.append(text)
+        pieces.extend(exact)
     return pieces
 
 
 def _overlap(previous: str, tokens: int) -> str:
-    """The last ~`tokens` tokens of `previous`, starting on a word edge when one is near."""
+    """The last ~`tokens` tokens of `previous`, starting on a word edge when one is near.
+
+    Only the end of `previous` is tokenised (a token is rarely over 8 characters; when the end
+    holds fewer tokens, the overlap is shorter)."""
     if tokens <= 0:
         return ""
-    ids = encoding().encode(previous, disallowed_special=())
+    ids = encoding().encode(previous[-tokens * 8 :], disallowed_special=())
     for n in range(min(tokens, len(ids)), 0, -1):
         tail = encoding().decode(ids[-n:])
         if previous.endswith(tail):

@@ -3,12 +3,12 @@
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Depends, Path
 
 from app.auth.deps import ReadCaller
 from app.core.deps import DbDep
 from app.core.errors import COMMON_ERRORS, InvalidChunkId, NotFound, error_responses
-from app.core.pagination import PageDep, decode_cursor, encode_cursor
+from app.core.pagination import BIGINT_KEY, INT_KEY, Page, encode_cursor, page_params
 from app.db.models import Chunk
 from app.offload import repository
 from app.offload.schemas import ChunkDetail, ChunkOut, ChunkPage
@@ -45,10 +45,13 @@ def chunk_out(chunk: Chunk) -> dict[str, object]:
     description="Chunks of offloaded turns in turn order (raw text via the single-chunk call).",
 )
 async def list_chunks(
-    session_id: SessionIdPath, caller: ReadCaller, db: DbDep, page: PageDep
+    session_id: SessionIdPath,
+    caller: ReadCaller,
+    db: DbDep,
+    page: Annotated[Page, Depends(page_params(BIGINT_KEY, INT_KEY))],
 ) -> ChunkPage:
     session = await require_session(db, caller, session_id)
-    after = decode_cursor(page.cursor, 2) if page.cursor else (0, 0)
+    after = page.after() or (0, 0)
     chunks = await repository.list_chunks(db, session.id, (after[0], after[1]), page.limit + 1)
     shown = chunks[: page.limit]
     return ChunkPage(

@@ -35,6 +35,16 @@ async def insert_chunks(db: AsyncSession, rows: Sequence[dict[str, Any]]) -> Non
         await db.execute(statement, list(rows[start : start + INSERT_BATCH]))
 
 
+def active_chunk_count(session_pk: Any) -> Any:
+    """A scalar subquery counting the active chunks of `session_pk` (a column of an outer
+    query): the truth that `sessions.chunk_count` mirrors."""
+    return (
+        select(func.count())
+        .where(Chunk.session_id == session_pk, Chunk.status == "active")
+        .scalar_subquery()
+    )
+
+
 async def add_offload_event(db: AsyncSession, **values: Any) -> None:
     db.add(OffloadEvent(**values))
     await db.flush()

@@ -17,7 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.core.text import lexical_document, terms
+from app.core.cpu import off_loop
+from app.core.text import terms, terms_document
 from app.core.tokens import count_tokens, message_tokens
 from app.db.models import Session
 from app.domain.records import TurnRecord
@@ -55,8 +56,8 @@ def chunking_config(settings: Settings) -> ChunkingConfig:
 def chunk_row(
     draft: ChunkDraft, chunk_id: uuid.UUID, tenant_id: uuid.UUID, session_pk: uuid.UUID
 ) -> dict[str, object]:
-    found = terms(draft.raw_text)
-    counts = Counter(found)
+    chunk_terms = terms(draft.raw_text)
+    counts = Counter(chunk_terms)
     return {
         "id": chunk_id,
         "tenant_id": tenant_id,
@@ -74,7 +75,7 @@ def chunk_row(
         "token_count": draft.token_count,
         "term_counts": dict(counts),
         "term_total": sum(counts.values()),
-        "lexical_source": lexical_document(draft.raw_text, found),
+        "lexical_source": terms_document(chunk_terms),
         "trusted": draft.trusted,
     }
 
@@ -83,16 +84,21 @@ async def write_chunks(
     db: AsyncSession, settings: Settings, session: Session, turns: Sequence[TurnRecord]
 ) -> list[uuid.UUID]:
     """Chunk consecutive live `turns`, store the chunks and mark the turns as covered by them
-    (the offload, and the re-chunk of what a forget left of a chunk). Returns the chunk ids."""
-    drafts = chunk_turns(turns, chunking_config(settings))
-    chunk_ids = [uuid.uuid4() for _ in drafts]
-    await repository.insert_chunks(
-        db,
-        [
+    (the offload, and the re-chunk of what a forget left of a chunk). Returns the chunk ids.
+
+    Chunking and the rows' term statistics run off the event loop for long text (`off_loop`)."""
+
+    def build() -> tuple[list[ChunkDraft], list[uuid.UUID], list[dict[str, object]]]:
+        drafts = chunk_turns(turns, chunking_config(settings))
+        ids = [uuid.uuid4() for _ in drafts]
+        rows = [
             chunk_row(d, cid, session.tenant_id, session.id)
-            for d, cid in zip(drafts, chunk_ids, strict=True)
-        ],
-    )
+            for d, cid in zip(drafts, ids, strict=True)
+        ]
+        return drafts, ids, rows
+
+    drafts, chunk_ids, rows = await off_loop(build, chars=sum(len(t.content) for t in turns))
+    await repository.insert_chunks(db, rows)
     # Pieces of one split turn share its seq: the turn is covered by the first piece; the others
     # are marked copies (part > 1) that recall deduplicates.
     marked = await sessions_repository.assign_turns(

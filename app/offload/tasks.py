@@ -2,9 +2,11 @@
 
 import logging
 import uuid
+from datetime import UTC, datetime, timedelta
 
 from procrastinate import Blueprint, JobContext
 
+from app.core.context import AppContext
 from app.core.db import unit_of_work
 from app.embeddings.base import EmbedderUnavailable
 from app.jobs.queue import (
@@ -19,6 +21,11 @@ from app.jobs.queue import (
 from app.offload import repository
 from app.offload.service import offload_session
 from app.sessions import repository as sessions_repository
+from app.sessions.service import repair_counters
+
+# The sweep runs every minute; sessions changed within this much (or over their trigger) have
+# their counters recounted.
+RECOUNT_LOOKBACK = timedelta(minutes=3)
 
 logger = logging.getLogger("contextd.offload")
 
@@ -70,8 +77,10 @@ async def embed_chunks(job_context: JobContext, chunk_ids: list[str]) -> int:
 
 
 async def sweep(job_context: JobContext, timestamp: int) -> dict[str, int]:
-    """Safety net: sessions left over their watermark, and chunks still lacking an embedding."""
+    """Safety net: session counters that drifted from the rows, sessions left over their
+    watermark, and chunks still lacking an embedding."""
     context = app_context(job_context)
+    repaired = await recount_sessions(context, datetime.now(UTC) - RECOUNT_LOOKBACK)
     async with unit_of_work(context.sessionmaker) as db:
         over = await sessions_repository.sessions_over_watermark(
             db, context.settings.session_defaults
@@ -92,7 +101,25 @@ async def sweep(job_context: JobContext, timestamp: int) -> dict[str, int]:
                 lock=session_lock(session_pk),
                 queueing_lock=f"embed:{session_pk}",
             )
-    return {"sessions": len(over), "chunks": len(missing)}
+    return {"sessions": len(over), "chunks": len(missing), "counters_repaired": repaired}
+
+
+async def recount_sessions(context: AppContext, changed_since: datetime) -> int:
+    """Repair the counters of sessions whose rows say otherwise, each in its own short
+    transaction (the session lock is held only while one session is recounted)."""
+    async with unit_of_work(context.sessionmaker) as db:
+        drifted = await sessions_repository.sessions_with_drift(
+            db,
+            context.settings.session_defaults,
+            repository.active_chunk_count,
+            changed_since=changed_since,
+        )
+    repaired = 0
+    for session_pk in drifted:
+        async with unit_of_work(context.sessionmaker) as db:
+            if await repair_counters(db, context.settings, context.cache, session_pk):
+                repaired += 1
+    return repaired
 
 
 def blueprint() -> Blueprint:

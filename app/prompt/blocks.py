@@ -9,6 +9,7 @@
 """
 
 import json
+import re
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -68,10 +69,25 @@ def cut_text(text: str, max_tokens: int) -> str:
     return truncate_to_tokens(text, max_tokens - 1) + CUT_MARK
 
 
+# Quoted text must not be able to close or reopen the frame, nor start what reads as another
+# item: a tag of the frame in any spelling (`</RECALLED_HISTORY >`, `</recalled_history\n>`, the
+# opening tag) loses its "<"; bracketed text with a "|" (how an item header looks) gets round
+# brackets. Both patterns follow the frame and header formats above, whatever their details.
+_FRAME_TAG_RE = re.compile(
+    rf"<(?=\s*/?\s*{re.escape(RECALL_OPEN.strip('<>'))}(?![\w-]))", re.IGNORECASE
+)
+_HEADER_LOOKALIKE_RE = re.compile(r"\[([^\[\]\n]*\|[^\[\]\n]*)\]")
+
+
+def neutralise_quoted(text: str) -> str:
+    """`text` as it may appear inside the recalled-history frame or a recall answer."""
+    text = _FRAME_TAG_RE.sub("&lt;", text)
+    return _HEADER_LOOKALIKE_RE.sub(r"(\1)", text)
+
+
 def render_item(item: RecalledItem, per_item_max_tokens: int) -> str:
-    # The closing tag inside quoted text must not end the block early (text from tool output
-    # is untrusted and could try to break out of the frame).
-    text = item.text.replace(RECALL_CLOSE, "<\\/recalled_history>")
+    """`[ts | turn a-b | id]` then the item's text, neutralised and cut to the per-item limit."""
+    text = neutralise_quoted(item.text)
     return f"{item_header(item)}\n{cut_text(text, per_item_max_tokens)}"
 
 

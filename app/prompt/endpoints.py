@@ -13,9 +13,15 @@ from app.core.errors import (
     COMMON_ERRORS,
     BudgetExceeded,
     InvalidBuildId,
+    InvalidInput,
     NotFound,
+    PayloadTooLarge,
+    RequestTimeout,
+    Rule,
     error_responses,
+    with_rules,
 )
+from app.core.input import BODY_RULES
 from app.prompt import repository
 from app.prompt.schemas import BuildPromptRequest, BuildPromptResponse
 from app.prompt.service import build_prompt as build_prompt_service
@@ -31,14 +37,21 @@ router = APIRouter(
     "/{session_id}/build-prompt",
     operation_id="build_prompt",
     summary="Build a prompt that fits the window",
-    description=(
+    **with_rules(
         "Returns messages ready to send: system prompt (C0) → notes (C2) → recalled history (C3, "
         "quoted as data with provenance) → recent turns verbatim (C1) → the query. The total never "
         "exceeds `context_limit - reserve_tokens`; a query that cannot fit alone is a 422 "
         "`budget_exceeded` with the figures. The manifest lists every candidate fragment, "
-        "included or not, and why."
+        "included or not, and why.",
+        Rule(
+            BudgetExceeded,
+            "the system prompt, tools and query fit within context_limit - reserve_tokens",
+        ),
+        Rule(InvalidInput, "append needs a query; reserve_tokens < context_limit"),
+        *BODY_RULES,
+        Rule(PayloadTooLarge, "with append, the query is a turn within limits.max_turn_bytes"),
     ),
-    responses=error_responses(*COMMON_ERRORS, BudgetExceeded),
+    responses=error_responses(*COMMON_ERRORS, BudgetExceeded, PayloadTooLarge, RequestTimeout),
 )
 async def build_prompt(
     session_id: SessionIdPath,

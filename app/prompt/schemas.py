@@ -4,6 +4,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.core.input import RequestBody
 from app.domain.budget import MAX_RECALL_CANDIDATES, MAX_RECALL_TOP_K, MAX_WINDOW_TOKENS
 from app.sessions.schemas import Usage as SessionUsage
 from app.sessions.schemas import Watermark
@@ -29,7 +30,7 @@ class RecallOptions(BaseModel):
     )
 
 
-class BuildPromptRequest(BaseModel):
+class BuildPromptRequest(RequestBody):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={

@@ -5,7 +5,6 @@ longer fits → notes → recall (only once history was offloaded, in auto mode)
 Short sessions get exactly the baseline prompt and never touch the embedder or the indexes.
 """
 
-import asyncio
 import logging
 import time
 import uuid
@@ -15,17 +14,27 @@ from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.schemas import Caller
+from app.auth.schemas import Caller, Scope
 from app.core.context import AppContext
+from app.core.cpu import off_loop
+from app.core.db import local_time_limits, release
 from app.core.errors import BudgetExceeded, InvalidInput
+from app.core.observability import text_fields
 from app.core.tokens import message_tokens
+from app.db.models import Session
 from app.domain.budget import config_error_field
 from app.domain.records import RecalledItem
 from app.notes.policy import render_notes_block
 from app.notes.service import current_notes
 from app.offload.service import offload_session
 from app.prompt import repository
-from app.prompt.assembly import AssemblyInput, PromptTooLarge, assemble_prompt, tools_tokens
+from app.prompt.assembly import (
+    AssembledPrompt,
+    AssemblyInput,
+    PromptTooLarge,
+    assemble_prompt,
+    tools_tokens,
+)
 from app.prompt.schemas import (
     BuildPromptRequest,
     BuildPromptResponse,
@@ -58,32 +67,81 @@ def system_messages(system: BuildPromptRequest) -> list[dict[str, Any]]:
 async def _inline_offload(
     db: AsyncSession, context: AppContext, session_pk: uuid.UUID, until_tokens: int
 ) -> int | None:
-    """The emergency offload, in this transaction (it may already hold the session lock),
-    bounded in time; on failure or timeout nothing of it remains. Returns the tokens freed."""
+    """The emergency offload, in a savepoint of this transaction, its lock wait and statements
+    bounded by PostgreSQL (`local_time_limits`): on failure or timeout nothing of it remains and
+    the transaction goes on. Returns the tokens freed (0: nothing could move), None on failure."""
     try:
-        async with asyncio.timeout(context.settings.recall.emergency_offload_timeout_seconds):
-            async with db.begin_nested():
-                result = await offload_session(
-                    db,
-                    context.settings,
-                    context.cache,
-                    session_pk,
-                    trigger="emergency",
-                    until_tokens=until_tokens,
-                )
-    except (TimeoutError, SQLAlchemyError) as exc:
-        logger.warning("emergency offload failed: %s", exc)
+        async with db.begin_nested():
+            await local_time_limits(db, context.settings.recall.emergency_offload_timeout_seconds)
+            result = await offload_session(
+                db,
+                context.settings,
+                context.cache,
+                session_pk,
+                trigger="emergency",
+                until_tokens=until_tokens,
+            )
+    except SQLAlchemyError as exc:
+        logger.warning("emergency offload failed: %s", type(exc).__name__)
         return None
-    return result.tokens_freed if result is not None else None
+    return result.tokens_freed if result is not None else 0
+
+
+async def _remember_c0(db: AsyncSession, context: AppContext, session: Session, c0: int) -> None:
+    """Store the system prompt's size (and the watermark state it implies) on the session; when
+    the row is locked longer than the inline-offload budget, leave it for a later build."""
+    try:
+        async with db.begin_nested():
+            await local_time_limits(db, context.settings.recall.emergency_offload_timeout_seconds)
+            locked = await sessions_repository.lock_session_by_pk(db, session.id)
+            if locked is None:
+                return
+            locked.c0_tokens = c0
+            observation = await observe_watermark(
+                db, session_budget(context.settings, locked), locked
+            )
+            await write_session(
+                db, context.cache, locked, c0_tokens=c0, offload_armed=observation.armed
+            )
+    except SQLAlchemyError as exc:
+        logger.warning("system prompt size not stored: %s", type(exc).__name__)
+    await db.refresh(session)  # a rolled-back savepoint expires what it touched
+
+
+def _unsaved_session(tenant_id: uuid.UUID, session_id: str) -> Session:
+    """What a read-only build of a session that does not exist reads: an empty session that is
+    never added to the database."""
+    return Session(
+        id=uuid.uuid4(),
+        tenant_id=tenant_id,
+        external_id=session_id,
+        config={},
+        last_seq=0,
+        c0_tokens=None,
+        c1_tokens=0,
+        c1_turns=0,
+        c2_tokens=0,
+        notes_version=0,
+        offloaded_until_seq=0,
+        turn_count=0,
+        chunk_count=0,
+        chunks_version=0,
+        offload_armed=True,
+    )
 
 
 async def build_prompt(
     db: AsyncSession, context: AppContext, caller: Caller, session_id: str, req: BuildPromptRequest
 ) -> BuildPromptResponse:
+    """Two phases. Writes first, for keys with `sessions:write` (the appended query, the system
+    prompt's size, an emergency offload), committed before anything waits on the network; a
+    read-only key's build writes nothing (spec §10). Then reads, recall and assembly, holding no
+    lock."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
     settings = context.settings
     fallbacks: list[str] = []
+    writes = caller.has(Scope.WRITE)
     if req.append and req.query is None:
         raise InvalidInput("append needs a query to store", field="query")
 
@@ -100,30 +158,53 @@ async def build_prompt(
         )
         appended_seq = appended.response.turns[0].seq
     # Builds read without locking the session row (they would serialise behind appends); only a
-    # first build of a new session creates it.
-    session = await sessions_repository.get_session(
-        db, caller.tenant_id, session_id
-    ) or await sessions_repository.lock_or_create_session(db, caller.tenant_id, session_id)
+    # first build of a new session creates it, and only for a key that may write.
+    session = await sessions_repository.get_session(db, caller.tenant_id, session_id)
+    if session is None:
+        if writes:
+            session = await sessions_repository.lock_or_create_session(
+                db, caller.tenant_id, session_id
+            )
+        else:
+            session = _unsaved_session(caller.tenant_id, session_id)
 
     system = system_messages(req)
-    c0 = sum(message_tokens("system", m["content"]) for m in system) + tools_tokens(req.tools)
-    if session.c0_tokens != c0:
-        session.c0_tokens = c0
-        observation = await observe_watermark(db, session_budget(settings, session), session)
-        await write_session(
-            db, context.cache, session, c0_tokens=c0, offload_armed=observation.armed
-        )
-        await db.refresh(session)
-
+    query_text = req.query or ""
+    c0, query_tokens = await off_loop(
+        lambda: (
+            sum(message_tokens("system", m["content"]) for m in system) + tools_tokens(req.tools),
+            message_tokens("user", query_text) if req.query is not None else 0,
+        ),
+        chars=sum(len(m["content"]) for m in system) + len(query_text),
+    )
     try:
-        budget = session_budget(settings, session).with_window(
-            req.context_limit, req.reserve_tokens
+        budget = (
+            session_budget(settings, session)
+            .with_counters(c0=c0)
+            .with_window(req.context_limit, req.reserve_tokens)
         )
     except ValidationError as exc:
         field, message = config_error_field(exc)
         raise InvalidInput(message, field=field) from exc
     config = budget.config
-    query_tokens = message_tokens("user", req.query) if req.query is not None else 0
+    # A query that cannot fit even alone is refused before anything is stored.
+    await _assemble(
+        AssemblyInput(
+            system=system,
+            turns=[],
+            query=req.query,
+            budget=budget.available,
+            recall_budget_tokens=0,
+            top_k=0,
+            per_item_max_tokens=settings.recall.per_item_max_tokens,
+            tools=req.tools,
+            notes_block="",
+            recalled=[],
+            format=req.format,
+        )
+    )
+    if writes and session.c0_tokens != c0:
+        await _remember_c0(db, context, session, c0)
     timings["prepare"] = _ms(started)
     stage = time.perf_counter()
 
@@ -137,14 +218,18 @@ async def build_prompt(
     budget = budget.with_counters(c2=notes_tokens)
     emergency = budget.level(extra=query_tokens) == "emergency"
     if emergency and session.c1_turns > 0:
-        freed = await _inline_offload(
-            db, context, session.id, max(budget.offload_goal(extra=query_tokens), 0)
-        )
-        if freed is not None:
-            context.metrics.observe_offload("emergency", freed)
-            await db.refresh(session)
+        if not writes:
+            fallbacks.append("emergency_offload_skipped")  # a read-only key moves nothing
         else:
-            fallbacks.append("emergency_offload_failed")
+            freed = await _inline_offload(
+                db, context, session.id, max(budget.offload_goal(extra=query_tokens), 0)
+            )
+            if freed is None:
+                fallbacks.append("emergency_offload_failed")
+            elif freed:
+                context.metrics.observe_offload("emergency", freed)
+            await db.refresh(session)  # moved turns, or a rolled-back savepoint's expiry
+    await release(db)  # no session lock is held past the write phase
     timings["notes_and_offload"] = _ms(stage)
 
     window = [
@@ -166,28 +251,20 @@ async def build_prompt(
     recalled = [recalled_item(hit) for hit in (outcome.hits if outcome else [])]
 
     stage = time.perf_counter()
-    try:
-        assembled = assemble_prompt(
-            AssemblyInput(
-                system=system,
-                turns=window,
-                query=req.query,
-                budget=budget.available,
-                recall_budget_tokens=budget_tokens,
-                top_k=top_k,
-                per_item_max_tokens=settings.recall.per_item_max_tokens,
-                tools=req.tools,
-                notes_block=notes_block,
-                recalled=recalled,
-                format=req.format,
-            )
-        )
-    except PromptTooLarge as exc:
-        raise BudgetExceeded(
-            f"{exc}: the system prompt, tools and query alone do not fit",
-            field="query",
-            details={"needed": exc.needed, "available": exc.available, "parts": exc.parts},
-        ) from exc
+    assembly = AssemblyInput(
+        system=system,
+        turns=window,
+        query=req.query,
+        budget=budget.available,
+        recall_budget_tokens=budget_tokens,
+        top_k=top_k,
+        per_item_max_tokens=settings.recall.per_item_max_tokens,
+        tools=req.tools,
+        notes_block=notes_block,
+        recalled=recalled,
+        format=req.format,
+    )
+    assembled = await _assemble(assembly)
     timings["assemble"] = _ms(stage)
     fallbacks.extend(f for f in assembled.flags if f not in fallbacks)
     if context.cache.bypassed:
@@ -273,14 +350,14 @@ async def build_prompt(
         manifest=manifest,
         timings_ms=timings,
     )
-    _log_build(session_id, response)
+    _log_build(session_id, response, with_text=settings.log_text)
     context.metrics.observe_build(
         stage_timings_ms=timings,
         usage=assembled.usage,
         fallbacks=fallbacks,
         recall_hit=None if outcome is None else bool(items),
     )
-    if req.persist_manifest or settings.recall.persist_manifests:
+    if writes and (req.persist_manifest or settings.recall.persist_manifests):
         await repository.store_build(
             db,
             build_id,
@@ -289,6 +366,22 @@ async def build_prompt(
             keep=settings.recall.manifests_kept_per_session,
         )
     return response
+
+
+async def _assemble(assembly: AssemblyInput) -> AssembledPrompt:
+    """`assemble_prompt`, off the event loop for long text (the Anthropic format counts the
+    window's text again; the system prompt and query are counted in either)."""
+    chars = len(assembly.query or "") + sum(len(str(m["content"])) for m in assembly.system)
+    if assembly.format == "anthropic":
+        chars += sum(len(t.content) for t in assembly.turns)
+    try:
+        return await off_loop(lambda: assemble_prompt(assembly), chars=chars)
+    except PromptTooLarge as exc:
+        raise BudgetExceeded(
+            f"{exc}: the system prompt, tools and query alone do not fit",
+            field="query",
+            details={"needed": exc.needed, "available": exc.available, "parts": exc.parts},
+        ) from exc
 
 
 async def _recall(
@@ -314,18 +407,18 @@ async def _recall(
     )
     recent = [t.content for t in window[-2:]]
     try:
-        async with db.begin_nested():
-            outcome = await recall(
-                db,
-                context,
-                session,
-                query,
-                recent_turns=recent,
-                candidates=candidates,
-                window_seqs={t.seq for t in window},
-            )
+        outcome = await recall(
+            db,
+            context,
+            session,
+            query,
+            recent_turns=recent,
+            candidates=candidates,
+            window_seqs={t.seq for t in window},
+        )
     except Exception:  # any failure of the recall chain degrades to C0 + C1 + C2, never a 500
         logger.exception("recall unavailable")
+        await db.rollback()  # only reads since the write phase committed
         fallbacks.append("recall_unavailable")
         return None, "recall_unavailable"
     return outcome, None
@@ -342,16 +435,17 @@ def _ms(since: float) -> float:
     return round((time.perf_counter() - since) * 1000, 3)
 
 
-def _log_build(session_id: str, response: BuildPromptResponse) -> None:
-    """One structured line per build with the fields of spec §7."""
+def _log_build(session_id: str, response: BuildPromptResponse, *, with_text: bool) -> None:
+    """One structured line per build with the fields of spec §7; the query as its length and
+    hash unless conversation text is logged on purpose (CONTEXTD_LOG_TEXT)."""
     logger.info(
         "build_prompt",
         extra={
             "session": session_id,
             "build_id": response.build_id,
             "usage_ratio": response.watermark.ratio,
-            "query_raw": response.recall.query_raw,
-            "query_rewritten": response.recall.query_rewritten,
+            **text_fields("query_raw", response.recall.query_raw, with_text=with_text),
+            **text_fields("query_rewritten", response.recall.query_rewritten, with_text=with_text),
             "recall_ids": [i.chunk_id for i in response.recall.items],
             "rerank_scores": [i.score for i in response.recall.items],
             "final_k": len(response.recall.items),

@@ -26,7 +26,9 @@ _CJK_RUN_RE = re.compile(rf"[{_CJK}]+")
 _TRAILING_PUNCT = ".,;:!?)]}'\"。，；：！？）》」』"
 
 _URL_RE = re.compile(r"(?:https?://|www\.)[^\s<>\"'“”「」，。]+", re.IGNORECASE)
-_EMAIL_RE = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
+# Starts only where a run of local-part characters starts: from inside a run it would reach the
+# same "@" (or fail the same way), and trying every start of a long run is quadratic.
+_EMAIL_RE = re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
 _HASH_ID_RE = re.compile(r"(?<![\w&])#\d{2,}(?!\d)")
 _KEYWORD_ID_RE = re.compile(
     r"(?i)(?<![A-Za-z])(?:order|ticket|invoice|case|issue|bug|ref|reference|account|acct|tracking"
@@ -120,8 +122,17 @@ def _dedupe(items: Sequence[str]) -> list[str]:
     return out
 
 
-def _mask(text: str, start: int, end: int) -> str:
-    return text[:start] + " " * (end - start) + text[end:]
+def _mask(text: str, spans: Sequence[tuple[int, int]]) -> str:
+    """`text` with each (start, end) span blanked out, in one pass (spans in order, disjoint)."""
+    if not spans:
+        return text
+    parts: list[str] = []
+    last = 0
+    for start, end in spans:
+        parts.extend((text[last:start], " " * (end - start)))
+        last = end
+    parts.append(text[last:])
+    return "".join(parts)
 
 
 def _sentence_start(text: str, pos: int) -> bool:
@@ -153,29 +164,41 @@ def _extract(text: str) -> _Extracted:
     quoted = [q.strip() for rx in _QUOTE_RES for q in rx.findall(text) if q.strip()]
     ids: list[tuple[int, str]] = []
     work = text
+    # Each pattern runs over the text as the previous ones left it; its own matches are blanked
+    # together afterwards (one pass, not one copy of the text per match).
     for rx in (_URL_RE, _EMAIL_RE, _HASH_ID_RE):
+        spans: list[tuple[int, int]] = []
         for m in rx.finditer(work):
             value = m.group(0).rstrip(_TRAILING_PUNCT)
             ids.append((m.start(), value))
-            work = _mask(work, m.start(), m.start() + len(value))
+            spans.append((m.start(), m.start() + len(value)))
+        work = _mask(work, spans)
+    spans = []
     for m in _KEYWORD_ID_RE.finditer(work):
         group = 1 if m.group(1) else 2
         ids.append((m.start(group), m.group(group)))
-        work = _mask(work, m.start(group), m.end(group))
+        spans.append((m.start(group), m.end(group)))
+    work = _mask(work, spans)
+    spans = []
     for m in _TOKEN_RE.finditer(work):
         token = m.group(0)  # letters and digits mixed, e.g. INV2024001, gpt-4o; not 100km
         mixed = any(c.isalpha() for c in token) and any(c.isdigit() for c in token)
         shaped = "-" in token or "_" in token or len(token) >= 4
         if mixed and shaped and not _NUMBER_WITH_UNIT_RE.match(token.lower()):
             ids.append((m.start(), token))
-            work = _mask(work, m.start(), m.end())
+            spans.append((m.start(), m.end()))
+    work = _mask(work, spans)
+    spans = []
     for m in _DIGIT_GROUPS_RE.finditer(work):
         ids.append((m.start(), m.group(0)))
-        work = _mask(work, m.start(), m.end())
+        spans.append((m.start(), m.end()))
+    work = _mask(work, spans)
     numbers: list[str] = []
+    spans = []
     for m in _NUMBER_RE.finditer(work):
         numbers.append(m.group(0).strip())
-        work = _mask(work, m.start(), m.end())
+        spans.append((m.start(), m.end()))
+    work = _mask(work, spans)
     return _Extracted(
         ids=_dedupe([value for _, value in sorted(ids)]),
         numbers=_dedupe(numbers),

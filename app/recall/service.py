@@ -7,6 +7,7 @@ Every arm degrades on its own: an embedder or vector failure leaves lexical reca
 rewrite failure the rule-based rewrite (`rewrite_unavailable`).
 """
 
+import asyncio
 import hashlib
 import logging
 import time
@@ -19,6 +20,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppContext
+from app.core.cpu import off_loop
+from app.core.db import release
 from app.core.text import terms
 from app.db.models import Session
 from app.domain.records import RecalledItem
@@ -131,6 +134,13 @@ class _Clock:
         self._last = now
 
 
+def _rule_rewrite(
+    query: str, recent_turns: Sequence[str]
+) -> tuple[RewrittenQuery, dict[str, float]]:
+    rewritten = rewrite_query(query, recent_turns)
+    return rewritten, weighted_terms(query, rewritten)
+
+
 async def _lexical(
     db: AsyncSession,
     context: AppContext,
@@ -140,22 +150,49 @@ async def _lexical(
 ) -> dict[str, float]:
     """BM25 scores of the best `limit` chunks, best first."""
     key = (str(session.id), session.chunks_version)
-    index = context.lexical_indexes.get(key)
-    if not isinstance(index, BM25Index):
-        index = BM25Index.from_term_counts(await repository.term_stats(db, session.id))
+    cached = context.lexical_indexes.get(key)
+    if isinstance(cached, BM25Index):
+        index = cached
+    else:
+        stats = await repository.term_stats(db, session.id)
+        index = await asyncio.to_thread(BM25Index.from_term_counts, stats)
         context.lexical_indexes.put(key, index)
     return dict(index.score(query_terms, top_n=limit))
 
 
-async def _query_vector(context: AppContext, query: str) -> list[float]:
+async def _query_vector(
+    context: AppContext, query: str, fallbacks: list[str]
+) -> list[float] | None:
+    """The query's embedding within the embedder's query budget, or None: lexical recall only,
+    flagged `vector_unavailable` (with `vector_timeout` when the budget ran out). After repeated
+    failures or timeouts the circuit breaker skips the embedder for a while
+    (`embedder_circuit_open` too), so a hanging embedder costs each build nothing rather than its
+    whole budget."""
     embedder = context.embedder
-    assert embedder is not None
+    if embedder is None:
+        fallbacks.append("vector_unavailable")
+        return None
     digest = hashlib.sha256(query.encode()).hexdigest()
     key = context.cache.key("qemb", embedder.name, digest)
     cached = await context.cache.get_json(key)
     if cached is not None:
         return list(cached)
-    vector: list[float] = (await embedder.embed_queries([query]))[0].tolist()
+    breaker = context.query_embedder
+    if not breaker.allow():
+        fallbacks.append("vector_unavailable")
+        fallbacks.append("embedder_circuit_open")
+        return None
+    try:
+        embedded = await embedder.embed_queries([query])
+        vector: list[float] = embedded[0].tolist()
+    except EmbedderUnavailable as exc:
+        breaker.failed()
+        logger.warning("query embedding unavailable, lexical only: %s", type(exc).__name__)
+        fallbacks.append("vector_unavailable")
+        if isinstance(exc, EmbedderTimeout):
+            fallbacks.append("vector_timeout")
+        return None
+    breaker.succeeded()
     await context.cache.set_json(key, vector, ttl=24 * 3600)
     return vector
 
@@ -229,18 +266,27 @@ async def recall(
     window_seqs: Collection[int] = frozenset(),
     include_memories: bool = True,
 ) -> RecallOutcome:
-    """Ranked history relevant to `query` (chunks, and remembered items when asked)."""
+    """Ranked history relevant to `query` (chunks, and remembered items when asked).
+
+    The network waits (LLM rewrite, query embedding, HTTP rerank) happen outside any
+    transaction: recall ends the caller's transaction before each (`release`), so callers
+    call it with nothing left to write."""
     clock = _Clock()
     fallbacks: list[str] = []
-    rewritten = rewrite_query(query, recent_turns)
-    query_terms = weighted_terms(query, rewritten)
+    rewritten, query_terms = await off_loop(
+        lambda: _rule_rewrite(query, recent_turns),
+        chars=len(query) + sum(len(turn) for turn in recent_turns),
+    )
     clock.lap("rewrite")
+    await release(db)
     llm_query = await _llm_query(context, query, recent_turns, fallbacks)
     if llm_query is not None:
         rewritten = replace(rewritten, rewritten=llm_query)
         query_terms = weighted_terms(query, rewritten, llm_query)
     if context.settings.recall.rewrite_llm_base_url:
         clock.lap("rewrite_llm")
+    qvec = await _query_vector(context, llm_query or embedding_query(query, rewritten), fallbacks)
+    clock.lap("embed")
 
     exact = await repository.exact_hits(
         db, session.id, [*rewritten.ids, *rewritten.quoted], candidates
@@ -250,20 +296,15 @@ async def recall(
     clock.lap("lexical")
 
     vector: dict[str, float] = {}
-    if context.embedder is None:
-        fallbacks.append("vector_unavailable")
-    else:
+    if qvec is not None and context.embedder is not None:
         try:
-            qvec = await _query_vector(context, llm_query or embedding_query(query, rewritten))
-            clock.lap("embed")
             async with db.begin_nested():
                 vector = await repository.nearest_chunks(
                     db, session.id, context.embedder.name, qvec, candidates
                 )
-        except (EmbedderUnavailable, SQLAlchemyError) as exc:
+        except SQLAlchemyError as exc:
             logger.warning("vector recall unavailable, lexical only: %s", exc)
-            timed_out = isinstance(exc, EmbedderTimeout)
-            fallbacks.append("vector_timeout" if timed_out else "vector_unavailable")
+            fallbacks.append("vector_unavailable")
         clock.lap("vector")
 
     memory_scores: dict[str, float] = {}
@@ -325,6 +366,8 @@ async def recall(
         for f in fused
         if f.id in fields
     ]
+    if context.settings.recall.rerank_url:
+        await release(db)  # the cross-encoder is a network wait
     scored = await _rerank(context, rewritten, rerank_input, session.last_seq, fallbacks)
     clock.lap("rerank")
 

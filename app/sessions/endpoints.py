@@ -2,19 +2,25 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query, Response, status
+from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 
 from app.auth.deps import ReadCaller, WriteCaller
 from app.core.deps import CacheDep, DbDep, SettingsDep
 from app.core.errors import (
     COMMON_ERRORS,
     Conflict,
+    DuplicateToolResult,
+    InvalidInput,
     MissingToolCallId,
     PayloadTooLarge,
+    RequestTimeout,
+    Rule,
     UnknownToolCall,
     error_responses,
+    with_rules,
 )
-from app.core.pagination import CURSOR_VALUE_MAX, PageDep
+from app.core.input import BODY_RULES
+from app.core.pagination import BIGINT_KEY, CURSOR_VALUE_MAX, Page, page_params
 from app.sessions import service
 from app.sessions.schemas import (
     SESSION_ID_PATTERN,
@@ -44,14 +50,39 @@ SessionIdPath = Annotated[
     "/{session_id}/turns",
     operation_id="append_turns",
     summary="Append turns",
-    description=(
+    **with_rules(
         "Append one or more OpenAI-style messages. The session is created on first use. "
         "Returns each turn's `seq` and token count, the session's usage and watermark. "
-        "With `Idempotency-Key`, a replay returns the first response and writes nothing."
+        "With `Idempotency-Key`, a replay returns the first response and writes nothing.",
+        Rule(
+            InvalidInput,
+            "only tool turns carry a tool_call_id, only assistant turns "
+            "carry tool_calls, and a turn without tool_calls needs content",
+        ),
+        Rule(MissingToolCallId, "a tool turn names the tool_call_id it answers"),
+        Rule(
+            UnknownToolCall,
+            "a tool result answers a call that an assistant turn of "
+            "this request or of the session issued",
+        ),
+        Rule(DuplicateToolResult, "one result per tool call"),
+        *BODY_RULES,
+        Rule(
+            PayloadTooLarge,
+            "content + tool calls + metadata of a turn within "
+            "limits.max_turn_bytes, metadata within limits.max_metadata_bytes, at most "
+            "limits.max_turns_per_request turns",
+        ),
     ),
     status_code=status.HTTP_201_CREATED,
     responses=error_responses(
-        *COMMON_ERRORS, MissingToolCallId, UnknownToolCall, PayloadTooLarge, Conflict
+        *COMMON_ERRORS,
+        MissingToolCallId,
+        UnknownToolCall,
+        DuplicateToolResult,
+        PayloadTooLarge,
+        Conflict,
+        RequestTimeout,
     ),
 )
 async def append_turns(
@@ -82,7 +113,7 @@ async def list_turns(
     session_id: SessionIdPath,
     caller: ReadCaller,
     db: DbDep,
-    page: PageDep,
+    page: Annotated[Page, Depends(page_params(BIGINT_KEY))],
     since_seq: Annotated[int | None, Query(ge=0, le=CURSOR_VALUE_MAX)] = None,
     role: Role | None = None,
 ) -> TurnPage:
@@ -109,7 +140,17 @@ async def get_session(
     "/{session_id}",
     operation_id="configure_session",
     summary="Configure a session",
-    description="Set per-session budget, floors and recall defaults; creates the session if new.",
+    **with_rules(
+        "Set per-session budget, floors and recall defaults; creates the session if new.",
+        Rule(
+            InvalidInput,
+            "0 < target_ratio < trigger_ratio <= emergency_ratio <= 1 "
+            "and reserve_tokens < context_limit, with unset fields taken from the session",
+        ),
+        *BODY_RULES,
+        Rule(PayloadTooLarge, "metadata within limits.max_metadata_bytes as JSON"),
+    ),
+    responses=error_responses(*COMMON_ERRORS, PayloadTooLarge, RequestTimeout),
 )
 async def configure_session(
     session_id: SessionIdPath,

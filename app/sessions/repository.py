@@ -1,7 +1,8 @@
 """SQL for sessions, turns and idempotency records: every query of those tables lives here."""
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -104,6 +105,21 @@ async def known_tool_call_ids(
         )
     )
     return set((await db.execute(query)).scalars().all())
+
+
+async def answered_tool_call_ids(
+    db: AsyncSession, session_pk: uuid.UUID, ids: Sequence[str]
+) -> set[str]:
+    """Which of `ids` already have a stored (not forgotten) tool result in the session."""
+    if not ids:
+        return set()
+    query = select(Turn.tool_call_id).where(
+        Turn.session_id == session_pk,
+        Turn.role == "tool",
+        Turn.tool_call_id.in_(list(ids)),
+        Turn.forgotten_at.is_(None),
+    )
+    return {str(i) for i in (await db.execute(query)).scalars().all()}
 
 
 async def list_turns(
@@ -334,6 +350,11 @@ def usage_ratio_sql(defaults: BudgetConfig) -> ColumnElement[float]:
     return usage.cast(Float()) / func.greatest(available, 1)
 
 
+def _over_trigger(defaults: BudgetConfig) -> ColumnElement[bool]:
+    trigger: ColumnElement[float] = _configured("trigger_ratio", defaults.trigger_ratio, Float)
+    return usage_ratio_sql(defaults) >= trigger
+
+
 async def sessions_over_watermark(
     db: AsyncSession, defaults: BudgetConfig, limit: int = 500
 ) -> list[uuid.UUID]:
@@ -349,8 +370,7 @@ async def sessions_over_watermark(
         .where(
             Session.c1_turns > 0,
             Session.last_offload_at.is_(None) | (Session.updated_at > Session.last_offload_at),
-            usage_ratio_sql(defaults)
-            >= _configured("trigger_ratio", defaults.trigger_ratio, Float),
+            _over_trigger(defaults),
             ~pending_offload,
         )
         .limit(limit)
@@ -384,3 +404,65 @@ async def turn_timeline(db: AsyncSession, session_pk: uuid.UUID) -> list[tuple[i
         .order_by(Turn.seq)
     )
     return [(int(r[0]), r[1], int(r[2])) for r in (await db.execute(query)).all()]
+
+
+# --- counters ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Counters:
+    """The counters a session row keeps so that no request re-reads its history."""
+
+    c1_tokens: int
+    c1_turns: int
+    turn_count: int
+    chunk_count: int
+
+
+# `app.offload.repository.active_chunk_count`: chunks are counted where they are queried.
+ChunkCount = Callable[[Any], Any]
+
+
+def _counted(chunk_count: ChunkCount) -> tuple[Any, Any, Any, Any]:
+    """Correlated subqueries recounting each counter of the outer `Session` row from the rows."""
+    window = (Turn.session_id == Session.id) & Turn.chunk_id.is_(None) & Turn.forgotten_at.is_(None)
+    return (
+        select(func.coalesce(func.sum(Turn.token_count), 0)).where(window).scalar_subquery(),
+        select(func.count()).where(window).scalar_subquery(),
+        select(func.count()).where(Turn.session_id == Session.id).scalar_subquery(),
+        chunk_count(Session.id),
+    )
+
+
+async def sessions_with_drift(
+    db: AsyncSession,
+    defaults: BudgetConfig,
+    chunk_count: ChunkCount,
+    *,
+    changed_since: datetime,
+    limit: int = 500,
+) -> list[uuid.UUID]:
+    """Sessions changed since `changed_since`, or over their trigger, whose stored counters
+    differ from a recount of their rows (read without locks: the caller re-checks under one)."""
+    c1_tokens, c1_turns, turn_count, chunks = _counted(chunk_count)
+    query = (
+        select(Session.id)
+        .where(
+            (Session.updated_at >= changed_since) | _over_trigger(defaults),
+            or_(
+                Session.c1_tokens != c1_tokens,
+                Session.c1_turns != c1_turns,
+                Session.turn_count != turn_count,
+                Session.chunk_count != chunks,
+            ),
+        )
+        .order_by(Session.updated_at.desc())
+        .limit(limit)
+    )
+    return list((await db.execute(query)).scalars())
+
+
+async def recount(db: AsyncSession, session_pk: uuid.UUID, chunk_count: ChunkCount) -> Counters:
+    """The counters of one session, recounted from its turn and chunk rows."""
+    row = (await db.execute(select(*_counted(chunk_count)).where(Session.id == session_pk))).one()
+    return Counters(*(int(v) for v in row))

@@ -5,6 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from app.core.input import RequestBody
 from app.domain.budget import Budget, BudgetConfig, Level
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -40,7 +41,7 @@ class TurnIn(BaseModel):
     metadata: dict[str, Any] | None = None
 
 
-class AppendTurnsRequest(BaseModel):
+class AppendTurnsRequest(RequestBody):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
@@ -143,7 +144,7 @@ def _all_optional(model: type[BaseModel]) -> dict[str, Any]:
 
 
 _BudgetUpdate: type[BaseModel] = create_model(
-    "_BudgetUpdate", __config__=ConfigDict(extra="forbid"), **_all_optional(BudgetConfig)
+    "_BudgetUpdate", __base__=RequestBody, **_all_optional(BudgetConfig)
 )
 
 

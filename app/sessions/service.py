@@ -1,10 +1,11 @@
-"""Sessions and turns: append (watermark check, offload enqueue), list, configure, delete."""
+"""Sessions and turns: append (watermark check, offload enqueue), list, configure, and the
+repair of a session's counters from its rows."""
 
 import hashlib
 import json
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -13,16 +14,19 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.schemas import Caller
 from app.core.cache import Cache
 from app.core.config import Settings
+from app.core.cpu import off_loop
 from app.core.db import after_commit
 from app.core.errors import (
     Conflict,
+    DuplicateToolResult,
     InvalidInput,
     MissingToolCallId,
     NotFound,
     PayloadTooLarge,
     UnknownToolCall,
 )
-from app.core.pagination import Page, decode_cursor, encode_cursor
+from app.core.input import json_size
+from app.core.pagination import Page, encode_cursor
 from app.core.tokens import message_tokens
 from app.db.models import Session, Turn
 from app.domain.budget import (
@@ -34,7 +38,9 @@ from app.domain.budget import (
 from app.domain.records import TurnRecord
 from app.jobs.queue import enqueue_offload
 from app.memory import repository as memory_repository
+from app.offload.repository import active_chunk_count
 from app.sessions import repository
+from app.sessions.repository import Counters
 from app.sessions.schemas import (
     AppendedTurn,
     AppendTurnsRequest,
@@ -42,6 +48,7 @@ from app.sessions.schemas import (
     SessionConfigUpdate,
     SessionCounts,
     SessionOut,
+    TurnIn,
     TurnOut,
     TurnPage,
     Usage,
@@ -97,6 +104,43 @@ def to_record(turn: Turn) -> TurnRecord:
     )
 
 
+def check_metadata_size(metadata: dict[str, Any] | None, field: str, settings: Settings) -> int:
+    """The metadata's size as JSON; 413 above `limits.max_metadata_bytes`."""
+    size = json_size(metadata) if metadata else 0
+    if size > settings.limits.max_metadata_bytes:
+        raise PayloadTooLarge(
+            f"metadata is {size} bytes as JSON; the limit is {settings.limits.max_metadata_bytes}",
+            field=field,
+        )
+    return size
+
+
+def _check_turn_size(turn: TurnIn, field: str, settings: Settings) -> None:
+    """Content, tool calls and metadata together within `limits.max_turn_bytes` (413)."""
+    parts = {
+        "content": len((turn.content or "").encode()),
+        "tool_calls": json_size([c.model_dump(mode="json") for c in turn.tool_calls])
+        if turn.tool_calls
+        else 0,
+        "metadata": check_metadata_size(turn.metadata, f"{field}.metadata", settings),
+    }
+    size, limit = sum(parts.values()), settings.limits.max_turn_bytes
+    if size > limit:
+        largest = max(parts, key=lambda part: parts[part])
+        raise PayloadTooLarge(
+            f"turn is {size} bytes ({', '.join(f'{k} {v}' for k, v in parts.items() if v)}); "
+            f"the limit is {limit}",
+            field=f"{field}.{largest}",
+        )
+
+
+def _duplicate_result(tool_call_id: str, index: int) -> DuplicateToolResult:
+    return DuplicateToolResult(
+        f"tool call {tool_call_id!r} already has its result (one result per call)",
+        field=f"turns[{index}].tool_call_id",
+    )
+
+
 def _validate_batch(request: AppendTurnsRequest, settings: Settings) -> list[str]:
     """Checks that need no database. Returns tool_call_ids answered by an earlier stored turn."""
     if len(request.turns) > settings.limits.max_turns_per_request:
@@ -105,20 +149,19 @@ def _validate_batch(request: AppendTurnsRequest, settings: Settings) -> list[str
             field="turns",
         )
     issued: set[str] = set()
+    answered: set[str] = set()
     from_history: list[str] = []
     for i, turn in enumerate(request.turns):
-        size = len((turn.content or "").encode())
-        if size > settings.limits.max_turn_bytes:
-            raise PayloadTooLarge(
-                f"turn content is {size} bytes; the limit is {settings.limits.max_turn_bytes}",
-                field=f"turns[{i}].content",
-            )
+        _check_turn_size(turn, f"turns[{i}]", settings)
         if turn.role == "tool":
             if not turn.tool_call_id:
                 raise MissingToolCallId(
                     "a tool turn needs the tool_call_id it answers",
                     field=f"turns[{i}].tool_call_id",
                 )
+            if turn.tool_call_id in answered:
+                raise _duplicate_result(turn.tool_call_id, i)
+            answered.add(turn.tool_call_id)
             if turn.tool_call_id not in issued:
                 from_history.append(turn.tool_call_id)
         elif turn.tool_call_id:
@@ -136,9 +179,37 @@ def _validate_batch(request: AppendTurnsRequest, settings: Settings) -> list[str
     return from_history
 
 
-def _request_hash(request: AppendTurnsRequest) -> str:
+@dataclass(frozen=True)
+class PreparedTurns:
+    rows: list[dict[str, Any]]  # the turn columns that do not depend on the session
+    request_hash: str  # "" unless asked for (Idempotency-Key)
+
+
+def _prepare_turns(request: AppendTurnsRequest, *, hashed: bool) -> PreparedTurns:
+    rows: list[dict[str, Any]] = []
+    for turn in request.turns:
+        tool_calls = (
+            [c.model_dump(mode="json") for c in turn.tool_calls] if turn.tool_calls else None
+        )
+        content = turn.content or ""
+        rows.append(
+            {
+                "role": turn.role,
+                "content": content,
+                "name": turn.name,
+                "tool_calls": tool_calls,
+                "tool_call_id": turn.tool_call_id,
+                "metadata_": turn.metadata or {},
+                "token_count": message_tokens(
+                    turn.role, content, turn.name, tool_calls, turn.tool_call_id
+                ),
+                "trusted": turn.role != "tool",
+            }
+        )
+    if not hashed:
+        return PreparedTurns(rows, "")
     payload = json.dumps(request.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(payload.encode()).hexdigest()
+    return PreparedTurns(rows, hashlib.sha256(payload.encode()).hexdigest())
 
 
 @dataclass
@@ -157,20 +228,31 @@ async def append_turns(
     idempotency_key: str | None,
 ) -> AppendOutcome:
     answered_earlier = _validate_batch(request, settings)
+    # Tokenising and hashing long turns is CPU work: done before the session lock is taken, and
+    # off the event loop when the turns are long.
+    prepared = await off_loop(
+        lambda: _prepare_turns(request, hashed=idempotency_key is not None),
+        chars=sum(len(turn.content or "") for turn in request.turns),
+    )
     session = await repository.lock_or_create_session(db, caller.tenant_id, session_id)
 
     if idempotency_key is not None:
         earlier = await repository.claim_idempotency_key(
-            db, caller.tenant_id, session.id, idempotency_key, _request_hash(request)
+            db, caller.tenant_id, session.id, idempotency_key, prepared.request_hash
         )
         if earlier is not None:
-            if earlier.request_hash != _request_hash(request) or earlier.response is None:
+            if earlier.request_hash != prepared.request_hash or earlier.response is None:
                 raise Conflict(
                     "this Idempotency-Key was used for a different request",
                     field="Idempotency-Key",
                 )
             return AppendOutcome(AppendTurnsResponse.model_validate(earlier.response), True)
 
+    results = [t.tool_call_id for t in request.turns if t.role == "tool" and t.tool_call_id]
+    stored_results = await repository.answered_tool_call_ids(db, session.id, results)
+    for i, turn in enumerate(request.turns):
+        if turn.role == "tool" and turn.tool_call_id in stored_results:
+            raise _duplicate_result(turn.tool_call_id, i)
     if answered_earlier:
         known = await repository.known_tool_call_ids(db, session.id, answered_earlier)
         for i, turn in enumerate(request.turns):
@@ -180,29 +262,15 @@ async def append_turns(
                     field=f"turns[{i}].tool_call_id",
                 )
 
-    rows: list[dict[str, Any]] = []
-    for offset, turn in enumerate(request.turns, start=1):
-        tool_calls = (
-            [c.model_dump(mode="json") for c in turn.tool_calls] if turn.tool_calls else None
-        )
-        content = turn.content or ""
-        rows.append(
-            {
-                "tenant_id": caller.tenant_id,
-                "session_id": session.id,
-                "seq": session.last_seq + offset,
-                "role": turn.role,
-                "content": content,
-                "name": turn.name,
-                "tool_calls": tool_calls,
-                "tool_call_id": turn.tool_call_id,
-                "metadata_": turn.metadata or {},
-                "token_count": message_tokens(
-                    turn.role, content, turn.name, tool_calls, turn.tool_call_id
-                ),
-                "trusted": turn.role != "tool",
-            }
-        )
+    rows = [
+        {
+            **values,
+            "tenant_id": caller.tenant_id,
+            "session_id": session.id,
+            "seq": session.last_seq + offset,
+        }
+        for offset, values in enumerate(prepared.rows, start=1)
+    ]
     stored = await repository.insert_turns(db, rows)
     added_tokens = sum(r["token_count"] for r in rows)
     session.last_seq += len(rows)
@@ -274,7 +342,8 @@ async def list_turns(
     role: str | None,
 ) -> TurnPage:
     session = await require_session(db, caller, session_id)
-    after = decode_cursor(page.cursor, 1)[0] if page.cursor else (since_seq or 0)
+    keys = page.after()
+    after = keys[0] if keys is not None else (since_seq or 0)
     limit = page.limit
     turns = await repository.list_turns(db, session.id, after_seq=after, limit=limit + 1, role=role)
     shown = turns[:limit]
@@ -356,6 +425,7 @@ async def update_session(
     if "user_id" in changes:
         values["user_id"] = session.user_id = changes["user_id"]
     if "metadata" in changes:
+        check_metadata_size(changes["metadata"], "metadata", settings)
         values["metadata_"] = session.metadata_ = changes["metadata"]
     await write_session(db, cache, session, **values)
     await db.refresh(session)
@@ -363,3 +433,37 @@ async def update_session(
         db, caller.tenant_id, session_id, session.user_id
     )
     return _build_view(settings, session, memories)
+
+
+@dataclass(frozen=True)
+class CounterRepair:
+    session_pk: uuid.UUID
+    stored: Counters
+    counted: Counters
+
+
+async def repair_counters(
+    db: AsyncSession, settings: Settings, cache: Cache, session_pk: uuid.UUID
+) -> CounterRepair | None:
+    """Recount the session's counters from its rows under the session lock; when they drifted,
+    store the recount (and the watermark state it implies) and log the drift."""
+    session = await repository.lock_session_by_pk(db, session_pk)
+    if session is None:
+        return None
+    counted = await repository.recount(db, session_pk, active_chunk_count)
+    stored = Counters(session.c1_tokens, session.c1_turns, session.turn_count, session.chunk_count)
+    if counted == stored:
+        return None
+    session.c1_tokens, session.c1_turns = counted.c1_tokens, counted.c1_turns
+    session.turn_count, session.chunk_count = counted.turn_count, counted.chunk_count
+    observation = await observe_watermark(db, session_budget(settings, session), session)
+    await write_session(db, cache, session, **asdict(counted), offload_armed=observation.armed)
+    logger.warning(
+        "session counters drifted from the rows; repaired",
+        extra={
+            "session": session.external_id,
+            "stored": asdict(stored),
+            "counted": asdict(counted),
+        },
+    )
+    return CounterRepair(session_pk, stored, counted)

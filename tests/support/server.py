@@ -3,12 +3,14 @@
 import asyncio
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import uvicorn
+from starlette.types import ASGIApp
 
 from app.core.config import Settings
 
@@ -29,28 +31,51 @@ class RunningServer:
 def run_server(settings: Settings, *, with_worker: bool = False) -> Iterator[RunningServer]:
     from app.cli import _serve
 
-    port = free_port()
-    settings = settings.model_copy(update={"port": port, "host": "127.0.0.1"})
+    settings = settings.model_copy(update={"port": free_port(), "host": "127.0.0.1"})
+    server_box: dict[str, uvicorn.Server] = {}
+    with _in_thread(
+        lambda: _serve(settings, with_worker=with_worker, server_box=server_box),  # type: ignore[arg-type]
+        server_box,
+    ):
+        url = f"http://127.0.0.1:{settings.port}"
+        _wait_until_up(url)
+        yield RunningServer(url=url, settings=settings)
+
+
+@contextmanager
+def serve_app(app: ASGIApp, settings: Settings) -> Iterator[RunningServer]:
+    """`app` (e.g. `create_app(settings)` with a test route added) served as `contextd serve`
+    serves the API."""
+    from app.core.server import uvicorn_config
+
+    settings = settings.model_copy(update={"port": free_port(), "host": "127.0.0.1"})
+    server = uvicorn.Server(uvicorn_config(app, settings))
+    with _in_thread(server.serve, {"server": server}):
+        url = f"http://127.0.0.1:{settings.port}"
+        _wait_until_up(url)
+        yield RunningServer(url=url, settings=settings)
+
+
+@contextmanager
+def _in_thread(
+    main: Callable[[], Coroutine[Any, Any, None]], server_box: dict[str, uvicorn.Server]
+) -> Iterator[None]:
+    """Run `main()` on an event loop in a background thread; stop `server_box["server"]` after."""
     loop = asyncio.new_event_loop()
     stopped = threading.Event()
-    server_box: dict[str, uvicorn.Server] = {}
 
     def _run() -> None:
         asyncio.set_event_loop(loop)
         try:
-            loop.run_until_complete(
-                _serve(settings, with_worker=with_worker, server_box=server_box)
-            )
+            loop.run_until_complete(main())
         finally:
             loop.close()
             stopped.set()
 
     thread = threading.Thread(target=_run, daemon=True)
     thread.start()
-    url = f"http://127.0.0.1:{port}"
-    _wait_until_up(url)
     try:
-        yield RunningServer(url=url, settings=settings)
+        yield
     finally:
         server = server_box.get("server")
         if server is not None:

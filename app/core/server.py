@@ -1,0 +1,139 @@
+"""HTTP hardening around the application: time and size limits a slow or hostile client hits.
+
+- A request's head (request line and headers) must arrive within `header_timeout_seconds` of the
+  connection opening or of the previous response, else the connection is closed
+  (`guarded_h11_protocol`, uvicorn's h11 protocol with one more timer; uvicorn itself only times
+  out idle keep-alive connections, and any byte, even of a half-sent head, stops that timer).
+- A request body must arrive whole within `body_timeout_seconds` of the head (408) and stay
+  within `limits.max_body_bytes` (413, refused from `Content-Length` before reading when it says
+  so) — `RequestBodyGuard`, pure ASGI, raising `BodyError` where the application reads the body,
+  so the error handlers answer it. A 408 closes the connection; after a 413 the server reads
+  and discards the rest of the body (clients send a whole body before they read an answer).
+"""
+
+import asyncio
+
+import uvicorn
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from app.core.config import Settings
+from app.core.errors import BodyError, PayloadTooLarge, RequestTimeout
+
+
+def guarded_h11_protocol(header_timeout: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol, closing a connection whose request head is not complete in time."""
+
+    class GuardedH11Protocol(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._watch_head()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._watch_head()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._watch_head()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._stop_head_timer()
+            super().connection_lost(exc)
+
+        def _watch_head(self) -> None:
+            """Timer on while no request is being served (the peer owes a complete head, or
+            sends the rest of a body nobody reads), off while the application has a request."""
+            if self.cycle is None or self.cycle.response_complete:
+                if self._head_timer is None:
+                    self._head_timer = self.loop.call_later(header_timeout, self._head_timed_out)
+            else:
+                self._stop_head_timer()
+
+        def _stop_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return GuardedH11Protocol
+
+
+def body_too_large(limit: int) -> BodyError:
+    """The server discards the rest of the body after answering (the client, which sends its
+    whole body before reading, gets the answer), within the head timeout."""
+    return BodyError(PayloadTooLarge(f"the request body exceeds {limit} bytes"))
+
+
+class RequestBodyGuard:
+    """Pure ASGI: the body within `max_bytes` and received whole within `timeout` seconds."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.timeout = timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        received = 0
+        complete = False
+
+        async def guarded_receive() -> Message:
+            nonlocal received, complete
+            if complete:  # only the disconnect notice is left to wait for: no deadline
+                return await receive()
+            if declared is not None and declared > self.max_bytes:
+                raise body_too_large(self.max_bytes)  # before reading a byte of it
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyError(
+                    RequestTimeout(
+                        f"the request body did not arrive within {self.timeout:g} s",
+                        headers={"Connection": "close"},
+                    )
+                ) from None
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                complete = not message.get("more_body", False)
+                if received > self.max_bytes:
+                    raise body_too_large(self.max_bytes)
+            return message
+
+        await self.app(scope, guarded_receive, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
+    """The uvicorn configuration of the API: our logging, and the connection timeouts."""
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        log_config=None,  # keep our handlers (JSON); our middleware writes the access log
+        access_log=False,
+        http=guarded_h11_protocol(settings.server.header_timeout_seconds),
+        timeout_keep_alive=settings.server.keep_alive_seconds,
+    )

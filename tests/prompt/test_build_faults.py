@@ -1,0 +1,239 @@
+"""build-prompt under faults: an inline offload that cannot get the session lock, nothing left to
+move, read-only keys, and an embedder that hangs, drips or answers garbage."""
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.core.config import Settings
+from tests.conftest import new_key
+from tests.support.factories import session_of_key
+from tests.support.faults import DIM, Mode, faulty_server
+from tests.support.server import RunningServer, run_server
+
+SMALL = {
+    "context_limit": 2000,
+    "reserve_tokens": 200,
+    "min_recent_turns": 2,
+    "min_recent_tokens": 50,
+}
+SYSTEM = "You are a careful travel agent."
+
+
+def filler(n: int, start: int = 0) -> list[dict[str, Any]]:
+    """Turns of about 60 tokens, with words recall can find."""
+    return [
+        {
+            "role": "user" if i % 2 == 0 else "assistant",
+            "content": f"Turn {i}: order AB-{10000 + i} goes to Lyon by train, window seat, "
+            "budget at most 120 EUR, invoice to finance@example.com. " * 2,
+        }
+        for i in range(start, start + n)
+    ]
+
+
+@pytest.fixture(scope="module")
+def fault_server(settings: Settings) -> Iterator[RunningServer]:
+    own = settings.model_copy(
+        update={
+            "recall": settings.recall.model_copy(update={"emergency_offload_timeout_seconds": 1.0})
+        }
+    )
+    with run_server(own) as server:
+        yield server
+
+
+@pytest.fixture
+async def http(fault_server: RunningServer, api_key: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(
+        base_url=fault_server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60
+    ) as client:
+        yield client
+
+
+async def build(http: httpx.AsyncClient, sid: str, **extra: Any) -> httpx.Response:
+    body = {"system": SYSTEM, "query": "Which order goes to Lyon by train?", **extra}
+    return await http.post(f"/v1/sessions/{sid}/build-prompt", json=body)
+
+
+async def emergency_session(http: httpx.AsyncClient, sid: str) -> None:
+    """A small-window session whose window alone is past the emergency ratio (no worker runs)."""
+    assert (await http.put(f"/v1/sessions/{sid}", json=SMALL)).status_code == 200
+    resp = await http.post(f"/v1/sessions/{sid}/turns", json={"turns": filler(30)})
+    assert resp.status_code == 201
+    assert resp.json()["watermark"]["level"] == "emergency"
+
+
+async def test_an_inline_offload_kept_from_the_session_lock_is_the_documented_fallback(
+    http: httpx.AsyncClient, engine: AsyncEngine, api_key: str
+) -> None:
+    assert (await http.put("/v1/sessions/locked", json=SMALL)).status_code == 200
+    assert (await http.post("/v1/sessions/locked/turns", json={"turns": filler(2)})).is_success
+    assert (await build(http, "locked")).status_code == 200  # c0 stored: no write below
+    resp = await http.post("/v1/sessions/locked/turns", json={"turns": filler(28, start=2)})
+    assert resp.json()["watermark"]["level"] == "emergency"
+    pk = await session_of_key(engine, api_key, "locked")
+
+    async with engine.connect() as holder:  # another transaction holds the session row
+        await holder.execute(text("SELECT 1 FROM sessions WHERE id = :pk FOR UPDATE"), {"pk": pk})
+        blocked = await build(http, "locked")
+        await holder.rollback()
+    assert blocked.status_code == 200, blocked.text
+    assert "emergency_offload_failed" in blocked.json()["fallbacks"]
+    assert "window_truncated" in blocked.json()["fallbacks"]  # the oldest turns are left out
+    assert (await http.get("/v1/sessions/locked")).json()["counts"]["chunks"] == 0
+
+    freed = await build(http, "locked")  # the lock is gone: the offload runs
+    assert freed.status_code == 200
+    assert "emergency_offload_failed" not in freed.json()["fallbacks"]
+    assert (await http.get("/v1/sessions/locked")).json()["counts"]["chunks"] > 0
+
+
+async def test_nothing_left_to_move_is_not_an_offload_failure(http: httpx.AsyncClient) -> None:
+    """The newest turn always stays in the window: with only it there, nothing can move."""
+    assert (await http.put("/v1/sessions/one-turn", json=SMALL)).status_code == 200
+    huge = {"role": "user", "content": "word " * 1900}
+    assert (await http.post("/v1/sessions/one-turn/turns", json={"turns": [huge]})).is_success
+    resp = await build(http, "one-turn")
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["watermark"]["level"] == "emergency"
+    assert "emergency_offload_failed" not in resp.json()["fallbacks"]
+    assert "window_truncated" in resp.json()["fallbacks"]
+
+
+async def test_a_read_only_key_builds_without_side_effects(
+    fault_server: RunningServer,
+    http: httpx.AsyncClient,
+    engine: AsyncEngine,
+    api_key: str,
+    tenant_name: str,
+) -> None:
+    reader_key = await new_key(engine, tenant_name, ["sessions:read"])
+    async with httpx.AsyncClient(
+        base_url=fault_server.url, headers={"Authorization": f"Bearer {reader_key}"}, timeout=60
+    ) as reader:
+        # A session that does not exist: a baseline prompt, and still no session.
+        ghost = await build(reader, "ghost", persist_manifest=True)
+        assert ghost.status_code == 200, ghost.text
+        assert [m["role"] for m in ghost.json()["messages"]] == ["system", "user"]
+        assert (await reader.get("/v1/sessions/ghost")).status_code == 404
+
+        # A session past the emergency ratio: no offload, no c0, no stored manifest.
+        await emergency_session(http, "read-only")
+        resp = await build(reader, "read-only", persist_manifest=True)
+        assert resp.status_code == 200, resp.text
+        assert "emergency_offload_skipped" in resp.json()["fallbacks"]
+        assert "emergency_offload_failed" not in resp.json()["fallbacks"]
+        assert (
+            await reader.get(f"/v1/sessions/read-only/builds/{resp.json()['build_id']}")
+        ).status_code == 404
+    pk = await session_of_key(engine, api_key, "read-only")
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT c0_tokens, chunk_count, (SELECT count(*) FROM chunks WHERE "
+                    "session_id = :pk), (SELECT count(*) FROM prompt_builds WHERE "
+                    "session_id = :pk) FROM sessions WHERE id = :pk"
+                ),
+                {"pk": pk},
+            )
+        ).one()
+        ghosts = await conn.scalar(
+            text(
+                "SELECT count(*) FROM sessions s JOIN tenants t ON t.id = s.tenant_id "
+                "WHERE t.name = :t AND s.external_id = 'ghost'"
+            ),
+            {"t": tenant_name},
+        )
+    assert tuple(row) == (None, 0, 0, 0)
+    assert ghosts == 0
+
+
+def embedder_settings(settings: Settings, url: str, budget: float) -> Settings:
+    return settings.model_copy(
+        update={
+            "embedding": settings.embedding.model_copy(
+                update={
+                    "kind": "openai",
+                    "openai_base_url": url,
+                    "openai_dim": DIM,
+                    "query_timeout_seconds": budget,
+                }
+            ),
+            "recall": settings.recall.model_copy(
+                update={
+                    "embedder_breaker_failures": 2,
+                    "embedder_breaker_cooldown_seconds": 600,
+                }
+            ),
+        }
+    )
+
+
+def admin_client(server: RunningServer, admin_key: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        base_url=server.url, headers={"Authorization": f"Bearer {admin_key}"}, timeout=120
+    )
+
+
+async def offloaded_session(http: httpx.AsyncClient, sid: str) -> None:
+    await emergency_session(http, sid)
+    moved = await http.post(f"/v1/sessions/{sid}/memory", json={"type": "offload"})
+    assert moved.status_code == 200, moved.text
+    assert (await http.get(f"/v1/sessions/{sid}")).json()["counts"]["chunks"] > 0
+
+
+@pytest.mark.parametrize("mode", ["hang", "drip", "garbage"])
+async def test_a_failing_embedder_costs_its_budget_then_is_skipped(
+    settings: Settings, admin_key: str, mode: Mode
+) -> None:
+    with (
+        faulty_server(mode) as embedder,
+        run_server(embedder_settings(settings, embedder.url, budget=0.3)) as server,
+    ):
+        async with admin_client(server, admin_key) as http:
+            await offloaded_session(http, f"embedder-{mode}")
+            flags = []
+            for i in range(3):
+                resp = await build(http, f"embedder-{mode}", query=f"train to Lyon {i}?")
+                assert resp.status_code == 200, resp.text
+                assert resp.json()["recall"]["skipped_reason"] is None
+                flags.append(resp.json()["fallbacks"])
+    assert all("vector_unavailable" in f for f in flags)
+    assert ["embedder_circuit_open" in f for f in flags] == [False, False, True]
+    assert embedder.requests == 2  # the open breaker kept the third build off the embedder
+
+
+async def test_appends_are_not_delayed_by_a_build_waiting_on_the_embedder(
+    settings: Settings, admin_key: str
+) -> None:
+    """The build that waits changed the system prompt's size (a session row write): the write
+    is committed before the wait, so the session's row is free for appends meanwhile."""
+    with (
+        faulty_server("hang") as embedder,
+        run_server(embedder_settings(settings, embedder.url, budget=60)) as server,
+    ):
+        async with admin_client(server, admin_key) as http:
+            await offloaded_session(http, "busy")
+            waiting = asyncio.create_task(
+                build(http, "busy", system=f"A new system prompt {uuid.uuid4()}.")
+            )
+            assert await asyncio.to_thread(embedder.arrived.wait, 60)
+            appended = await http.post(
+                "/v1/sessions/busy/turns",
+                json={"turns": [{"role": "user", "content": "One more thing."}]},
+            )
+            still_waiting = not waiting.done()
+            embedder.release.set()
+            built = await waiting
+    assert appended.status_code == 201
+    assert still_waiting  # the append was answered while the build waited on the embedder
+    assert built.status_code == 200
+    assert "vector_unavailable" not in built.json()["fallbacks"]

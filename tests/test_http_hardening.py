@@ -1,0 +1,140 @@
+"""Slow clients are cut off, failures answer JSON without dropping the connection, and an
+unreachable database is a 503 the client may retry. Spoken over raw sockets, so the test sees
+exactly what the server does with the connection."""
+
+import json
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import urlparse
+
+from fastapi import FastAPI
+
+from app.core.config import Settings, load_settings
+from app.main import create_app
+from tests.support.loopback import closed_port_url
+from tests.support.server import RunningServer, run_server, serve_app
+
+DEADLINE = 20.0  # seconds a test waits for the server to act; the server's timeouts are 0.5 s
+FAST_TIMEOUTS = {"header_timeout_seconds": 0.5, "body_timeout_seconds": 0.5}
+
+
+def fast(settings: Settings, **changes: object) -> Settings:
+    server = settings.server.model_copy(update=FAST_TIMEOUTS)
+    return settings.model_copy(update={"server": server, **changes})
+
+
+@contextmanager
+def connect(server: RunningServer) -> Iterator[socket.socket]:
+    url = urlparse(server.url)
+    with socket.create_connection((url.hostname, url.port), timeout=DEADLINE) as sock:
+        yield sock
+
+
+def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response with a Content-Length body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed before a response; got {data!r}"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    while len(body) < int(headers.get("content-length", "0")):
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed inside a response body"
+        body += chunk
+    return int(lines[0].split()[1]), headers, body
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Waits (at most DEADLINE) for the server to close; True once it has."""
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+    return True
+
+
+def request(method: str, path: str, body: bytes = b"", **headers: str) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: test"]
+    lines += [f"{k.replace('_', '-')}: {v}" for k, v in headers.items()]
+    if body or method in ("POST", "PUT"):
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def test_a_half_sent_head_or_a_silent_connection_is_closed(settings: Settings) -> None:
+    with run_server(fast(settings)) as server:
+        with connect(server) as silent:
+            assert closed_by_server(silent)
+        with connect(server) as half:
+            half.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\n")
+            assert closed_by_server(half)
+        with connect(server) as second:  # the same after a first request on the connection
+            second.sendall(request("GET", "/healthz"))
+            assert read_response(second)[0] == 200
+            second.sendall(b"GET /healthz HTTP/1.1\r\n")
+            assert closed_by_server(second)
+
+
+def test_a_dripping_body_gets_a_408_and_the_connection_closes(
+    settings: Settings, api_key: str
+) -> None:
+    with run_server(fast(settings)) as server, connect(server) as sock:
+        head = request(
+            "POST",
+            "/v1/sessions/drip/turns",
+            Authorization=f"Bearer {api_key}",
+            Content_Type="application/json",
+        )
+        sock.sendall(head.replace(b"Content-Length: 0", b"Content-Length: 100") + b"{")
+        status, headers, body = read_response(sock)
+        assert status == 408
+        assert json.loads(body)["error"]["code"] == "request_timeout"
+        assert headers["connection"] == "close"
+        assert closed_by_server(sock)
+
+
+def test_an_unexpected_error_is_a_json_500_on_a_connection_that_stays_open(
+    settings: Settings,
+) -> None:
+    app: FastAPI = create_app(settings)
+
+    @app.get("/boom")
+    async def boom() -> None:
+        raise RuntimeError("a bug")
+
+    with serve_app(app, settings) as server, connect(server) as sock:
+        sock.sendall(request("GET", "/boom"))
+        status, _, body = read_response(sock)
+        assert status == 500
+        assert json.loads(body) == {
+            "error": {"code": "internal_error", "message": "internal error"}
+        }
+        sock.sendall(request("GET", "/healthz"))
+        assert read_response(sock)[0] == 200
+
+
+def test_an_unreachable_database_is_a_503_with_retry_after(settings: Settings) -> None:
+    # A fresh Settings: a copy would keep the cached SQLAlchemy URL of the real database.
+    down = load_settings(
+        database_url=closed_port_url().replace("http://", "postgresql://u@") + "/db",
+        redis_url=settings.redis_url,
+        embedding={"kind": "none"},
+    )
+    with run_server(down) as server, connect(server) as sock:
+        for path in ("/v1/sessions/s", "/v1/sessions/s/turns"):
+            sock.sendall(request("GET", path, Authorization="Bearer ctxd_anything"))
+            status, headers, body = read_response(sock)
+            assert status == 503
+            assert headers["retry-after"] == str(settings.server.retry_after_seconds)
+            assert json.loads(body)["error"]["code"] == "unavailable"
+        sock.sendall(request("GET", "/readyz"))
+        assert read_response(sock)[0] == 503
+        sock.sendall(request("GET", "/healthz"))
+        assert read_response(sock)[0] == 200

@@ -1,0 +1,145 @@
+"""The worker outlives PostgreSQL: a restart mid-appends (the server really restarted, in
+`immediate` mode) loses no acknowledged turn, answers 503 rather than 500 while down, and
+offloads resume without restarting contextd; `/readyz` tells a dead worker and stuck jobs."""
+
+import asyncio
+import uuid
+from typing import Any
+
+import httpx
+from sqlalchemy import text
+
+from app.core.config import Settings
+from app.embedded import EmbeddedStack
+from app.jobs.queue import enqueue_offload
+from tests.support.factories import session_of_key, transaction
+from tests.support.server import run_server
+from tests.support.waiting import wait_for
+
+OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
+
+SMALL = {"context_limit": 3000, "reserve_tokens": 200, "min_recent_turns": 2}
+
+
+async def readiness(http: httpx.AsyncClient) -> dict[str, Any]:
+    resp = await http.get("/readyz")
+    body: dict[str, Any] = resp.json()
+    return body
+
+
+async def test_readyz_reports_no_live_worker_and_stuck_jobs(
+    settings: Settings, engine: Any, api_key: str
+) -> None:
+    with run_server(settings) as api:  # the API alone: no worker anywhere
+        async with httpx.AsyncClient(
+            base_url=api.url, headers={"Authorization": f"Bearer {api_key}"}
+        ) as http:
+            assert (
+                await http.post(
+                    "/v1/sessions/r/turns", json={"turns": [{"role": "user", "content": "hi"}]}
+                )
+            ).status_code == 201
+            pk = await session_of_key(engine, api_key, "r")
+            async with transaction(engine) as db:
+                assert await enqueue_offload(db, pk, trigger="test")
+                # A job left running by a worker that died (no worker holds it).
+                await db.execute(
+                    text("UPDATE procrastinate_jobs SET status = 'doing' WHERE lock = :lock"),
+                    {"lock": f"session:{pk}"},
+                )
+            ready = await readiness(http)
+            assert ready["status"] == "degraded"
+            assert ready["worker"]["ok"] is False
+            assert ready["worker"]["live_workers"] == 0
+            assert ready["worker"]["stuck_jobs"] == 1
+            assert ready["worker"]["running_jobs"] == 1
+
+            with run_server(settings, with_worker=True):  # a worker comes up and retries it
+                ready = await wait_for(
+                    lambda: readiness(http),
+                    lambda r: r["worker"]["ok"] and r["worker"]["running_jobs"] == 0,
+                    what="the worker to retry the stuck job",
+                )
+    assert ready["status"] == "ready" and ready["worker"]["live_workers"] >= 1
+
+
+def turn(client: int, i: int) -> dict[str, Any]:
+    return {
+        "role": "user" if i % 2 == 0 else "assistant",
+        "content": f"client {client} turn {i}: ship order AB-{client}{i:03d} to Lyon by train "
+        "with a window seat; the budget is at most 120 EUR. " * 2,
+    }
+
+
+async def test_a_postgres_restart_mid_appends_loses_nothing_and_offloads_resume(
+    settings: Settings, stack: EmbeddedStack, engine: Any, api_key: str
+) -> None:
+    clients, turns_each, restart_after = 3, 40, 12
+    statuses: list[int] = []
+    acknowledged: dict[int, list[int]] = {c: [] for c in range(clients)}
+    progress = {c: 0 for c in range(clients)}
+    with run_server(settings, with_worker=True) as server:  # API and worker: `contextd dev`
+        async with httpx.AsyncClient(
+            base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60
+        ) as http:
+            for c in range(clients):
+                assert (await http.put(f"/v1/sessions/pg-{c}", json=SMALL)).status_code == 200
+
+            async def append_with_retries(c: int, i: int) -> None:
+                key = str(uuid.uuid4())  # a retry replays the same append: never twice
+                while True:
+                    try:
+                        resp = await http.post(
+                            f"/v1/sessions/pg-{c}/turns",
+                            json={"turns": [turn(c, i)]},
+                            headers={"Idempotency-Key": key},
+                        )
+                    except httpx.TransportError:
+                        statuses.append(0)
+                    else:
+                        statuses.append(resp.status_code)
+                        if resp.status_code == 201:
+                            acknowledged[c].append(resp.json()["turns"][0]["seq"])
+                            return
+                        assert resp.status_code == 503, resp.text
+                        assert resp.headers["Retry-After"]
+                    await asyncio.sleep(0.2)  # the client's own backoff before it retries
+
+            async def client(c: int) -> None:
+                for i in range(turns_each):
+                    await append_with_retries(c, i)
+                    progress[c] = i + 1
+
+            async def restart() -> None:
+                await wait_for(
+                    lambda: asyncio.sleep(0, result=min(progress.values())),
+                    lambda done: done >= restart_after,
+                    what="appends before the restart",
+                )
+                await asyncio.to_thread(stack.restart_postgres)
+
+            await asyncio.gather(*(client(c) for c in range(clients)), restart())
+            views = await wait_for(
+                lambda: asyncio.gather(*(http.get(f"/v1/sessions/pg-{c}") for c in range(clients))),
+                lambda vs: all(
+                    v.status_code == 200 and v.json()["watermark"]["level"] == "normal" for v in vs
+                ),
+                timeout=120,
+                what="every session back under its trigger (offloads resumed)",
+            )
+            listed = [
+                (await http.get(f"/v1/sessions/pg-{c}/turns", params={"limit": 500})).json()
+                for c in range(clients)
+            ]
+            ready = await wait_for(
+                lambda: readiness(http),
+                lambda r: r["database"]["ok"] and r["worker"]["ok"],
+                what="readiness after the restart",
+            )
+    assert 500 not in statuses
+    for c in range(clients):
+        assert acknowledged[c] == list(range(1, turns_each + 1))
+        contents = [t["content"] for t in listed[c]["turns"]]
+        assert contents == [turn(c, i)["content"] for i in range(turns_each)]
+        assert views[c].json()["counts"]["chunks"] > 0
+    assert ready["worker"]["live_workers"] >= 1
