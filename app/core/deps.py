@@ -1,4 +1,8 @@
-"""`Annotated` dependency aliases used by every endpoint."""
+"""`Annotated` dependency aliases used by every endpoint.
+
+Every dependency is `async def`, also those that do no I/O: FastAPI runs a plain `def` dependency
+in its thread pool, a thread hop per request and dependency that costs more than the work itself
+(on a busy machine, milliseconds of waiting for a thread and the GIL)."""
 
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -12,7 +16,7 @@ from app.core.context import AppContext
 from app.core.db import commit
 
 
-def get_context(request: Request) -> AppContext:
+async def get_context(request: Request) -> AppContext:
     context: AppContext = request.app.state.context
     return context
 
@@ -20,11 +24,11 @@ def get_context(request: Request) -> AppContext:
 ContextDep = Annotated[AppContext, Depends(get_context)]
 
 
-def get_settings(context: ContextDep) -> Settings:
+async def get_settings(context: ContextDep) -> Settings:
     return context.settings
 
 
-def get_cache(context: ContextDep) -> Cache:
+async def get_cache(context: ContextDep) -> Cache:
     return context.cache
 
 

@@ -7,7 +7,7 @@ which strings are cursors of a list (`cursor_pattern`), and so that no cursor ca
 its column cannot hold. Cursors of the earlier base64 form are refused (422, `cursor`).
 """
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, NamedTuple
 
 from fastapi import Query
@@ -53,10 +53,11 @@ class Page(NamedTuple):
         return decode_cursor(self.cursor, *self.keys) if self.cursor else None
 
 
-def page_params(*keys: int) -> Callable[..., Page]:
-    """The dependency reading `limit` and `cursor` of a list whose cursor has `keys`."""
+def page_params(*keys: int) -> Callable[..., Awaitable[Page]]:
+    """The dependency reading `limit` and `cursor` of a list whose cursor has `keys` (async
+    although it does no I/O: see app.core.deps)."""
 
-    def read_page(
+    async def read_page(
         settings: SettingsDep,
         limit: Annotated[
             int,
