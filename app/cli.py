@@ -56,7 +56,11 @@ def running_dev(data_dir: Path) -> DevState | None:
 
 def bind_port(host: str, port: int) -> socket.socket:
     """Bind the API's socket now, so a busy port fails before anything says "ready"."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    # IPPROTO_TCP named explicitly: asyncio sets TCP_NODELAY only on accepted sockets whose proto
+    # says TCP, and with proto 0 every response after a connection's first waited ~40 ms for
+    # the client's delayed ACK (Nagle) before its body went out.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

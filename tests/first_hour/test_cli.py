@@ -1,10 +1,13 @@
 """The CLI on the embedded stack, as a newcomer meets it: `contextd keys create` works before and
 while `contextd dev --auth` runs in the same directory, and every mistake is one clear line."""
 
+import asyncio
+import socket
 from pathlib import Path
 
 import httpx
 
+from app.cli import bind_port
 from tests.support.dev import DevServer, contextd, dev_server
 from tests.support.server import free_port
 
@@ -52,3 +55,24 @@ def test_keys_before_and_during_dev_and_clear_errors(tmp_path: Path) -> None:
     assert dev.process.returncode == 0
     assert "contextd dev stopped" in "".join(dev.lines)
     assert not (tmp_path / ".contextd" / "dev.json").exists()
+
+
+async def test_api_connections_send_without_nagle_delay() -> None:
+    """Each accepted connection of the API's socket has TCP_NODELAY, else a keep-alive client
+    waits ~40 ms (its delayed ACK) for every response after the first."""
+    sock = bind_port("127.0.0.1", 0)
+    loop = asyncio.get_running_loop()
+    nodelay: asyncio.Future[int] = loop.create_future()
+
+    class Probe(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            accepted = transport.get_extra_info("socket")
+            nodelay.set_result(accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+    server = await loop.create_server(Probe, sock=sock)
+    try:
+        _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        assert await asyncio.wait_for(nodelay, 10) != 0
+        writer.close()
+    finally:
+        server.close()
