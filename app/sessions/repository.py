@@ -263,16 +263,18 @@ async def assign_turns(
     Returns the rows marked."""
     if not ranges:
         return 0
-    chunk_ids, firsts, lasts = (list(column) for column in zip(*ranges, strict=True))
+    # One (chunk, seq) pair per turn: an equality join PostgreSQL hashes, where a join on
+    # `seq BETWEEN first AND last` compares every turn of the session with every range.
+    chunk_ids = [chunk for chunk, first, last in ranges for _ in range(first, last + 1)]
+    seqs = [seq for _, first, last in ranges for seq in range(first, last + 1)]
     result = await db.execute(
         text(
             "UPDATE turns SET chunk_id = r.chunk_id "
-            "FROM unnest(CAST(:chunk_ids AS uuid[]), CAST(:firsts AS bigint[]), "
-            "CAST(:lasts AS bigint[])) AS r(chunk_id, seq_first, seq_last) "
-            "WHERE turns.session_id = :session AND turns.seq BETWEEN r.seq_first AND r.seq_last "
+            "FROM unnest(CAST(:chunk_ids AS uuid[]), CAST(:seqs AS bigint[])) AS r(chunk_id, seq) "
+            "WHERE turns.session_id = :session AND turns.seq = r.seq "
             "AND turns.forgotten_at IS NULL"
         ),
-        {"session": session_pk, "chunk_ids": chunk_ids, "firsts": firsts, "lasts": lasts},
+        {"session": session_pk, "chunk_ids": chunk_ids, "seqs": seqs},
     )
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
