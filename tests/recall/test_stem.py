@@ -1,0 +1,53 @@
+from app.core.text import terms
+from app.recall.bm25 import BM25Index
+from app.recall.stem import stem, stem_counts, stem_weights
+
+
+def test_inflections_share_a_stem() -> None:
+    assert {stem(w) for w in ("research", "researching", "researched", "researches")} == {
+        "research"
+    }
+    assert {stem(w) for w in ("love", "loved", "loving", "loves")} == {"lov"}
+    assert stem("running") == "run"
+    assert stem("parties") == "party"
+    assert stem("tried") == "try"
+    assert stem("classes") == "class"
+    assert stem("paintings") == "painting"
+
+
+def test_short_words_ids_numbers_and_chinese_stay() -> None:
+    assert stem("bus") == "bus"
+    assert stem("glass") == "glass"
+    assert stem("thing") == "thing"  # "th" is too short a stem
+    assert stem("ab-12345") == "ab-12345"
+    assert stem("2023") == "2023"
+    assert stem("女儿") == "女儿"
+    assert terms("我女儿对花生过敏") == [stem(t) for t in terms("我女儿对花生过敏")]
+
+
+def test_weights_and_counts_merge_under_the_stem() -> None:
+    assert stem_weights({"paint": 1.0, "painted": 0.25, "花生": 1.0}) == {
+        "paint": 1.25,
+        "花生": 1.0,
+    }
+    assert stem_counts({"kids": 2, "kid": 1, "park": 1}) == {"kid": 3, "park": 1}
+
+
+def test_a_stemmed_index_finds_another_inflection() -> None:
+    docs = [
+        ("a", "Caroline: I've been researching adoption agencies"),
+        ("b", "Melanie: we went camping at the beach"),
+    ]
+    plain = BM25Index([(d, terms(t)) for d, t in docs])
+    assert plain.score(dict.fromkeys(terms("What did Caroline research?"), 1.0))[0][0] == "a"
+    assert plain.score({"research": 1.0}) == []
+    stemmed = BM25Index.from_term_counts([(d, stem_counts(_counts(t))) for d, t in docs])
+    assert [d for d, _ in stemmed.score(stem_weights({"research": 1.0}))] == ["a"]
+    assert [d for d, _ in stemmed.score(stem_weights({"camped": 1.0}))] == ["b"]
+
+
+def _counts(text: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for t in terms(text):
+        out[t] = out.get(t, 0) + 1
+    return out
