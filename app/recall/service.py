@@ -43,7 +43,7 @@ from app.recall.rerank import (
     select_within_budget,
 )
 from app.recall.rewrite import RewrittenQuery, content_term_count, rewrite_query
-from app.recall.stem import stem_counts, stem_weights
+from app.recall.stem import by_stem
 from app.recall.trim import trim_chunk
 from app.sessions import repository as sessions_repository
 from app.sessions.service import to_record
@@ -175,7 +175,7 @@ async def _chunk_index(db: AsyncSession, context: AppContext, session: Session) 
     stats = await repository.term_stats(db, session.id)
 
     def build() -> BM25Index:
-        return BM25Index.from_term_counts([(cid, stem_counts(c)) for cid, c in stats])
+        return BM25Index.from_term_counts([(cid, by_stem(c)) for cid, c in stats])
 
     index = await asyncio.to_thread(build)
     context.lexical_indexes.put(key, index)
@@ -192,7 +192,7 @@ async def _lexical(
     """BM25 scores of the best `limit` chunks, best first (query terms stemmed like the index's;
     LoCoMo tune split B500 .671 -> .681, check .693 -> .701)."""
     index = await _chunk_index(db, context, session)
-    return dict(index.score(stem_weights(query_terms), top_n=limit))
+    return dict(index.score(by_stem(query_terms), top_n=limit))
 
 
 async def show_best_turns(
@@ -221,7 +221,7 @@ async def show_best_turns(
             out.append(hit)
             continue
         lines = [(t.seq, render_turn(to_record(t))) for t in own]
-        trimmed = trim_chunk(lines, stem_weights(outcome.query_terms), term_idf)
+        trimmed = trim_chunk(lines, by_stem(outcome.query_terms), term_idf)
         if trimmed.trimmed:
             hit = replace(hit, compact_text=trimmed.text, compact_seqs=trimmed.seqs)
         out.append(hit)

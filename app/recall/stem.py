@@ -12,6 +12,7 @@ Pure: no I/O, no settings.
 
 from collections.abc import Mapping
 from functools import lru_cache
+from typing import TypeVar
 
 _VOWELS = frozenset("aeiouy")
 _MIN_STEM = 3
@@ -63,19 +64,13 @@ def _strip_suffix(term: str) -> str:
     return term
 
 
-def stem_weights(weights: Mapping[str, float]) -> dict[str, float]:
-    """Query weights by stem: terms sharing a stem add up."""
-    out: dict[str, float] = {}
-    for term, weight in weights.items():
-        key = stem(term)
-        out[key] = out.get(key, 0.0) + weight
-    return out
+Number = TypeVar("Number", int, float)
 
 
-def stem_counts(counts: Mapping[str, int]) -> dict[str, int]:
-    """A document's term counts by stem."""
-    out: dict[str, int] = {}
-    for term, count in counts.items():
+def by_stem(values: Mapping[str, Number]) -> dict[str, Number]:
+    """Term weights or counts keyed by stem: terms sharing a stem add up."""
+    out: dict[str, Number] = {}
+    for term, value in values.items():
         key = stem(term)
-        out[key] = out.get(key, 0) + count
+        out[key] = out[key] + value if key in out else value
     return out

@@ -1,6 +1,8 @@
+from collections import Counter
+
 from app.core.text import terms
 from app.recall.bm25 import BM25Index
-from app.recall.stem import stem, stem_counts, stem_weights
+from app.recall.stem import by_stem, stem
 
 
 def test_inflections_share_a_stem() -> None:
@@ -26,11 +28,11 @@ def test_short_words_ids_numbers_and_chinese_stay() -> None:
 
 
 def test_weights_and_counts_merge_under_the_stem() -> None:
-    assert stem_weights({"paint": 1.0, "painted": 0.25, "花生": 1.0}) == {
+    assert by_stem({"paint": 1.0, "painted": 0.25, "花生": 1.0}) == {
         "paint": 1.25,
         "花生": 1.0,
     }
-    assert stem_counts({"kids": 2, "kid": 1, "park": 1}) == {"kid": 3, "park": 1}
+    assert by_stem({"kids": 2, "kid": 1, "park": 1}) == {"kid": 3, "park": 1}
 
 
 def test_a_stemmed_index_finds_another_inflection() -> None:
@@ -41,13 +43,6 @@ def test_a_stemmed_index_finds_another_inflection() -> None:
     plain = BM25Index([(d, terms(t)) for d, t in docs])
     assert plain.score(dict.fromkeys(terms("What did Caroline research?"), 1.0))[0][0] == "a"
     assert plain.score({"research": 1.0}) == []
-    stemmed = BM25Index.from_term_counts([(d, stem_counts(_counts(t))) for d, t in docs])
-    assert [d for d, _ in stemmed.score(stem_weights({"research": 1.0}))] == ["a"]
-    assert [d for d, _ in stemmed.score(stem_weights({"camped": 1.0}))] == ["b"]
-
-
-def _counts(text: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for t in terms(text):
-        out[t] = out.get(t, 0) + 1
-    return out
+    stemmed = BM25Index.from_term_counts([(d, by_stem(Counter(terms(t)))) for d, t in docs])
+    assert [d for d, _ in stemmed.score(by_stem({"research": 1.0}))] == ["a"]
+    assert [d for d, _ in stemmed.score(by_stem({"camped": 1.0}))] == ["b"]

@@ -1,5 +1,5 @@
 from app.core.text import terms
-from app.recall.stem import stem_weights
+from app.recall.stem import by_stem
 from app.recall.trim import ELISION, trim_chunk, turn_score
 
 LINES = [
@@ -17,7 +17,7 @@ def idf(term: str) -> float:
 
 def weights(query: str) -> dict[str, float]:
     """Query weights keyed by stem, as recall passes them."""
-    return stem_weights({t: 1.0 for t in terms(query)})
+    return by_stem({t: 1.0 for t in terms(query)})
 
 
 def test_keeps_the_matching_turn_verbatim_and_marks_the_gaps() -> None:
