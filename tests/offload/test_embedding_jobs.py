@@ -13,7 +13,7 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.text import lexical_document
 from app.jobs.queue import session_lock
-from app.offload.service import offload_session
+from app.offload.service import OffloadResult, offload_session
 from tests.offload.test_offload_service import check_coverage, session_pk
 from tests.offload.test_worker import worker_env
 from tests.support.factories import append, configure, new_caller, transaction
@@ -123,6 +123,21 @@ TURNS = [
 ]
 
 
+async def offload_all_but_two(
+    engine: AsyncEngine, settings: Settings, cache: Cache, sid: str
+) -> tuple[uuid.UUID, OffloadResult]:
+    """A new session of `TURNS`, offloaded down to its last two turns (the embedding jobs
+    queued)."""
+    caller = await new_caller(engine)
+    await configure(engine, caller, settings, cache, sid, **FLOOR_OF_TWO)
+    await append(engine, caller, settings, cache, sid, TURNS)
+    pk = await session_pk(engine, caller.tenant_id, sid)
+    async with transaction(engine) as db:
+        result = await offload_session(db, settings, cache, pk, trigger="test", until_tokens=0)
+    assert result is not None and result.chunks_written >= 1
+    return pk, result
+
+
 async def test_embedding_outage_leaves_chunks_lexical_and_retried_until_embedded(
     engine: AsyncEngine, settings: Settings, cache: Cache
 ) -> None:
@@ -130,17 +145,8 @@ async def test_embedding_outage_leaves_chunks_lexical_and_retried_until_embedded
     with loopback_server(embeddings_handler(state)) as provider:
         model = f"loop-embed-8-{uuid.uuid4().hex[:8]}"
         with worker_process(worker_env_for(settings, provider.url, model, 8)):
-            caller = await new_caller(engine)
-            sid = "embed-outage"
-            await configure(engine, caller, settings, cache, sid, **FLOOR_OF_TWO)
-            await append(engine, caller, settings, cache, sid, TURNS)
-            pk = await session_pk(engine, caller.tenant_id, sid)
             # The offload commits with the provider down: it never calls the embedder.
-            async with transaction(engine) as db:
-                result = await offload_session(
-                    db, settings, cache, pk, trigger="test", until_tokens=0
-                )
-            assert result is not None and result.chunks_written >= 1
+            pk, result = await offload_all_but_two(engine, settings, cache, "embed-outage")
             in_window, chunk_count = await check_coverage(engine, pk)
             assert chunk_count == result.chunks_written
             assert in_window + result.turns_moved == len(TURNS)
@@ -215,16 +221,7 @@ async def test_no_transaction_stays_open_while_the_embedder_works(
             "CONTEXTD_EMBEDDING__TIMEOUT_SECONDS": "120",  # the encoder works as long as we look
         }
         with worker_process(env):
-            caller = await new_caller(engine)
-            sid = "embed-slow"
-            await configure(engine, caller, settings, cache, sid, **FLOOR_OF_TWO)
-            await append(engine, caller, settings, cache, sid, TURNS)
-            pk = await session_pk(engine, caller.tenant_id, sid)
-            async with transaction(engine) as db:
-                result = await offload_session(
-                    db, settings, cache, pk, trigger="test", until_tokens=0
-                )
-            assert result is not None and result.chunks_written >= 1
+            pk, result = await offload_all_but_two(engine, settings, cache, "embed-slow")
             assert await asyncio.to_thread(provider.arrived.wait, 60)  # the encoder is working
             async with engine.connect() as conn:
                 arrived_at = await conn.scalar(text("SELECT clock_timestamp()"))
