@@ -43,11 +43,13 @@ from app.recall.rerank import (
     select_within_budget,
 )
 from app.recall.rewrite import RewrittenQuery, content_term_count, rewrite_query
+from app.recall.stem import by_stem
 from app.recall.trim import trim_chunk
 from app.sessions import repository as sessions_repository
 from app.sessions.service import to_record
 
 logger = logging.getLogger("contextd.recall")
+
 MEMORY_PREFIX = "memory:"
 # Terms the rewrite borrowed from recent turns help resolve "that one", but must not outweigh what
 # the user actually asked (recent small talk would otherwise drown the question).
@@ -163,14 +165,19 @@ def _rule_rewrite(
 
 
 async def _chunk_index(db: AsyncSession, context: AppContext, session: Session) -> BM25Index:
-    """The session's BM25 index over its active chunks, kept per process per chunk state (built
-    off the event loop: a session's history can be large)."""
+    """The session's BM25 index over its active chunks, their terms merged under their stems
+    (`app.recall.stem`), kept per process per chunk state (built off the event loop: a session's
+    history can be large)."""
     key = (str(session.id), session.chunks_version)
     cached = context.lexical_indexes.get(key)
     if isinstance(cached, BM25Index):
         return cached
     stats = await repository.term_stats(db, session.id)
-    index = await asyncio.to_thread(BM25Index.from_term_counts, stats)
+
+    def build() -> BM25Index:
+        return BM25Index.from_term_counts([(cid, by_stem(c)) for cid, c in stats])
+
+    index = await asyncio.to_thread(build)
     context.lexical_indexes.put(key, index)
     return index
 
@@ -182,9 +189,10 @@ async def _lexical(
     query_terms: dict[str, float],
     limit: int,
 ) -> dict[str, float]:
-    """BM25 scores of the best `limit` chunks, best first."""
+    """BM25 scores of the best `limit` chunks, best first (query terms stemmed like the index's;
+    LoCoMo tune split B500 .671 -> .681, check .693 -> .701)."""
     index = await _chunk_index(db, context, session)
-    return dict(index.score(query_terms, top_n=limit))
+    return dict(index.score(by_stem(query_terms), top_n=limit))
 
 
 async def show_best_turns(
@@ -213,7 +221,7 @@ async def show_best_turns(
             out.append(hit)
             continue
         lines = [(t.seq, render_turn(to_record(t))) for t in own]
-        trimmed = trim_chunk(lines, outcome.query_terms, term_idf)
+        trimmed = trim_chunk(lines, by_stem(outcome.query_terms), term_idf)
         if trimmed.trimmed:
             hit = replace(hit, compact_text=trimmed.text, compact_seqs=trimmed.seqs)
         out.append(hit)

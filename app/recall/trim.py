@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from app.core.text import terms
+from app.recall.stem import stem
 
 ELISION = "…"
 KEEP_RATIO = 0.5  # a turn is kept when its score reaches this share of the chunk's best turn
@@ -28,8 +29,9 @@ class TrimmedChunk:
 
 
 def turn_score(text: str, query_weights: Mapping[str, float], idf: Callable[[str], float]) -> float:
-    """Σ over the query's terms found in `text` (each once) of query weight × idf."""
-    found = set(terms(text)) & query_weights.keys()
+    """Σ over the query's terms found in `text` (each once, compared by stem: `query_weights` are
+    keyed by stems, `app.recall.stem`) of query weight × idf."""
+    found = {stem(t) for t in terms(text)} & query_weights.keys()
     return sum(query_weights[t] * idf(t) for t in found)
 
 

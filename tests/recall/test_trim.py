@@ -1,4 +1,5 @@
 from app.core.text import terms
+from app.recall.stem import by_stem
 from app.recall.trim import ELISION, trim_chunk, turn_score
 
 LINES = [
@@ -15,7 +16,8 @@ def idf(term: str) -> float:
 
 
 def weights(query: str) -> dict[str, float]:
-    return {t: 1.0 for t in terms(query)}
+    """Query weights keyed by stem, as recall passes them."""
+    return by_stem({t: 1.0 for t in terms(query)})
 
 
 def test_keeps_the_matching_turn_verbatim_and_marks_the_gaps() -> None:
@@ -39,3 +41,8 @@ def test_no_shared_term_keeps_the_whole_chunk() -> None:
 def test_turn_score_counts_each_term_once_with_its_weight() -> None:
     assert turn_score("group group support", {"group": 2.0, "support": 1.0}, idf) == 9.0
     assert turn_score("nothing here", {"group": 2.0}, idf) == 0.0
+
+
+def test_inflections_of_a_query_word_match() -> None:
+    out = trim_chunk(LINES, weights("What stories inspired Caroline?"), idf)
+    assert out.seqs == (14,)

@@ -1,0 +1,158 @@
+"""LoCoMo evidence recall scored in process over the sessions a `contextd eval locomo` run ingested.
+
+    .venv/bin/python -m benchmarks.locomo_inprocess RUN_ID [--data F] [--conversations 0,1,2,3]
+        [--data-dir .contextd]
+
+The build-prompt path without HTTP: for each question one recall (the same chain and settings as
+build-prompt: window, notes, recent turns, `now`), the shown hits with their compact versions,
+then the assembler at each budget on the same ranked items. Five HTTP builds per question become
+one recall, so a change of ranking or packing is measured in a fraction of the eval's time. Run it
+with the `contextd dev` of that ingestion up (it reads its `dev.json` for the database and cache)
+and the server idle. Prints R@5, R@10 and evidence recall at B250-B2000 per category, tune split
+(conversations 0-3) and check split (4-6) apart, as `contextd eval locomo` counts them.
+"""
+
+import argparse
+import asyncio
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+from sqlalchemy import text
+
+from app.auth.service import dev_caller
+from app.core.config import Settings
+from app.core.context import AppContext
+from app.core.dates import said_at
+from app.domain.records import RecalledItem
+from app.eval.locomo import CATEGORIES, SCORED_CATEGORIES, coverage, dia_ids_of_range, load_locomo
+from app.notes.policy import render_notes_block
+from app.notes.service import current_notes
+from app.prompt.assembly import AssemblyInput, assemble_prompt
+from app.recall.service import recall, recalled_item, show_best_turns
+from app.sessions import repository as sessions_repository
+from app.sessions.service import session_budget
+
+BUDGETS = (250, 500, 1000, 2000)
+KS = (5, 10)
+SHOWN = 150  # hits offered to the assembler: what build-prompt offers at the eval's top_k 50
+TUNE_CONVERSATIONS = 4
+
+
+def shown_dias(item: RecalledItem, seq_to_dia: dict[int, str]) -> set[str]:
+    """dia_ids an injected item shows (its compact version's turns, else its range)."""
+    if item.seqs is not None:
+        return {seq_to_dia[s] for s in item.seqs if s in seq_to_dia}
+    if item.turn_first is None:
+        return set()
+    last = item.turn_first if item.turn_last is None else item.turn_last
+    return dia_ids_of_range(item.turn_first, last, seq_to_dia)
+
+
+async def score(run_id: str, data: str, data_dir: Path, only: set[int] | None) -> list[dict]:
+    dev = json.loads((data_dir / "dev.json").read_text())
+    settings = Settings(database_url=dev["database_url"], redis_url=dev["redis_url"])
+    context = AppContext.create(settings)
+    await context.start_embedder()
+    rows: list[dict] = []
+    try:
+        for index, conv in enumerate(load_locomo(data)):
+            if only is not None and index not in only:
+                continue
+            async with context.sessionmaker() as db:
+                caller = await dev_caller(db)
+                sid = f"locomo-{conv.sample_id}-{run_id}"
+                session = await sessions_repository.get_session(db, caller.tenant_id, sid)
+                if session is None:
+                    raise SystemExit(f"no session {sid}")
+                found = await db.execute(
+                    text("SELECT seq, metadata->>'dia_id' FROM turns WHERE session_id = :s"),
+                    {"s": session.id},
+                )
+                seq_to_dia = {int(seq): dia for seq, dia in found.all() if dia}
+                window = await sessions_repository.window_turns(db, session.id)
+                notes_block = render_notes_block(
+                    (await current_notes(db, context.cache, session)).notes
+                )
+                budget = session_budget(settings, session)
+                in_window = {seq_to_dia[t.seq] for t in window if t.seq in seq_to_dia}
+                for q in conv.questions:
+                    if not q.evidence or q.category not in SCORED_CATEGORIES:
+                        continue
+                    outcome = await recall(
+                        db,
+                        context,
+                        session,
+                        q.question,
+                        recent_turns=[t.content for t in window[-2:]],
+                        candidates=budget.config.recall_candidates,
+                        window_seqs={t.seq for t in window},
+                        include_memories=False,
+                        now=said_at(window[-1].metadata, window[-1].created_at) if window else None,
+                    )
+                    shown = await show_best_turns(db, context, session, outcome, SHOWN)
+                    items = [recalled_item(h) for h in shown]
+                    row: dict = {"conversation": index, "category": q.category}
+                    for b in BUDGETS:
+                        assembled = assemble_prompt(
+                            AssemblyInput(
+                                system=[],
+                                turns=window,
+                                query=q.question,
+                                budget=budget.available,
+                                recall_budget_tokens=b,
+                                top_k=50,
+                                per_item_max_tokens=settings.recall.per_item_max_tokens,
+                                notes_block=notes_block,
+                                recalled=items,
+                            )
+                        )
+                        got = set().union(*[shown_dias(i, seq_to_dia) for i in assembled.recalled])
+                        row[f"B{b}"] = coverage(q.evidence, got | in_window)
+                    units = [
+                        dia_ids_of_range(h.turn_first, h.turn_last, seq_to_dia)
+                        for h in shown
+                        if h.turn_first is not None and h.turn_last is not None
+                    ]
+                    for k in KS:
+                        row[f"R@{k}"] = coverage(q.evidence, set().union(*units[:k]))
+                    rows.append(row)
+    finally:
+        await context.aclose()
+    return rows
+
+
+def table(rows: Sequence[dict]) -> str:
+    keys = [*(f"R@{k}" for k in KS), *(f"B{b}" for b in BUDGETS)]
+    lines = ["| split | category | n | " + " | ".join(keys) + " |", "|---" * (3 + len(keys)) + "|"]
+    for split, keep in (
+        ("tune", lambda c: c < TUNE_CONVERSATIONS),
+        ("check", lambda c: c >= TUNE_CONVERSATIONS),
+    ):
+        for category in (*SCORED_CATEGORIES, 0):
+            sel = [
+                r
+                for r in rows
+                if keep(r["conversation"]) and (category == 0 or r["category"] == category)
+            ]
+            if sel:
+                name = CATEGORIES.get(category, "overall")
+                cells = [f"{statistics.fmean(r[k] for r in sel):.3f}" for k in keys]
+                lines.append(f"| {split} | {name} | {len(sel)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_id")
+    parser.add_argument("--data", default="../shared/eval/locomo/locomo_dev.json")
+    parser.add_argument("--data-dir", default=".contextd", type=Path)
+    parser.add_argument("--conversations", help="indexes, e.g. 0,1,2,3 (default: all)")
+    args = parser.parse_args()
+    only = {int(i) for i in args.conversations.split(",")} if args.conversations else None
+    print(table(asyncio.run(score(args.run_id, args.data, args.data_dir, only))))
+
+
+if __name__ == "__main__":
+    main()
