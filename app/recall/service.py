@@ -163,16 +163,37 @@ def _rule_rewrite(
 
 
 async def _chunk_index(db: AsyncSession, context: AppContext, session: Session) -> BM25Index:
-    """The session's BM25 index over its active chunks, kept per process per chunk state (built
-    off the event loop: a session's history can be large)."""
+    """The session's BM25 index over its active chunks, kept per process per chunk state. After
+    the chunks changed, the process's index of an earlier state is extended by the chunks added
+    since, when none of its chunks went away (an offload only adds); otherwise it is built anew.
+    Built off the event loop and outside the transaction: a session's history can be large."""
     key = (str(session.id), session.chunks_version)
     cached = context.lexical_indexes.get(key)
     if isinstance(cached, BM25Index):
         return cached
-    stats = await repository.term_stats(db, session.id)
-    index = await asyncio.to_thread(BM25Index.from_term_counts, stats)
+    earlier = context.lexical_indexes.latest(key[0])
+    index: BM25Index | None = None
+    if earlier is not None and isinstance(earlier[1], BM25Index) and earlier[0] < key[1]:
+        active = {str(cid) for cid in await repository.active_chunk_ids(db, session.id)}
+        known = set(earlier[1].ids)
+        if known <= active:
+            added = await repository.term_stats(db, session.id, sorted(active - known))
+            await release(db)
+            index = await asyncio.to_thread(earlier[1].extended, added)
+    if index is None:
+        stats = await repository.term_stats(db, session.id)
+        await release(db)
+        index = await asyncio.to_thread(BM25Index.from_term_counts, stats)
     context.lexical_indexes.put(key, index)
     return index
+
+
+def _vector_index(context: AppContext, session: Session) -> repository.VectorIndexScan | None:
+    """A large session is searched through its own HNSW index (once the worker built it)."""
+    settings = context.settings.recall
+    if context.embedder is None or session.chunk_count < settings.vector_index_min_chunks:
+        return None
+    return repository.VectorIndexScan(context.embedder.dim, settings.vector_index_ef_search)
 
 
 async def _lexical(
@@ -494,7 +515,12 @@ async def recall(
         try:
             async with db.begin_nested():
                 vector = await repository.nearest_chunks(
-                    db, session.id, context.embedder.name, qvec, candidates
+                    db,
+                    session.id,
+                    context.embedder.name,
+                    qvec,
+                    candidates,
+                    _vector_index(context, session),
                 )
                 memory_vector = await _memory_vector(db, context, memories, qvec, candidates)
         except (EmbedderUnavailable, SQLAlchemyError) as exc:

@@ -1,0 +1,175 @@
+"""A large session's own HNSW index: built by the worker's sweep, used by recall's vector arm, and
+returning what the exact scan returns (on a real PostgreSQL+pgvector)."""
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import event, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.core.cache import Cache
+from app.core.config import Settings
+from app.embeddings.base import vector_literal
+from app.offload import repository
+from tests.offload.test_offload_service import session_pk
+from tests.support.factories import configure, new_caller, transaction
+
+OWN_DATABASE = True  # it drops every session index it finds stale: see tests/conftest.py
+MODEL = "test-e5"
+DIM = 32
+CHUNKS = 400
+
+
+def clustered_vectors(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Unit vectors around 25 centres sharing a common direction, as sentence embeddings do."""
+    common = rng.standard_normal(DIM)
+    centres = rng.standard_normal((25, DIM)) + 2 * common
+    vectors = centres[rng.integers(0, 25, n)] + 0.6 * rng.standard_normal((n, DIM))
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+async def add_session(
+    engine: AsyncEngine, settings: Settings, cache: Cache, sid: str, vectors: np.ndarray
+) -> uuid.UUID:
+    caller = await new_caller(engine)
+    await configure(engine, caller, settings, cache, sid)
+    pk = await session_pk(engine, caller.tenant_id, sid)
+    rows = [
+        {
+            "tenant": caller.tenant_id,
+            "session": pk,
+            "turn": 2 * i + 1,
+            "text": f"chunk {i}",
+            "vector": vector_literal(v),
+        }
+        for i, v in enumerate(vectors)
+    ]
+    async with transaction(engine) as db:
+        await db.execute(
+            text(
+                "INSERT INTO chunks (id, tenant_id, session_id, turn_first, turn_last, part, "
+                "parts, roles, ts_first, ts_last, raw_text, token_count, term_counts, term_total, "
+                "lexical, embedding, embedding_model) VALUES (gen_random_uuid(), :tenant, "
+                ":session, :turn, :turn, 1, 1, '{user}', now(), now(), :text, 3, '{}', 0, "
+                "to_tsvector('simple', :text), "
+                f"CAST(:vector AS vector), '{MODEL}')"
+            ),
+            rows,
+        )
+        await db.execute(
+            text("UPDATE sessions SET chunk_count = :n WHERE id = :s"), {"n": len(rows), "s": pk}
+        )
+    return pk
+
+
+@pytest.fixture
+async def autocommit(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    async with engine.connect() as conn:
+        yield await conn.execution_options(isolation_level="AUTOCOMMIT")
+
+
+async def test_a_large_session_is_searched_through_its_own_index_with_the_exact_top_hits(
+    engine: AsyncEngine, settings: Settings, cache: Cache, autocommit: AsyncConnection
+) -> None:
+    rng = np.random.default_rng(7)
+    vectors = clustered_vectors(rng, CHUNKS)
+    pk = await add_session(engine, settings, cache, "large", vectors)
+    # Another session's vectors of the same model, close to the same queries: never returned.
+    other = await add_session(engine, settings, cache, "other", vectors + 1e-3)
+
+    assert pk in await repository.sessions_needing_vector_index(autocommit, MODEL, CHUNKS)
+    assert other in await repository.sessions_needing_vector_index(autocommit, MODEL, CHUNKS)
+    assert await repository.ensure_vector_index(autocommit, pk, MODEL, DIM, 64)
+    assert not await repository.ensure_vector_index(autocommit, pk, MODEL, DIM, 64)  # built once
+    needing = await repository.sessions_needing_vector_index(autocommit, MODEL, CHUNKS)
+    assert pk not in needing and other in needing
+
+    plans: list[str] = []
+    statements: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, params: Any, *args: Any) -> None:
+        if "ORDER BY distance" in statement:
+            statements.append((statement, params))
+
+    index = repository.VectorIndexScan(DIM, 100)
+    queries = vectors[rng.integers(0, CHUNKS, 12)] + 0.2 * rng.standard_normal((12, DIM))
+    event.listen(engine.sync_engine, "before_cursor_execute", capture)
+    try:
+        async with transaction(engine) as db:
+            for query in queries:
+                exact = await repository.nearest_chunks(db, pk, MODEL, list(query), 10)
+                approximate = await repository.nearest_chunks(db, pk, MODEL, list(query), 10, index)
+                assert list(approximate) == list(exact)
+                assert [round(s, 5) for s in approximate.values()] == [
+                    round(s, 5) for s in exact.values()
+                ]
+            for statement, params in statements[:2]:
+                conn = await db.connection()
+                explained = await conn.exec_driver_sql("EXPLAIN " + statement, params)
+                plans.append("\n".join(row[0] for row in explained))
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", capture)
+    exact_plan, index_plan = plans
+    assert repository.vector_index_name(pk, MODEL) in index_plan
+    assert "hnsw" not in exact_plan and repository.vector_index_name(pk, MODEL) not in exact_plan
+
+    # A forgotten chunk leaves the index's rows with its status: it is never returned again.
+    query = list(queries[0])
+    async with transaction(engine) as db:
+        best = next(iter(await repository.nearest_chunks(db, pk, MODEL, query, 10, index)))
+        await repository.tombstone_chunks(db, [uuid.UUID(best)])
+    async with transaction(engine) as db:
+        after = await repository.nearest_chunks(db, pk, MODEL, query, 10, index)
+        assert best not in after and len(after) == 10
+        assert list(after) == list(await repository.nearest_chunks(db, pk, MODEL, query, 10))
+
+
+async def test_indexes_of_deleted_sessions_and_of_other_models_are_dropped(
+    engine: AsyncEngine, settings: Settings, cache: Cache, autocommit: AsyncConnection
+) -> None:
+    rng = np.random.default_rng(8)
+    kept = await add_session(engine, settings, cache, "kept", clustered_vectors(rng, 50))
+    deleted = await add_session(engine, settings, cache, "deleted", clustered_vectors(rng, 50))
+    for pk, model in ((kept, MODEL), (kept, "older-model"), (deleted, MODEL)):
+        assert await repository.ensure_vector_index(autocommit, pk, model, DIM, 64)
+    await autocommit.execute(text("DELETE FROM sessions WHERE id = :s"), {"s": deleted})
+
+    dropped = await repository.drop_stale_vector_indexes(autocommit, MODEL)
+    assert sorted(dropped) == sorted(
+        [
+            repository.vector_index_name(kept, "older-model"),
+            repository.vector_index_name(deleted, MODEL),
+        ]
+    )
+    left = await autocommit.execute(
+        text("SELECT indexname FROM pg_indexes WHERE starts_with(indexname, :p)"),
+        {"p": repository.VECTOR_INDEX_PREFIX},
+    )
+    names = set(left.scalars())
+    assert repository.vector_index_name(kept, MODEL) in names
+    assert not names & set(dropped)
+    assert await repository.drop_stale_vector_indexes(autocommit, MODEL) == []
+
+
+async def test_an_interrupted_build_is_dropped_and_built_again(
+    engine: AsyncEngine, settings: Settings, cache: Cache, autocommit: AsyncConnection
+) -> None:
+    pk = await add_session(
+        engine, settings, cache, "interrupted", clustered_vectors(np.random.default_rng(9), 50)
+    )
+    name = repository.vector_index_name(pk, MODEL)
+    assert await repository.ensure_vector_index(autocommit, pk, MODEL, DIM, 64)
+    # What a cancelled CREATE INDEX CONCURRENTLY leaves behind: the index, marked invalid.
+    await autocommit.execute(
+        text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass(:n)"),
+        {"n": name},
+    )
+    assert pk in await repository.sessions_needing_vector_index(autocommit, MODEL, 50)
+    assert await repository.ensure_vector_index(autocommit, pk, MODEL, DIM, 64)
+    valid = await autocommit.execute(
+        text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:n)"), {"n": name}
+    )
+    assert valid.scalar_one() is True
