@@ -237,24 +237,34 @@ async def nearest_chunks(
     """
     params = {"vector": vector_literal(vector), "limit": limit}
     if index is not None and await _has_vector_index(db, vector_index_name(session_pk, model)):
-        await db.execute(
-            text("SELECT set_config('hnsw.ef_search', :ef, true)"),
+        # No sort: the planner's other way, the session index and a sort, is the exact scan; it
+        # takes it when the statistics predate the session's growth.
+        sort = await db.execute(
+            text(
+                "SELECT current_setting('enable_sort'), set_config('hnsw.ef_search', :ef, true), "
+                "set_config('enable_sort', 'off', true)"
+            ),
             {"ef": str(max(index.ef_search, limit))},
         )
+        previous = sort.scalar_one()
         query = text(
             f"SELECT id, CAST(embedding AS vector({int(index.dim)})) "
             f"<=> CAST(:vector AS vector({int(index.dim)})) AS distance FROM chunks "
             f"WHERE {_session_vectors(session_pk, model)} ORDER BY distance LIMIT :limit"
         )
-    else:
-        query = text(
-            """
-            SELECT id, embedding <=> CAST(:vector AS vector) AS distance FROM chunks
-            WHERE session_id = :session AND status = 'active' AND embedding_model = :model
-            ORDER BY distance LIMIT :limit
-            """
+        found = {str(cid): 1.0 - float(d) for cid, d in await db.execute(query, params)}
+        await db.execute(
+            text("SELECT set_config('enable_sort', :previous, true)"), {"previous": previous}
         )
-        params |= {"session": session_pk, "model": model}
+        return found
+    query = text(
+        """
+        SELECT id, embedding <=> CAST(:vector AS vector) AS distance FROM chunks
+        WHERE session_id = :session AND status = 'active' AND embedding_model = :model
+        ORDER BY distance LIMIT :limit
+        """
+    )
+    params |= {"session": session_pk, "model": model}
     rows = await db.execute(query, params)
     return {str(cid): 1.0 - float(distance) for cid, distance in rows}
 
