@@ -136,6 +136,9 @@ def add_history(
     # The window moves behind the new history, as after an offload.
     conn.execute("DELETE FROM turns WHERE session_id = %s", (session,))
     insert_window(conn, rng, tenant, session, first_turn)
+    # Statistics before the count that lets the worker start the session's vector index: its
+    # build (CONCURRENTLY) holds the lock ANALYZE needs until it ends.
+    conn.execute("ANALYZE chunks")
     conn.execute(
         "UPDATE sessions SET chunk_count = %s, chunks_version = chunks_version + 1, "
         "last_seq = %s, turn_count = %s, version = version + 1 WHERE id = %s",
@@ -313,7 +316,6 @@ async def chunks_axis(
         tenant, pk = await new_session(http, conn, sid)
         started = time.monotonic()
         add_history(conn, rng, pool, tenant, pk, n)
-        conn.execute("ANALYZE chunks")
         out[n] = {"load_s": round(time.monotonic() - started, 1)}
         if n >= min_chunks:
             waited = wait_for_vector_index(conn, pk, args.index_wait)

@@ -285,38 +285,54 @@ async def sessions_needing_vector_index(
     ]
 
 
+# The advisory lock of vector index builds: one at a time in the database, so a build never
+# mistakes another one in progress (not yet valid) for an interrupted one.
+VECTOR_INDEX_BUILD_LOCK = 0x636F6E7465787464
+
+
 async def ensure_vector_index(
     conn: AsyncConnection, session_pk: uuid.UUID, model: str, dim: int, work_mem_mb: int
 ) -> bool:
     """Build the HNSW index of one session's vectors of `model` unless it exists; True when it
-    was built. `conn` must be in autocommit: the index is built CONCURRENTLY (writes to the
-    session go on meanwhile) and without the statement timeout (it can take minutes); a build
-    that was interrupted left an invalid index behind, which is dropped first."""
+    was built, False when it existed or another build is running (in any process). `conn` must
+    be in autocommit: the index is built CONCURRENTLY (writes to the session go on meanwhile) and
+    without the statement timeout (it can take minutes); an index left invalid by an interrupted
+    build (its connection lost, so no longer holding the lock) is dropped first."""
     name = vector_index_name(session_pk, model)
-    valid = (
-        await conn.execute(
-            text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:name)"),
-            {"name": name},
-        )
-    ).scalar_one_or_none()
-    if valid:
+    locked = await conn.execute(
+        text("SELECT pg_try_advisory_lock(:key)"), {"key": VECTOR_INDEX_BUILD_LOCK}
+    )
+    if not locked.scalar_one():
         return False
-    await conn.execute(text("SET statement_timeout = 0"))
-    await conn.execute(text(f"SET maintenance_work_mem = '{int(work_mem_mb)}MB'"))
     try:
-        if valid is not None:
-            await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
-        await conn.execute(
-            text(
-                f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON chunks USING hnsw "
-                f"((CAST(embedding AS vector({int(dim)}))) vector_cosine_ops) "
-                f"WHERE {_session_vectors(session_pk, model)}"
+        valid = (
+            await conn.execute(
+                text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:name)"),
+                {"name": name},
             )
-        )
+        ).scalar_one_or_none()
+        if valid:
+            return False
+        await conn.execute(text("SET statement_timeout = 0"))
+        await conn.execute(text(f"SET maintenance_work_mem = '{int(work_mem_mb)}MB'"))
+        try:
+            if valid is not None:
+                await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+            await conn.execute(
+                text(
+                    f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON chunks USING hnsw "
+                    f"((CAST(embedding AS vector({int(dim)}))) vector_cosine_ops) "
+                    f"WHERE {_session_vectors(session_pk, model)}"
+                )
+            )
+        finally:
+            await conn.execute(text("RESET statement_timeout"))
+            await conn.execute(text("RESET maintenance_work_mem"))
+        return True
     finally:
-        await conn.execute(text("RESET statement_timeout"))
-        await conn.execute(text("RESET maintenance_work_mem"))
-    return True
+        await conn.execute(
+            text("SELECT pg_advisory_unlock(:key)"), {"key": VECTOR_INDEX_BUILD_LOCK}
+        )
 
 
 async def drop_stale_vector_indexes(conn: AsyncConnection, model: str) -> list[str]:

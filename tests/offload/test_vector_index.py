@@ -166,6 +166,17 @@ async def test_an_interrupted_build_is_dropped_and_built_again(
         {"n": name},
     )
     assert pk in await repository.sessions_needing_vector_index(autocommit, MODEL, 50)
+    # While a build holds the lock (elsewhere), an invalid index may be that build's: untouched.
+    async with engine.connect() as other:
+        builder = await other.execution_options(isolation_level="AUTOCOMMIT")
+        key = {"key": repository.VECTOR_INDEX_BUILD_LOCK}
+        await builder.execute(text("SELECT pg_advisory_lock(:key)"), key)
+        assert not await repository.ensure_vector_index(autocommit, pk, MODEL, DIM, 64)
+        await builder.execute(text("SELECT pg_advisory_unlock(:key)"), key)
+    valid = await autocommit.execute(
+        text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:n)"), {"n": name}
+    )
+    assert valid.scalar_one() is False
     assert await repository.ensure_vector_index(autocommit, pk, MODEL, DIM, 64)
     valid = await autocommit.execute(
         text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:n)"), {"n": name}
