@@ -164,6 +164,18 @@ class RecallSettings(BaseModel):
         description="while open, recall skips the embedder (`embedder_circuit_open`); then one "
         "call tries it again",
     )
+    vector_index_min_chunks: int = Field(
+        20_000,
+        gt=0,
+        description="a session with this many chunks gets an HNSW index of its own (built by the "
+        "worker's sweep) and recall searches it through that index instead of an exact scan",
+    )
+    vector_index_ef_search: int = Field(
+        100, gt=0, description="HNSW candidate list of a session's vector index search (recall)"
+    )
+    vector_index_build_memory_mb: int = Field(
+        512, gt=0, description="maintenance_work_mem of one session's vector index build"
+    )
     lexical_index_cache_sessions: int = Field(
         256, ge=0, description="per-process BM25 indexes kept (one per session)"
     )

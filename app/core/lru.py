@@ -25,6 +25,14 @@ class VersionedLRU(Generic[V]):
             self._values.move_to_end(key)
         return value
 
+    def latest(self, owner: str) -> tuple[int, V] | None:
+        """The version and value kept for `owner`, whatever its version (a value to update
+        rather than rebuild)."""
+        for (found, version), value in self._values.items():
+            if found == owner:
+                return version, value
+        return None
+
     def put(self, key: Key, value: V) -> None:
         if self._max <= 0:
             return

@@ -147,7 +147,12 @@ class Chunk(Base):
     __tablename__ = "chunks"
     __table_args__ = (
         Index("ix_chunks_session_range", "session_id", "turn_first"),
-        Index("ix_chunks_lexical", "lexical", postgresql_using="gin"),
+        Index(
+            "ix_chunks_lexical",
+            "lexical",
+            postgresql_using="gin",
+            postgresql_with={"gin_pending_list_limit": 64},  # migration 0008
+        ),
     )
     id: Mapped[uuid.UUID] = _uuid_pk()
     tenant_id: Mapped[uuid.UUID] = _tenant_fk()

@@ -1,14 +1,16 @@
 """SQL for chunks (the episodic store, C3) and offload events: written by the offload, searched
 by recall, tombstoned and erased by forget. Every query of the `chunks` table lives here."""
 
+import hashlib
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Row, bindparam, func, or_, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.core.text import lexical_document
 from app.db.models import Chunk, OffloadEvent
@@ -128,14 +130,17 @@ async def active_chunk_ids(db: AsyncSession, session_pk: uuid.UUID) -> list[uuid
 # --- recall: the lexical, exact and vector arms --------------------------------------------------
 
 
-async def term_stats(db: AsyncSession, session_pk: uuid.UUID) -> list[tuple[str, dict[str, int]]]:
-    """(chunk id, term counts) of the session's active chunks: the BM25 arm's statistics."""
-    rows = await db.execute(
-        select(Chunk.id, Chunk.term_counts).where(
-            Chunk.session_id == session_pk, Chunk.status == "active"
-        )
+async def term_stats(
+    db: AsyncSession, session_pk: uuid.UUID, chunk_ids: Sequence[str] | None = None
+) -> list[tuple[str, dict[str, int]]]:
+    """(chunk id, term counts) of the session's active chunks (of those of `chunk_ids` only when
+    given): the BM25 arm's statistics."""
+    query = select(Chunk.id, Chunk.term_counts).where(
+        Chunk.session_id == session_pk, Chunk.status == "active"
     )
-    return [(str(cid), counts) for cid, counts in rows]
+    if chunk_ids is not None:
+        query = query.where(Chunk.id.in_([uuid.UUID(c) for c in chunk_ids]))
+    return [(str(cid), counts) for cid, counts in await db.execute(query)]
 
 
 def _like_pattern(needle: str) -> str:
@@ -175,19 +180,83 @@ async def exact_hits(
     return [str(cid) for cid in rows.scalars()]
 
 
+@dataclass(frozen=True)
+class VectorIndexScan:
+    """Search a session through its own HNSW index (`ensure_vector_index`) when it has one: the
+    embedder's dimension (the index is on the vectors cast to it) and the candidate list size."""
+
+    dim: int
+    ef_search: int
+
+
+VECTOR_INDEX_PREFIX = "ix_chunks_hnsw_"
+
+
+def vector_index_name(session_pk: uuid.UUID, model: str) -> str:
+    """The HNSW index of one session's vectors of `model` (within Postgres's 63 characters)."""
+    digest = hashlib.sha256(model.encode()).hexdigest()[:8]
+    return f"{VECTOR_INDEX_PREFIX}{session_pk.hex}_{digest}"
+
+
+def _session_vectors(session_pk: uuid.UUID, model: str) -> str:
+    """The rows of one session's index, as literals: the planner uses a partial index only for a
+    query whose condition it can prove implies the index's, so both spell it the same."""
+    quoted_model = model.replace("'", "''")
+    return (
+        f"session_id = '{session_pk}'::uuid AND status = 'active' "
+        f"AND embedding_model = '{quoted_model}'"
+    )
+
+
+async def _has_vector_index(db: AsyncSession | AsyncConnection, name: str) -> bool:
+    found = await db.execute(
+        text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:name)"),
+        {"name": name},
+    )
+    return bool(found.scalar_one_or_none())
+
+
 async def nearest_chunks(
     db: AsyncSession,
     session_pk: uuid.UUID,
     model: str,
     vector: Sequence[float],
     limit: int,
+    index: VectorIndexScan | None = None,
 ) -> dict[str, float]:
-    """Cosine similarity of the session's chunks closest to `vector`, best first, by an exact scan
-    of the session's own rows through the session index (there is no approximate index: the
-    server's pgvector, 0.6, has no iterative index scans, so an index scan filtered to one session
-    would return too few rows). The vectors are compared as stored, without a cast to the model's
-    dimension (a cast copies every vector); one model's vectors all have that dimension.
+    """Cosine similarity of the session's chunks closest to `vector`, best first.
+
+    A session with an HNSW index of its own (`index` given and `ensure_vector_index` done) is
+    searched through it: cost about constant in the session's size, approximate. Any other
+    session by an exact scan of its own rows through the session index, linear in its chunks; no
+    index over the whole table: the server's pgvector (0.6) has no iterative index scans, so a
+    scan of a shared index filtered to one session returns at most `ef_search` rows before the
+    filter, too few for a session that is a small part of the table. The exact scan compares the
+    vectors as stored, without a cast to the model's dimension (a cast copies every vector); one
+    model's vectors all have that dimension.
     """
+    params = {"vector": vector_literal(vector), "limit": limit}
+    if index is not None and await _has_vector_index(db, vector_index_name(session_pk, model)):
+        # No sort: the planner's other way, the session index and a sort, is the exact scan; it
+        # takes it when the statistics predate the session's growth.
+        sort = await db.execute(
+            text(
+                "SELECT current_setting('enable_sort'), set_config('hnsw.ef_search', :ef, true), "
+                "set_config('enable_sort', 'off', true)"
+            ),
+            {"ef": str(max(index.ef_search, limit))},
+        )
+        previous = sort.scalar_one()
+        query = text(
+            f"SELECT id, CAST(embedding AS vector({int(index.dim)})) "
+            f"<=> CAST(:vector AS vector({int(index.dim)})) AS distance FROM chunks "
+            f"WHERE {_session_vectors(session_pk, model)} ORDER BY distance LIMIT :limit"
+        )
+        found = {str(cid): 1.0 - float(d) for cid, d in await db.execute(query, params)}
+        await db.execute(
+            text("SELECT set_config('enable_sort', :previous, true)"), {"previous": previous}
+        )
+        return found
     query = text(
         """
         SELECT id, embedding <=> CAST(:vector AS vector) AS distance FROM chunks
@@ -195,11 +264,107 @@ async def nearest_chunks(
         ORDER BY distance LIMIT :limit
         """
     )
-    rows = await db.execute(
-        query,
-        {"session": session_pk, "model": model, "vector": vector_literal(vector), "limit": limit},
-    )
+    params |= {"session": session_pk, "model": model}
+    rows = await db.execute(query, params)
     return {str(cid): 1.0 - float(distance) for cid, distance in rows}
+
+
+async def sessions_needing_vector_index(
+    db: AsyncSession | AsyncConnection, model: str, min_chunks: int
+) -> list[uuid.UUID]:
+    """Sessions with at least `min_chunks` active chunks and no valid HNSW index of `model` yet,
+    largest first."""
+    rows = await db.execute(
+        text("SELECT id FROM sessions WHERE chunk_count >= :min_chunks ORDER BY chunk_count DESC"),
+        {"min_chunks": min_chunks},
+    )
+    return [
+        sid
+        for sid in rows.scalars()
+        if not await _has_vector_index(db, vector_index_name(sid, model))
+    ]
+
+
+# The advisory lock of vector index builds: one at a time in the database, so a build never
+# mistakes another one in progress (not yet valid) for an interrupted one.
+VECTOR_INDEX_BUILD_LOCK = 0x636F6E7465787464
+
+
+async def ensure_vector_index(
+    conn: AsyncConnection, session_pk: uuid.UUID, model: str, dim: int, work_mem_mb: int
+) -> bool:
+    """Build the HNSW index of one session's vectors of `model` unless it exists; True when it
+    was built, False when it existed or another build is running (in any process). `conn` must
+    be in autocommit: the index is built CONCURRENTLY (writes to the session go on meanwhile) and
+    without the statement timeout (it can take minutes); an index left invalid by an interrupted
+    build (its connection lost, so no longer holding the lock) is dropped first."""
+    name = vector_index_name(session_pk, model)
+    locked = await conn.execute(
+        text("SELECT pg_try_advisory_lock(:key)"), {"key": VECTOR_INDEX_BUILD_LOCK}
+    )
+    if not locked.scalar_one():
+        return False
+    try:
+        valid = (
+            await conn.execute(
+                text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:name)"),
+                {"name": name},
+            )
+        ).scalar_one_or_none()
+        if valid:
+            return False
+        await conn.execute(text("SET statement_timeout = 0"))
+        await conn.execute(text(f"SET maintenance_work_mem = '{int(work_mem_mb)}MB'"))
+        try:
+            if valid is not None:
+                await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+            await conn.execute(
+                text(
+                    f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON chunks USING hnsw "
+                    f"((CAST(embedding AS vector({int(dim)}))) vector_cosine_ops) "
+                    f"WHERE {_session_vectors(session_pk, model)}"
+                )
+            )
+        finally:
+            await conn.execute(text("RESET statement_timeout"))
+            await conn.execute(text("RESET maintenance_work_mem"))
+        return True
+    finally:
+        await conn.execute(
+            text("SELECT pg_advisory_unlock(:key)"), {"key": VECTOR_INDEX_BUILD_LOCK}
+        )
+
+
+async def drop_stale_vector_indexes(conn: AsyncConnection, model: str) -> list[str]:
+    """Drop the session HNSW indexes of deleted sessions and of models other than `model`
+    (`conn` in autocommit); their names."""
+    names = list(
+        (
+            await conn.execute(
+                text(
+                    "SELECT indexname FROM pg_indexes WHERE tablename = 'chunks' "
+                    "AND starts_with(indexname, :prefix)"
+                ),
+                {"prefix": VECTOR_INDEX_PREFIX},
+            )
+        ).scalars()
+    )
+    owners = {name: uuid.UUID(name[len(VECTOR_INDEX_PREFIX) :][:32]) for name in names}
+    alive = set(
+        (
+            await conn.execute(
+                text("SELECT id FROM sessions WHERE id = ANY(:ids)"), {"ids": list(owners.values())}
+            )
+        ).scalars()
+    )
+    stale = [
+        name
+        for name, session_pk in owners.items()
+        if session_pk not in alive or name != vector_index_name(session_pk, model)
+    ]
+    for name in stale:
+        await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+    return stale
 
 
 # A chunk as recall shows it: id, status, turn_first, turn_last, part, parts, ts_last, raw_text,

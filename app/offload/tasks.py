@@ -1,6 +1,7 @@
 """Worker jobs of the write path: offload, chunk embedding, and the periodic sweeper."""
 
 import logging
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -95,7 +96,50 @@ async def sweep(job_context: JobContext, timestamp: int) -> dict[str, int]:
                 lock=session_lock(session_pk),
                 queueing_lock=f"embed:{session_pk}",
             )
-    return {"sessions": len(over), "chunks": len(missing), "counters_repaired": repaired}
+    indexed = await index_large_sessions(context)
+    return {
+        "sessions": len(over),
+        "chunks": len(missing),
+        "counters_repaired": repaired,
+        "vector_indexes_built": len(indexed),
+    }
+
+
+async def index_large_sessions(context: AppContext, at_most: int = 1) -> list[uuid.UUID]:
+    """Give the largest sessions without one an HNSW index of their vectors (at most `at_most`
+    per call: a build of 10^5 vectors takes minutes), and drop the indexes of deleted sessions
+    and of other models. Recall searches a session through its index once it has
+    `recall.vector_index_min_chunks` chunks (`app.offload.repository.nearest_chunks`)."""
+    embedder = context.embedder
+    if embedder is None:
+        return []
+    settings = context.settings.recall
+    async with unit_of_work(context.sessionmaker) as db:
+        wanted = await repository.sessions_needing_vector_index(
+            db, embedder.name, settings.vector_index_min_chunks
+        )
+    built: list[uuid.UUID] = []
+    async with context.engine.connect() as conn:
+        autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        dropped = await repository.drop_stale_vector_indexes(autocommit, embedder.name)
+        if dropped:
+            logger.info("dropped %d stale vector indexes", len(dropped))
+        for session_pk in wanted[:at_most]:
+            started = time.monotonic()
+            if await repository.ensure_vector_index(
+                autocommit,
+                session_pk,
+                embedder.name,
+                embedder.dim,
+                settings.vector_index_build_memory_mb,
+            ):
+                built.append(session_pk)
+                logger.info(
+                    "built the vector index of a session in %.1f s",
+                    time.monotonic() - started,
+                    extra={"session": str(session_pk)},
+                )
+    return built
 
 
 async def recount_sessions(context: AppContext, changed_since: datetime) -> int:

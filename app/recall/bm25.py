@@ -33,14 +33,31 @@ def idf(n_docs: int, df: int) -> float:
 
 
 class BM25Index:
-    """BM25 over a fixed set of documents identified by unique string ids."""
+    """BM25 over a fixed set of documents identified by unique string ids.
 
-    __slots__ = ("_doc", "_ids", "_postings", "_weight", "avgdl", "b", "doc_lengths", "k1")
+    Immutable once built; `extended(docs)` returns a new index holding more documents at the cost
+    of the new documents' postings plus a few vector passes over the existing ones (a grown
+    session's index need not be rebuilt from all of its chunks). Scores equal a full build's."""
+
+    __slots__ = (
+        "_doc",
+        "_idfs",
+        "_ids",
+        "_offsets",
+        "_term_ids",
+        "_tf",
+        "_weight",
+        "avgdl",
+        "b",
+        "doc_lengths",
+        "k1",
+    )
 
     def __init__(
         self, docs: Sequence[tuple[str, Sequence[str]]], *, k1: float = K1, b: float = B
     ) -> None:
-        self._build([(doc_id, Counter(doc_terms)) for doc_id, doc_terms in docs], k1=k1, b=b)
+        self._empty(k1, b)
+        self._add([(doc_id, Counter(doc_terms)) for doc_id, doc_terms in docs], self)
 
     @classmethod
     def from_term_counts(
@@ -52,50 +69,77 @@ class BM25Index:
     ) -> "BM25Index":
         """Build from per-document term counts; a document's length is the sum of its counts."""
         index = cls.__new__(cls)
-        index._build(docs, k1=k1, b=b)
+        index._empty(k1, b)
+        index._add(docs, index)
         return index
 
-    def _build(self, docs: Sequence[tuple[str, Mapping[str, int]]], *, k1: float, b: float) -> None:
+    def extended(self, docs: Sequence[tuple[str, Mapping[str, int]]]) -> "BM25Index":
+        """A new index of this one's documents followed by `docs` (term counts); this one is
+        left as it was."""
+        index = type(self).__new__(type(self))
+        index._add(docs, self)
+        return index
+
+    def _empty(self, k1: float, b: float) -> None:
         if k1 < 0 or not 0.0 <= b <= 1.0:
             raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
-        ids = [doc_id for doc_id, _ in docs]
+        self.k1, self.b = k1, b
+        self._ids: list[str] = []
+        self.doc_lengths: list[int] = []
+        self._term_ids: dict[str, int] = {}
+        self._offsets = np.zeros(1, dtype=np.int64)  # postings of term t: offsets[t]:offsets[t+1]
+        self._doc = np.zeros(0, dtype=np.int32)
+        self._tf = np.zeros(0, dtype=np.int32)
+
+    def _add(self, docs: Sequence[tuple[str, Mapping[str, int]]], base: "BM25Index") -> None:
+        """Become `base` plus `docs` (`base` may be self, empty)."""
+        ids = base._ids + [doc_id for doc_id, _ in docs]
         if len(set(ids)) != len(ids):
             raise ValueError("BM25Index document ids must be unique")
-        self.k1 = k1
-        self.b = b
-        self._ids = ids
-        lengths = [sum(c for c in counts.values() if c > 0) for _, counts in docs]
-        self.doc_lengths = lengths
-        n_docs = len(docs)
-        self.avgdl = (sum(lengths) / n_docs) if n_docs else 0.0
-        # One flat pass collecting (term, doc, tf); postings are then contiguous slices of arrays
-        # sorted by term, so building costs a few vector operations instead of one per term.
-        term_ids: dict[str, int] = {}
+        k1, b = base.k1, base.b
+        first = len(base._ids)
+        term_ids = dict(base._term_ids) if base is not self else base._term_ids
+        n_old_terms = len(base._offsets) - 1
+        # One flat pass over the new documents' (term, doc, tf); stored counts may hold zeros,
+        # which are not postings.
         new_id = term_ids.setdefault
         post_term: list[int] = []
+        post_doc: list[int] = []
         post_tf: list[int] = []
-        for _, counts in docs:
-            post_term.extend([new_id(term, len(term_ids)) for term in counts])
-            post_tf.extend(counts.values())
-        per_doc = np.fromiter((len(counts) for _, counts in docs), dtype=np.int64, count=n_docs)
-        doc_arr = np.repeat(np.arange(n_docs, dtype=np.int64), per_doc)
+        lengths: list[int] = []
+        for n, (_, counts) in enumerate(docs, start=first):
+            kept = [(term, c) for term, c in counts.items() if c > 0]
+            post_term.extend([new_id(term, len(term_ids)) for term, _ in kept])
+            post_tf.extend([c for _, c in kept])
+            post_doc.extend([n] * len(kept))
+            lengths.append(sum(c for _, c in kept))
         term_arr = np.asarray(post_term, dtype=np.int64)
-        tf_arr = np.asarray(post_tf, dtype=np.float64)
-        if (tf_arr <= 0).any():  # stored counts may hold zeros: they are not postings
-            keep = tf_arr > 0
-            term_arr, doc_arr, tf_arr = term_arr[keep], doc_arr[keep], tf_arr[keep]
         order = np.argsort(term_arr, kind="stable")
-        self._doc = doc_arr[order]
-        tf_arr = tf_arr[order]
-        norm = k1 * (1.0 - b + b * np.asarray(lengths, dtype=np.float64) / (self.avgdl or 1.0))
-        self._weight = tf_arr * (k1 + 1.0) / (tf_arr + norm[self._doc]) if n_docs else tf_arr
-        dfs = np.bincount(term_arr, minlength=len(term_ids))
-        ends = np.cumsum(dfs)
-        idfs = np.log1p((n_docs - dfs + 0.5) / (dfs + 0.5))
-        self._postings: dict[str, tuple[int, int, float]] = {
-            term: (int(ends[t] - dfs[t]), int(ends[t]), float(idfs[t]))
-            for term, t in term_ids.items()
-        }
+        term_arr = term_arr[order]
+        new_doc = np.asarray(post_doc, dtype=np.int32)[order]
+        new_tf = np.asarray(post_tf, dtype=np.int32)[order]
+        # A new posting goes after the existing postings of its term (new documents come last).
+        at = base._offsets[np.minimum(term_arr, n_old_terms - 1) + 1] if n_old_terms else term_arr
+        at = np.where(term_arr < n_old_terms, at, len(base._doc))
+        self._doc = np.insert(base._doc, at, new_doc)
+        self._tf = np.insert(base._tf, at, new_tf)
+        dfs = np.diff(base._offsets)
+        dfs = np.concatenate([dfs, np.zeros(len(term_ids) - n_old_terms, dtype=np.int64)])
+        dfs += np.bincount(term_arr, minlength=len(term_ids))
+        self._offsets = np.concatenate([[0], np.cumsum(dfs)])
+        self.k1, self.b = k1, b
+        self._ids = ids
+        self._term_ids = term_ids
+        self.doc_lengths = base.doc_lengths + lengths
+        n_docs = len(ids)
+        self.avgdl = (sum(self.doc_lengths) / n_docs) if n_docs else 0.0
+        # Each posting's saturated, length-normalised weight, for the current average length.
+        norm = k1 * (
+            1.0 - b + b * np.asarray(self.doc_lengths, dtype=np.float64) / (self.avgdl or 1.0)
+        )
+        tf = self._tf.astype(np.float64)
+        self._weight = tf * (k1 + 1.0) / (tf + norm[self._doc]) if n_docs else tf
+        self._idfs = np.log1p((n_docs - dfs + 0.5) / (dfs + 0.5))
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -105,8 +149,8 @@ class BM25Index:
         return list(self._ids)
 
     def df(self, term: str) -> int:
-        posting = self._postings.get(term)
-        return 0 if posting is None else posting[1] - posting[0]
+        t = self._term_ids.get(term)
+        return 0 if t is None else int(self._offsets[t + 1] - self._offsets[t])
 
     def score_array(
         self, query_terms: Iterable[str] | Mapping[str, float]
@@ -116,10 +160,10 @@ class BM25Index:
         scores = np.zeros(len(self._ids), dtype=np.float64)
         weighted = query_terms if isinstance(query_terms, Mapping) else Counter(query_terms)
         for term, qtf in weighted.items():
-            posting = self._postings.get(term)
-            if posting is not None:
-                start, end, term_idf = posting
-                scores[self._doc[start:end]] += (qtf * term_idf) * self._weight[start:end]
+            t = self._term_ids.get(term)
+            if t is not None:
+                start, end = self._offsets[t], self._offsets[t + 1]
+                scores[self._doc[start:end]] += (qtf * self._idfs[t]) * self._weight[start:end]
         return scores
 
     def score(

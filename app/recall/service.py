@@ -12,7 +12,7 @@ import hashlib
 import logging
 import statistics
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -164,22 +164,45 @@ def _rule_rewrite(
     return rewritten, weighted_terms(query, rewritten), query_date_terms(query, now)
 
 
+def _stemmed(
+    stats: Sequence[tuple[str, Mapping[str, int]]],
+) -> list[tuple[str, dict[str, int]]]:
+    return [(cid, by_stem(counts)) for cid, counts in stats]
+
+
 async def _chunk_index(db: AsyncSession, context: AppContext, session: Session) -> BM25Index:
     """The session's BM25 index over its active chunks, their terms merged under their stems
-    (`app.recall.stem`), kept per process per chunk state (built off the event loop: a session's
-    history can be large)."""
+    (`app.recall.stem`), kept per process per chunk state. After the chunks changed, the process's
+    index of an earlier state is extended by the chunks added since, when none of its chunks went
+    away (an offload only adds); otherwise it is built anew. Built off the event loop and outside
+    the transaction: a session's history can be large."""
     key = (str(session.id), session.chunks_version)
     cached = context.lexical_indexes.get(key)
     if isinstance(cached, BM25Index):
         return cached
-    stats = await repository.term_stats(db, session.id)
-
-    def build() -> BM25Index:
-        return BM25Index.from_term_counts([(cid, by_stem(c)) for cid, c in stats])
-
-    index = await asyncio.to_thread(build)
+    earlier = context.lexical_indexes.latest(key[0])
+    index: BM25Index | None = None
+    if earlier is not None and isinstance(earlier[1], BM25Index) and earlier[0] < key[1]:
+        active = {str(cid) for cid in await repository.active_chunk_ids(db, session.id)}
+        known = set(earlier[1].ids)
+        if known <= active:
+            added = await repository.term_stats(db, session.id, sorted(active - known))
+            await release(db)
+            index = await asyncio.to_thread(earlier[1].extended, _stemmed(added))
+    if index is None:
+        stats = await repository.term_stats(db, session.id)
+        await release(db)
+        index = await asyncio.to_thread(lambda: BM25Index.from_term_counts(_stemmed(stats)))
     context.lexical_indexes.put(key, index)
     return index
+
+
+def _vector_index(context: AppContext, session: Session) -> repository.VectorIndexScan | None:
+    """A large session is searched through its own HNSW index (once the worker built it)."""
+    settings = context.settings.recall
+    if context.embedder is None or session.chunk_count < settings.vector_index_min_chunks:
+        return None
+    return repository.VectorIndexScan(context.embedder.dim, settings.vector_index_ef_search)
 
 
 async def _lexical(
@@ -506,7 +529,12 @@ async def recall(
         try:
             async with db.begin_nested():
                 vector = await repository.nearest_chunks(
-                    db, session.id, context.embedder.name, qvec, candidates
+                    db,
+                    session.id,
+                    context.embedder.name,
+                    qvec,
+                    candidates,
+                    _vector_index(context, session),
                 )
                 memory_vector = await _memory_vector(db, context, memories, qvec, candidates)
         except (EmbedderUnavailable, SQLAlchemyError) as exc:

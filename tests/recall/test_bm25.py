@@ -107,3 +107,27 @@ def test_scoring_5000_zipf_docs_returns_top_n():
     top = index.score(query, top_n=30)
     assert len(top) == 30
     assert [s for _, s in top] == sorted((s for _, s in top), reverse=True)
+
+
+def test_an_extended_index_scores_as_one_built_from_all_documents():
+    rng = random.Random(11)
+    vocab = [f"w{i}" for i in range(300)] + ["AB-12345", "预算"]
+    docs = [(f"d{i}", Counter(rng.choices(vocab, k=rng.randint(1, 40)))) for i in range(400)]
+    docs.append(("empty", Counter({"w1": 0})))  # a stored count of zero is no posting
+    whole = BM25Index.from_term_counts(docs)
+    grown = BM25Index.from_term_counts(docs[:150]).extended(docs[150:390]).extended(docs[390:])
+    fresh = BM25Index.from_term_counts([]).extended(docs)
+    for query in (["w1", "w7", "w7", "w250"], {"AB-12345": 1.0, "预算": 0.25, "nowhere": 1.0}):
+        expected = whole.score(query)
+        assert grown.score(query) == expected
+        assert fresh.score(query) == expected
+        assert len(expected) > 5
+    assert grown.ids == whole.ids and grown.df("w7") == whole.df("w7") > 0
+    assert grown.doc_lengths == whole.doc_lengths and grown.avgdl == whole.avgdl
+    # The index it grew from is unchanged.
+    first = BM25Index.from_term_counts(docs[:150])
+    assert first.extended(docs[150:]).score(["w3"]) == whole.score(["w3"])
+    assert first.score(["w3"]) == BM25Index.from_term_counts(docs[:150]).score(["w3"])
+    assert len(first) == 150 and first.df("AB-12345") <= whole.df("AB-12345")
+    with pytest.raises(ValueError):
+        first.extended(docs[:1])  # an id it already holds

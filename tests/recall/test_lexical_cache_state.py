@@ -97,3 +97,30 @@ async def test_same_count_rechunk_is_seen_by_the_cached_lexical_index(
     assert old_id not in recalled(again) and old_id not in in_manifest(again)
     assert new_id in recalled(again) and new_id in in_manifest(again)
     assert recalled(again) <= {c["chunk_id"] for c in after}
+
+
+async def test_chunks_added_by_a_later_offload_are_found_after_the_index_was_cached(
+    admin: httpx.AsyncClient,
+) -> None:
+    sid = "lexical-cache-grows"
+    assert (await admin.put(f"/v1/sessions/{sid}", json=SMALL)).status_code == 200
+    first = [short_turn(i) for i in range(40)]
+    assert (await admin.post(f"/v1/sessions/{sid}/turns", json={"turns": first})).status_code == 201
+    offload = {"type": "offload", "until_tokens": 1}
+    assert (await admin.post(f"/v1/sessions/{sid}/memory", json=offload)).status_code == 200
+    warm = await build(admin, sid)  # caches the BM25 index of the first chunks
+    assert recalled(warm) == set()  # nothing holds the word yet
+    before = {c["chunk_id"] for c in await active_chunks(admin, sid)}
+
+    more = [short_turn(i) for i in range(40, 80)]
+    more[5] = {"role": "assistant", "content": f"We picked the {KEPT_WORD} at 9:40, platform 2."}
+    assert (await admin.post(f"/v1/sessions/{sid}/turns", json={"turns": more})).status_code == 201
+    assert (await admin.post(f"/v1/sessions/{sid}/memory", json=offload)).status_code == 200
+    after = await active_chunks(admin, sid)
+    planted = next(c["chunk_id"] for c in after if c["turn_first"] <= 46 <= c["turn_last"])
+    assert before < {c["chunk_id"] for c in after} and planted not in before
+
+    again = await build(admin, sid)
+
+    assert planted in recalled(again) and planted in in_manifest(again)
+    assert again["recall"]["items"][0]["chunk_id"] == planted
