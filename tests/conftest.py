@@ -23,7 +23,9 @@ from app.core.config import Settings, load_settings, to_sqlalchemy_url
 from app.core.db import create_sessionmaker, unit_of_work
 from app.core.migrate import upgrade
 from app.embedded import EmbeddedStack
+from tests.examples.fake_model import MODEL, chat_model
 from tests.support.databases import create_template, fresh_database
+from tests.support.loopback import LoopbackServer, loopback_server
 from tests.support.server import RunningServer, run_server
 
 
@@ -77,6 +79,21 @@ def server(shared_settings: Settings) -> Iterator[RunningServer]:
     """The API on the shared database (modules with their own database start their own)."""
     with run_server(shared_settings) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def contextd(settings: Settings) -> Iterator[RunningServer]:
+    """API and worker in one process, as `contextd dev` runs them, on the module's database (the
+    module declares `OWN_DATABASE = True`)."""
+    with run_server(settings, with_worker=True) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[LoopbackServer]:
+    """The deterministic OpenAI-compatible chat model of `tests/examples/fake_model.py`."""
+    with loopback_server(chat_model(MODEL)) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from sqlalchemy import text
 from app.core.config import Settings
 from app.embedded import EmbeddedStack
 from app.jobs.queue import enqueue_offload
+from app.jobs.worker import create_job_app, retry_stalled_jobs
 from tests.sessions.test_counters import turn
 from tests.support.factories import session_of_key, transaction
 from tests.support.server import run_server
@@ -62,6 +63,35 @@ async def test_readyz_reports_no_live_worker_and_stuck_jobs(
                     what="the worker to retry the stuck job",
                 )
     assert ready["status"] == "ready" and ready["worker"]["live_workers"] >= 1
+
+
+async def test_a_stalled_job_whose_twin_is_queued_is_failed_not_retried(
+    settings: Settings, engine: Any, api_key: str
+) -> None:
+    """A worker died mid-job and the sweeper queued the same work again (the queueing lock is
+    free while the first job is `doing`): the stalled job cannot go back to the queue beside
+    its twin, so it is marked failed, and the watcher does not fail on it at every round."""
+    pk = uuid.uuid4()
+    async with transaction(engine) as db:
+        assert await enqueue_offload(db, pk, trigger="test")
+        await db.execute(
+            text("UPDATE procrastinate_jobs SET status = 'doing' WHERE queueing_lock = :q"),
+            {"q": f"offload:{pk}"},
+        )
+        assert await enqueue_offload(db, pk, trigger="sweeper")  # the twin
+    job_app = create_job_app(settings)
+    async with job_app.open_async():
+        assert await retry_stalled_jobs(job_app, stalled_after_seconds=1) >= 1
+        assert await retry_stalled_jobs(job_app, stalled_after_seconds=1) == 0
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT status, args->>'trigger' FROM procrastinate_jobs"
+                " WHERE queueing_lock = :q ORDER BY id"
+            ),
+            {"q": f"offload:{pk}"},
+        )
+        assert [tuple(r) for r in rows] == [("failed", "test"), ("todo", "sweeper")]
 
 
 async def test_a_postgres_restart_mid_appends_loses_nothing_and_offloads_resume(

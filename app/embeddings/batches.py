@@ -23,19 +23,25 @@ async def embed_pending(
     store: Callable[[AsyncSession, Row, list[float]], Awaitable[Any]],
     count_failure: Callable[[AsyncSession, Sequence[Row]], Awaitable[Any]],
 ) -> int:
-    """Embed what `load` returns, batch after batch, each in its own transaction; rows embedded."""
+    """Embed what `load` returns, batch after batch; rows embedded.
+
+    The rows are read in one short transaction and stored in another: no transaction stays open
+    while the encoder works (a slow batch would otherwise hold a connection and hit the
+    idle-in-transaction timeout, and the job would retry forever). `store` writes only rows
+    still active, so an item erased meanwhile keeps no vector."""
     done = 0
     while True:
         async with unit_of_work(maker) as db:
             rows = await load(db)
-            if not rows:
-                return done
-            try:
-                vectors = await embedder.embed_passages([text_of(row) for row in rows])
-            except EmbedderUnavailable:
+        if not rows:
+            return done
+        try:
+            vectors = await embedder.embed_passages([text_of(row) for row in rows])
+        except EmbedderUnavailable:
+            async with unit_of_work(maker) as db:
                 await count_failure(db, rows)
-                await db.commit()
-                raise
+            raise
+        async with unit_of_work(maker) as db:
             for row, vector in zip(rows, vectors, strict=True):
                 await store(db, row, vector.tolist())
         done += len(rows)

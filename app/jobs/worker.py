@@ -9,6 +9,8 @@ import contextlib
 import logging
 
 from procrastinate import App, PsycopgConnector
+from procrastinate.exceptions import UniqueViolation
+from procrastinate.jobs import Status
 
 from app.core.config import Settings
 from app.core.context import AppContext
@@ -39,12 +41,19 @@ def create_job_app(settings: Settings) -> App:
 
 
 async def retry_stalled_jobs(job_app: App, stalled_after_seconds: float) -> int:
-    """Jobs whose worker died (SIGKILL, lost host) go back to the queue: tasks are idempotent."""
+    """Jobs whose worker died (SIGKILL, lost host) go back to the queue: tasks are idempotent.
+
+    A stalled job whose queueing lock a queued twin has taken meanwhile (the sweeper enqueued the
+    same work) cannot go back: it is marked failed, and the twin does the work."""
     manager = job_app.job_manager
     stalled = list(await manager.get_stalled_jobs(seconds_since_heartbeat=stalled_after_seconds))
     for job in stalled:
         logger.warning("retrying stalled job %s (%s)", job.id, job.task_name)
-        await manager.retry_job(job)
+        try:
+            await manager.retry_job(job)
+        except UniqueViolation:
+            logger.warning("stalled job %s has a queued twin; marked failed", job.id)
+            await manager.finish_job(job, Status.FAILED, delete_job=False)
     return len(stalled)
 
 

@@ -24,6 +24,7 @@ FILLER = (
     "Hotels near Part-Dieu are handy for trains, those in Vieux Lyon are quieter at night, "
     "and both usually have rooms left when we confirm a day or two ahead."
 )
+MODEL = "fake-chat-1"
 ROLES = {"system", "user", "assistant", "tool"}
 
 

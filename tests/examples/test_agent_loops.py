@@ -6,22 +6,20 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
-from app.core.config import Settings
 from tests.clients.toolchain import NODE_DIR, REPO, compile_ts, run_node
-from tests.examples.fake_model import FILLER, chat_model
+from tests.examples.fake_model import FILLER, MODEL, chat_model
 from tests.support.loopback import LoopbackServer, closed_port_url, loopback_server
-from tests.support.server import RunningServer, run_server
+from tests.support.server import RunningServer
 from tests.support.waiting import wait_for
 
 OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
 
-MODEL = "fake-chat-1"
 SMALL_WINDOW = {
     "context_limit": 3000,
     "reserve_tokens": 300,
@@ -33,18 +31,6 @@ CHATTER = [f"Step {i}: list the options for day {i} of the trip to Lyon." for i 
 QUESTION = "Recall: booking reference"
 
 Runner = Callable[[list[str], dict[str, str]], subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture(scope="module")
-def contextd(settings: Settings) -> Iterator[RunningServer]:
-    with run_server(settings, with_worker=True) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[LoopbackServer]:
-    with loopback_server(chat_model(MODEL)) as server:
-        yield server
 
 
 def agent_env(

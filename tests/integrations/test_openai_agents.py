@@ -9,7 +9,7 @@ import site
 import subprocess
 import sys
 import sysconfig
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +18,10 @@ import pytest
 from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner
 from openai import AsyncOpenAI
 
-from app.core.config import Settings
-from tests.examples.fake_model import FILLER, chat_model
-from tests.examples.test_agent_loops import CHATTER, FIRST, MODEL, QUESTION, SMALL_WINDOW
-from tests.support.loopback import LoopbackServer, loopback_server
-from tests.support.server import RunningServer, run_server
+from tests.examples.fake_model import FILLER, MODEL
+from tests.examples.test_agent_loops import CHATTER, FIRST, QUESTION, SMALL_WINDOW
+from tests.support.loopback import LoopbackServer
+from tests.support.server import RunningServer
 from tests.support.waiting import wait_for
 
 OWN_DATABASE = True  # runs a worker
@@ -46,18 +45,6 @@ def contextd_agents() -> Any:
         site.addsitedir(sysconfig.get_paths()["purelib"])  # load the new install's .pth hook
         importlib.invalidate_caches()
     return importlib.import_module("contextd_agents")
-
-
-@pytest.fixture(scope="module")
-def contextd(settings: Settings) -> Iterator[RunningServer]:
-    with run_server(settings, with_worker=True) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[LoopbackServer]:
-    with loopback_server(chat_model(MODEL)) as server:
-        yield server
 
 
 @pytest.fixture

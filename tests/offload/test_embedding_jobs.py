@@ -1,6 +1,7 @@
 """Chunk embedding runs in the worker, never in the offload: while the provider is down the chunks
 are written, found lexically and retried; once it is back they get their vectors."""
 
+import asyncio
 import hashlib
 import uuid
 from typing import Any
@@ -11,10 +12,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.text import lexical_document
-from app.offload.service import offload_session
+from app.jobs.queue import session_lock
+from app.offload.service import OffloadResult, offload_session
 from tests.offload.test_offload_service import check_coverage, session_pk
 from tests.offload.test_worker import worker_env
 from tests.support.factories import append, configure, new_caller, transaction
+from tests.support.faults import DIM as FAULTY_DIM
+from tests.support.faults import faulty_server
 from tests.support.loopback import Handler, loopback_server
 from tests.support.waiting import wait_for
 from tests.support.workers import worker_process
@@ -119,6 +123,21 @@ TURNS = [
 ]
 
 
+async def offload_all_but_two(
+    engine: AsyncEngine, settings: Settings, cache: Cache, sid: str
+) -> tuple[uuid.UUID, OffloadResult]:
+    """A new session of `TURNS`, offloaded down to its last two turns (the embedding jobs
+    queued)."""
+    caller = await new_caller(engine)
+    await configure(engine, caller, settings, cache, sid, **FLOOR_OF_TWO)
+    await append(engine, caller, settings, cache, sid, TURNS)
+    pk = await session_pk(engine, caller.tenant_id, sid)
+    async with transaction(engine) as db:
+        result = await offload_session(db, settings, cache, pk, trigger="test", until_tokens=0)
+    assert result is not None and result.chunks_written >= 1
+    return pk, result
+
+
 async def test_embedding_outage_leaves_chunks_lexical_and_retried_until_embedded(
     engine: AsyncEngine, settings: Settings, cache: Cache
 ) -> None:
@@ -126,17 +145,8 @@ async def test_embedding_outage_leaves_chunks_lexical_and_retried_until_embedded
     with loopback_server(embeddings_handler(state)) as provider:
         model = f"loop-embed-8-{uuid.uuid4().hex[:8]}"
         with worker_process(worker_env_for(settings, provider.url, model, 8)):
-            caller = await new_caller(engine)
-            sid = "embed-outage"
-            await configure(engine, caller, settings, cache, sid, **FLOOR_OF_TWO)
-            await append(engine, caller, settings, cache, sid, TURNS)
-            pk = await session_pk(engine, caller.tenant_id, sid)
             # The offload commits with the provider down: it never calls the embedder.
-            async with transaction(engine) as db:
-                result = await offload_session(
-                    db, settings, cache, pk, trigger="test", until_tokens=0
-                )
-            assert result is not None and result.chunks_written >= 1
+            pk, result = await offload_all_but_two(engine, settings, cache, "embed-outage")
             in_window, chunk_count = await check_coverage(engine, pk)
             assert chunk_count == result.chunks_written
             assert in_window + result.turns_moved == len(TURNS)
@@ -183,3 +193,64 @@ async def test_embedding_outage_leaves_chunks_lexical_and_retried_until_embedded
     assert abs(norm - 1.0) < 1e-4  # L2-normalised before storage
     for words in ("invoice INV-77123", "发票 纸质版"):
         assert len(await lexical_hits(engine, pk, words)) == 1  # lexical unchanged by embedding
+
+
+async def other_jobs_running(engine: AsyncEngine, pk: uuid.UUID) -> int:
+    """Jobs running for anything but the session `pk` (e.g. a previous test's leftovers)."""
+    async with engine.connect() as conn:
+        running = await conn.scalar(
+            text(
+                "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'"
+                " AND lock IS DISTINCT FROM :lock"
+            ),
+            {"lock": session_lock(pk)},
+        )
+    return int(running)
+
+
+async def test_no_transaction_stays_open_while_the_embedder_works(
+    engine: AsyncEngine, settings: Settings, cache: Cache
+) -> None:
+    """A slow embedder must not hold a transaction: PostgreSQL's idle-in-transaction timeout
+    would end the job's connection and the job would retry forever."""
+    model = f"hang-embed-{uuid.uuid4().hex[:8]}"
+    env = worker_env_for(settings, "", model, FAULTY_DIM)
+    with faulty_server("hang") as provider:
+        env |= {
+            "CONTEXTD_EMBEDDING__OPENAI_BASE_URL": provider.url,
+            "CONTEXTD_EMBEDDING__TIMEOUT_SECONDS": "120",  # the encoder works as long as we look
+        }
+        with worker_process(env):
+            pk, result = await offload_all_but_two(engine, settings, cache, "embed-slow")
+            assert await asyncio.to_thread(provider.arrived.wait, 60)  # the encoder is working
+            async with engine.connect() as conn:
+                arrived_at = await conn.scalar(text("SELECT clock_timestamp()"))
+            # The session's other jobs wait behind its lock; once no other job runs, a
+            # transaction begun before the request reached the embedder can only be the one
+            # that waits for it.
+            await wait_for(
+                lambda: other_jobs_running(engine, pk),
+                lambda running: running == 0,
+                timeout=60,
+                what="jobs of other sessions to finish",
+            )
+            async with engine.connect() as conn:
+                held = await conn.scalar(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity"
+                        " WHERE datname = current_database()"
+                        " AND state LIKE 'idle in transaction%' AND xact_start < :t"
+                    ),
+                    {"t": arrived_at},
+                )
+            assert held == 0
+            provider.release.set()
+            done = await wait_for(
+                lambda: chunk_states(engine, pk),
+                lambda rows: all(not r["missing"] for r in rows),
+                timeout=90,
+                interval=0.2,
+                what="the chunks to be embedded once the embedder answers",
+            )
+    assert {r["embedding_model"] for r in done} == {model}
+    assert len(done) == result.chunks_written

@@ -11,8 +11,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal
+
+from tests.support.loopback import serving
 
 Mode = Literal["hang", "drip", "garbage"]
 DIM = 8  # vector size a `hang` server answers with once released
@@ -70,13 +72,9 @@ def faulty_server(mode: Mode) -> Iterator[FaultyServer]:
         def log_message(self, format: str, *args: Any) -> None:
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield state
-    finally:
-        state.release.set()
-        server.shutdown()
-        server.server_close()
+    with serving(_Handler) as url:
+        state.url = url
+        try:
+            yield state
+        finally:
+            state.release.set()  # let held requests end before the server shuts down

@@ -22,6 +22,19 @@ class LoopbackServer:
 
 
 @contextmanager
+def serving(handler_class: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve `handler_class` on 127.0.0.1 (a free port) in a thread; yields the base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_class)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
 def loopback_server(handler: Handler) -> Iterator[LoopbackServer]:
     record = LoopbackServer(url="")
 
@@ -45,15 +58,9 @@ def loopback_server(handler: Handler) -> Iterator[LoopbackServer]:
         def log_message(self, format: str, *args: Any) -> None:
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _RequestHandler)
-    record.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(_RequestHandler) as url:
+        record.url = url
         yield record
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def closed_port_url() -> str:
