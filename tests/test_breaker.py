@@ -34,3 +34,18 @@ def test_opens_after_consecutive_failures_and_lets_one_trial_through_after_the_c
     assert breaker.allow()
     breaker.succeeded()
     assert breaker.allow() and breaker.allow()
+
+
+def test_an_inconclusive_call_changes_no_count_and_frees_the_trial() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(failures=2, cooldown_seconds=30, clock=clock)
+    breaker.failed()
+    breaker.inconclusive()
+    assert breaker.allow()  # still one failure short of opening
+    breaker.failed()
+    assert not breaker.allow()
+    clock.now = 30.0
+    assert breaker.allow()  # the trial call
+    breaker.inconclusive()  # it queued behind others: no verdict
+    assert breaker.allow()  # another trial may go
+    assert not breaker.allow()

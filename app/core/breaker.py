@@ -38,6 +38,11 @@ class CircuitBreaker:
         self._open_until = None
         self._probing = False
 
+    def inconclusive(self) -> None:
+        """A call that says nothing of the dependency's health (it queued behind calls that
+        succeeded): no count changes; a half-open trial may be made again."""
+        self._probing = False
+
     def failed(self) -> None:
         self._failed += 1
         self._probing = False

@@ -37,6 +37,14 @@ redis.call('DEL', KEYS[1])
 return 1
 """
 
+# One command per counted event (a MULTI/EXEC pipeline is four): the count, and the window's
+# expiry set by its first event.
+_COUNT_IN_WINDOW = """
+local count = redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], ARGV[1], 'NX')
+return count
+"""
+
 
 class Cache:
     def __init__(self, url: str | None, settings: CacheSettings) -> None:
@@ -167,10 +175,7 @@ class Cache:
         if client is None:
             return None
         try:
-            async with client.pipeline(transaction=True) as pipe:
-                pipe.incr(key)
-                pipe.expire(key, window_seconds, nx=True)
-                count, _ = await pipe.execute()
+            count = await client.eval(_COUNT_IN_WINDOW, 1, key, window_seconds)
             return int(count)
         except (RedisError, OSError) as exc:
             self._failed(exc)

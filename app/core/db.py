@@ -9,9 +9,12 @@ transaction (`create_engine`).
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -20,16 +23,19 @@ from sqlalchemy.ext.asyncio import (
 
 from app.core.config import Settings
 
+T = TypeVar("T")
+READER_POOL_SIZE = 4  # reader connections kept open; more are opened while reads overlap
+
 
 def _milliseconds(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
-def create_engine(settings: Settings) -> AsyncEngine:
+def _connect_options(settings: Settings) -> str:
+    """Time limits PostgreSQL enforces on every connection: no statement, lock wait or abandoned
+    transaction holds a connection (or a session's row) without bound."""
     db = settings.db
-    # Time limits PostgreSQL enforces on every connection of the pool: no statement, lock wait or
-    # abandoned transaction holds a connection (or a session's row) without bound.
-    options = " ".join(
+    return " ".join(
         f"-c {name}={_milliseconds(seconds)}"
         for name, seconds in (
             ("statement_timeout", db.statement_timeout_seconds),
@@ -37,6 +43,10 @@ def create_engine(settings: Settings) -> AsyncEngine:
             ("idle_in_transaction_session_timeout", db.idle_in_transaction_timeout_seconds),
         )
     )
+
+
+def create_engine(settings: Settings) -> AsyncEngine:
+    db = settings.db
     return create_async_engine(
         settings.sqlalchemy_url,
         pool_size=db.pool_size,
@@ -44,8 +54,36 @@ def create_engine(settings: Settings) -> AsyncEngine:
         pool_pre_ping=True,
         # Database errors are logged; their SQL parameters hold conversation text.
         hide_parameters=not settings.log_text,
-        connect_args={"options": options},
+        connect_args={"options": _connect_options(settings)},
     )
+
+
+def create_reader_engine(settings: Settings) -> AsyncEngine:
+    """A second pool for single-statement reads on the hot path (`read_once`): autocommit (no
+    BEGIN or COMMIT round trips) and no ping before each use (another round trip). A connection
+    found dead is replaced and the read retried once."""
+    return create_async_engine(
+        settings.sqlalchemy_url,
+        pool_size=READER_POOL_SIZE,
+        max_overflow=settings.db.max_overflow,
+        isolation_level="AUTOCOMMIT",
+        hide_parameters=not settings.log_text,
+        connect_args={"options": _connect_options(settings)},
+    )
+
+
+async def read_once(reader: AsyncEngine, read: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    """`read(connection)` on the reader pool: one statement, idempotent. When the connection
+    turns out dead (PostgreSQL restarted since it was last used) SQLAlchemy invalidates the
+    pool's connections; the read runs once more on a new one."""
+    for attempt in (1, 2):
+        try:
+            async with reader.connect() as conn:
+                return await read(conn)
+        except DBAPIError as exc:
+            if attempt == 2 or not exc.connection_invalidated:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def local_time_limits(db: AsyncSession, seconds: float) -> None:

@@ -40,7 +40,8 @@ async def get_db(context: ContextDep) -> AsyncIterator[AsyncSession]:
         except BaseException:
             await db.rollback()
             raise
-        await commit(db)
+        if db.in_transaction():  # a request that read through the reader pool only has none
+            await commit(db)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

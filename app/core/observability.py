@@ -142,6 +142,9 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        # Labelled children by (metric, label values): `labels()` validates and locks on every
+        # call, a dozen times per build. The label values are few (routes, stages, layers, kinds).
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._queue = _QueueCollector()
         r.register(self._queue)
         # Series that should read 0 rather than be absent before the first event.
@@ -150,12 +153,17 @@ class Metrics:
         for kind in ("query", "passage"):
             self.embed_seconds.labels(kind=kind)
 
+    def _child(self, metric: Histogram | Counter, *values: str) -> Any:
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
+
     # --- reporting, called by the code that did the work ------------------------------------
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
-        self.http_request_duration.labels(route=route, method=method, status=str(status)).observe(
-            seconds
-        )
+        self._child(self.http_request_duration, route, method, str(status)).observe(seconds)
 
     def observe_build(
         self,
@@ -169,14 +177,14 @@ class Metrics:
         as a nested dict are skipped), the fallback kinds taken, and whether recall returned
         anything (None: recall was skipped, counted as neither)."""
         for stage, ms in stage_timings_ms.items():
-            self.build_stage.labels(stage=stage).observe(max(ms, 0.0) / 1000)
+            self._child(self.build_stage, stage).observe(max(ms, 0.0) / 1000)
         for layer, tokens in usage.items():
             if isinstance(tokens, int | float) and not isinstance(tokens, bool):
-                self.prompt_tokens.labels(layer=layer).observe(tokens)
+                self._child(self.prompt_tokens, layer).observe(tokens)
         for kind in fallbacks:
-            self.fallbacks.labels(kind=kind).inc()
+            self._child(self.fallbacks, kind).inc()
         if recall_hit is not None:
-            self.recall.labels(outcome="hit" if recall_hit else "miss").inc()
+            self._child(self.recall, "hit" if recall_hit else "miss").inc()
 
     def observe_fallback(self, kind: str) -> None:
         self.fallbacks.labels(kind=kind).inc()

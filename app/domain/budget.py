@@ -98,6 +98,8 @@ class BudgetConfig(BaseModel):
     def overlay(self, values: dict[str, Any]) -> "BudgetConfig":
         """These settings with `values` (a session's own, or an update) on top, validated."""
         known = {k: v for k, v in values.items() if k in type(self).model_fields}
+        if not known:  # nothing on top (most sessions): these settings, already validated
+            return self
         return type(self).model_validate({**self.model_dump(), **known})
 
 

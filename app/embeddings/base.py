@@ -8,7 +8,9 @@ length, and contextd's chunks are far shorter than the cap, so it only bounds pa
 Any provider failure (model missing, server down, bad response) surfaces as `EmbedderUnavailable`,
 which the recall chain turns into the `vector_unavailable` fallback. A query embedding is bounded
 in time (`query_timeout_s`, queueing included): past it `EmbedderTimeout`, and the build goes on
-lexically (`vector_timeout`).
+lexically (`vector_timeout`). A timeout during which the embedder answered other calls of the
+same kind is `EmbedderBusy`: the provider works, this call only queued behind others (a local
+encoder under concurrent queries), which a circuit breaker must not count as a failure.
 """
 
 import asyncio
@@ -27,6 +29,11 @@ class EmbedderUnavailable(Exception):
 
 class EmbedderTimeout(EmbedderUnavailable):
     """The vectors of a query were not ready within the embedder's `query_timeout_s`."""
+
+
+class EmbedderBusy(EmbedderTimeout):
+    """A timeout while the embedder kept answering other calls of the same kind: it is healthy
+    but queued (a local encoder serving concurrent queries one after another), not hung."""
 
 
 def prepare_text(text: str, max_chars: int) -> str:
@@ -64,6 +71,10 @@ class Embedder(ABC):
     observer: Callable[[str, float], None] | None = None
     # The longest a query embedding may take, waiting for the encoder included (None: no bound).
     query_timeout_s: float | None = None
+    # Calls answered so far, per kind ("query", "passage"): a timed-out call that saw this grow
+    # while it waited was queued behind working calls (`EmbedderBusy`), not failed.
+    # None until the instance's first call.
+    answered: dict[str, int] | None = None
 
     async def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         """`(len(texts), dim)` float32, L2-normalised, for search queries. Raises
@@ -90,6 +101,9 @@ class Embedder(ABC):
         items = [prepare_text(text, self.max_chars) for text in texts]
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
+        kind = "query" if query else "passage"
+        answered = self.answered = self.answered or {"query": 0, "passage": 0}
+        answered_before = answered[kind]
         started = time.perf_counter()
         deadline = asyncio.timeout(timeout)
         try:
@@ -99,13 +113,15 @@ class Embedder(ABC):
             raise
         except Exception as exc:  # any provider failure degrades recall, never crashes it
             if deadline.expired():
-                raise EmbedderTimeout(
+                busy = answered[kind] > answered_before
+                raise (EmbedderBusy if busy else EmbedderTimeout)(
                     f"embedder {self.name!r} gave no vectors within {timeout}s"
+                    + (" (busy answering other calls)" if busy else "")
                 ) from exc
             raise EmbedderUnavailable(f"embedder {self.name!r} failed: {exc!r}") from exc
         finally:
             if self.observer is not None:
-                self.observer("query" if query else "passage", time.perf_counter() - started)
+                self.observer(kind, time.perf_counter() - started)
         matrix = np.asarray(raw, dtype=np.float32)
         if matrix.shape != (len(items), self.dim):
             raise EmbedderUnavailable(
@@ -114,4 +130,5 @@ class Embedder(ABC):
             )
         if not np.isfinite(matrix).all():
             raise EmbedderUnavailable(f"embedder {self.name!r} returned non-finite values")
+        answered[kind] += 1
         return l2_normalise(matrix)

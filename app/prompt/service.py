@@ -18,7 +18,7 @@ from app.auth.schemas import Caller, Scope
 from app.core.context import AppContext
 from app.core.cpu import off_loop
 from app.core.dates import said_at
-from app.core.db import local_time_limits, release
+from app.core.db import local_time_limits, read_once, release
 from app.core.errors import BudgetExceeded, InvalidInput
 from app.core.observability import text_fields
 from app.core.tokens import message_tokens
@@ -172,8 +172,15 @@ async def build_prompt(
         )
         appended_seq = appended.response.turns[0].seq
     # Builds read without locking the session row (they would serialise behind appends); only a
-    # first build of a new session creates it, and only for a key that may write.
-    session = await sessions_repository.get_session(db, caller.tenant_id, session_id)
+    # first build of a new session creates it, and only for a key that may write. Without an
+    # append the row and its window come in one statement, outside the request's transaction;
+    # a build that turns out to write reads the row again through it (`_attached`).
+    snapshot = None if req.append else await _read_snapshot(context, caller, session_id)
+    session = (
+        snapshot.session
+        if snapshot is not None
+        else await sessions_repository.get_session(db, caller.tenant_id, session_id)
+    )
     if session is None:
         if writes:
             session = await sessions_repository.lock_or_create_session(
@@ -218,6 +225,8 @@ async def build_prompt(
         )
     )
     if writes and session.c0_tokens != c0:
+        if snapshot is not None:
+            session, snapshot = await _attached(db, caller, session_id), None
         await _remember_c0(db, context, session, c0)
     timings["prepare"] = _ms(started)
     stage = time.perf_counter()
@@ -235,6 +244,8 @@ async def build_prompt(
         if not writes:
             fallbacks.append("emergency_offload_skipped")  # a read-only key moves nothing
         else:
+            if snapshot is not None:
+                session, snapshot = await _attached(db, caller, session_id), None
             freed = await _inline_offload(
                 db, context, session.id, max(budget.offload_goal(extra=query_tokens), 0)
             )
@@ -246,9 +257,15 @@ async def build_prompt(
     await release(db)  # no session lock is held past the write phase
     timings["notes_and_offload"] = _ms(stage)
 
-    window = [
-        t for t in await sessions_repository.window_turns(db, session.id) if t.seq != appended_seq
-    ]
+    window = (
+        snapshot.window
+        if snapshot is not None
+        else [
+            t
+            for t in await sessions_repository.window_turns(db, session.id)
+            if t.seq != appended_seq
+        ]
+    )
     top_k = config.recall_top_k if req.recall.top_k is None else req.recall.top_k
     if emergency:
         top_k = min(top_k, EMERGENCY_TOP_K)
@@ -405,6 +422,25 @@ async def build_prompt(
             keep=settings.recall.manifests_kept_per_session,
         )
     return response
+
+
+async def _read_snapshot(
+    context: AppContext, caller: Caller, session_id: str
+) -> sessions_repository.SessionWindow | None:
+    """The session and its window in one statement on the reader pool: one round trip."""
+    return await read_once(
+        context.reader,
+        lambda conn: sessions_repository.session_with_window(conn, caller.tenant_id, session_id),
+    )
+
+
+async def _attached(db: AsyncSession, caller: Caller, session_id: str) -> Session:
+    """The session row read through the request's transaction, for a build that writes it (a
+    row deleted since the snapshot is created again, as for a first build)."""
+    found = await sessions_repository.get_session(db, caller.tenant_id, session_id)
+    if found is not None:
+        return found
+    return await sessions_repository.lock_or_create_session(db, caller.tenant_id, session_id)
 
 
 async def _assemble(assembly: AssemblyInput) -> AssembledPrompt:

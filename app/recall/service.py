@@ -27,7 +27,7 @@ from app.core.db import release
 from app.core.text import terms
 from app.db.models import Memory, Session
 from app.domain.records import RecalledItem
-from app.embeddings.base import EmbedderTimeout, EmbedderUnavailable
+from app.embeddings.base import EmbedderBusy, EmbedderTimeout, EmbedderUnavailable
 from app.memory import repository as memory_repository
 from app.offload import repository
 from app.offload.chunking import render_turn
@@ -295,7 +295,8 @@ async def _query_vector(
 ) -> list[float] | None:
     """The query's embedding within the embedder's query budget, or None: lexical recall only,
     flagged `vector_unavailable` (with `vector_timeout` when the budget ran out). After repeated
-    failures or timeouts the circuit breaker skips the embedder for a while
+    failures or timeouts (not counting those spent queued while the embedder answered other
+    queries: `EmbedderBusy`) the circuit breaker skips the embedder for a while
     (`embedder_circuit_open` too), so a hanging embedder costs each build nothing rather than its
     whole budget."""
     embedder = context.embedder
@@ -316,7 +317,10 @@ async def _query_vector(
         embedded = await embedder.embed_queries([query_view(query)])
         vector: list[float] = embedded[0].tolist()
     except EmbedderUnavailable as exc:
-        breaker.failed()
+        if isinstance(exc, EmbedderBusy):
+            breaker.inconclusive()  # it answered other queries meanwhile: working, not failing
+        else:
+            breaker.failed()
         logger.warning("query embedding unavailable, lexical only: %s", type(exc).__name__)
         fallbacks.append("vector_unavailable")
         if isinstance(exc, EmbedderTimeout):

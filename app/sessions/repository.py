@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy import true as sa_true
 from sqlalchemy.dialects.postgresql import JSONB, insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.db.models import IdempotencyRecord, Session, Turn
 from app.domain.budget import REPLY_PRIMING_TOKENS, BudgetConfig
@@ -165,6 +165,46 @@ async def window_turns(db: AsyncSession, session_pk: uuid.UUID) -> list[TurnReco
     return [TurnRecord(*row) for row in await db.execute(query)]
 
 
+# The session row and its window (C1) in one statement: what a build that writes nothing reads.
+_SESSION_COLUMNS = tuple(c.name for c in Session.__table__.columns)
+_SESSION_WITH_WINDOW = text(
+    "SELECT "
+    + ", ".join(f"s.{name}" for name in _SESSION_COLUMNS)
+    + ", (SELECT coalesce(json_agg(json_build_array(t.seq, t.role, t.content, t.token_count, "
+    "t.created_at, t.name, t.tool_calls, t.tool_call_id, t.metadata) ORDER BY t.seq), '[]') "
+    "FROM turns t WHERE t.session_id = s.id AND t.chunk_id IS NULL AND t.forgotten_at IS NULL) "
+    "FROM sessions s WHERE s.tenant_id = :tenant AND s.external_id = :external"
+)
+_SESSION_ATTRIBUTES = tuple(
+    Session.__mapper__.get_property_by_column(c).key for c in Session.__table__.columns
+)
+
+
+@dataclass(frozen=True)
+class SessionWindow:
+    """A session row (detached: read, never written through) and its window, read together."""
+
+    session: Session
+    window: list[TurnRecord]
+
+
+async def session_with_window(
+    conn: AsyncConnection, tenant_id: uuid.UUID, external_id: str
+) -> SessionWindow | None:
+    """The session and `window_turns` in one statement (one round trip, one snapshot)."""
+    row = (
+        await conn.execute(_SESSION_WITH_WINDOW, {"tenant": tenant_id, "external": external_id})
+    ).first()
+    if row is None:
+        return None
+    session = Session(**dict(zip(_SESSION_ATTRIBUTES, row[:-1], strict=True)))
+    window = [
+        TurnRecord(seq, role, content, tokens, datetime.fromisoformat(at), name, calls, call, meta)
+        for seq, role, content, tokens, at, name, calls, call, meta in row[-1]
+    ]
+    return SessionWindow(session, window)
+
+
 async def offloaded_turns(db: AsyncSession, session_pk: uuid.UUID, after_seq: int) -> list[Turn]:
     """Live turns already moved into chunks, after `after_seq`, in order (what notes read)."""
     query = (
@@ -223,16 +263,18 @@ async def assign_turns(
     Returns the rows marked."""
     if not ranges:
         return 0
-    chunk_ids, firsts, lasts = (list(column) for column in zip(*ranges, strict=True))
+    # One (chunk, seq) pair per turn: an equality join PostgreSQL hashes, where a join on
+    # `seq BETWEEN first AND last` compares every turn of the session with every range.
+    chunk_ids = [chunk for chunk, first, last in ranges for _ in range(first, last + 1)]
+    seqs = [seq for _, first, last in ranges for seq in range(first, last + 1)]
     result = await db.execute(
         text(
             "UPDATE turns SET chunk_id = r.chunk_id "
-            "FROM unnest(CAST(:chunk_ids AS uuid[]), CAST(:firsts AS bigint[]), "
-            "CAST(:lasts AS bigint[])) AS r(chunk_id, seq_first, seq_last) "
-            "WHERE turns.session_id = :session AND turns.seq BETWEEN r.seq_first AND r.seq_last "
+            "FROM unnest(CAST(:chunk_ids AS uuid[]), CAST(:seqs AS bigint[])) AS r(chunk_id, seq) "
+            "WHERE turns.session_id = :session AND turns.seq = r.seq "
             "AND turns.forgotten_at IS NULL"
         ),
-        {"session": session_pk, "chunk_ids": chunk_ids, "firsts": firsts, "lasts": lasts},
+        {"session": session_pk, "chunk_ids": chunk_ids, "seqs": seqs},
     )
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 

@@ -2,6 +2,7 @@
 move, read-only keys, and an embedder that hangs, drips or answers garbage."""
 
 import asyncio
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -15,6 +16,7 @@ from app.core.config import Settings
 from tests.conftest import new_key
 from tests.support.factories import session_of_key
 from tests.support.faults import DIM, Mode, faulty_server
+from tests.support.loopback import loopback_server
 from tests.support.server import RunningServer, run_server
 
 SMALL = {
@@ -237,3 +239,47 @@ async def test_appends_are_not_delayed_by_a_build_waiting_on_the_embedder(
     assert still_waiting  # the append was answered while the build waited on the embedder
     assert built.status_code == 200
     assert "vector_unavailable" not in built.json()["fallbacks"]
+
+
+async def test_queries_queued_behind_a_working_embedder_do_not_open_the_breaker(
+    settings: Settings, admin_key: str
+) -> None:
+    """A healthy embedder serving concurrent queries one after another (a local encoder's
+    queue): the first query is answered once all have arrived, the others wait past the budget.
+    They go on lexically, but the embedder answered meanwhile, so the breaker stays closed and
+    the next build gets its vector."""
+    queued = 4
+    arrived = threading.Condition()
+    seen = {"requests": 0}
+    release = threading.Event()
+
+    def embeddings(method: str, path: str, body: Any) -> tuple[int, Any]:
+        with arrived:
+            seen["requests"] += 1
+            first = seen["requests"] == 1
+            arrived.notify_all()
+            if first:
+                assert arrived.wait_for(lambda: seen["requests"] >= queued, timeout=60)
+        if not first:
+            release.wait(120)
+        vectors = [[1.0] * DIM for _ in body["input"]]
+        return 200, {"data": [{"index": i, "embedding": v} for i, v in enumerate(vectors)]}
+
+    with (
+        loopback_server(embeddings) as embedder,
+        run_server(embedder_settings(settings, embedder.url, budget=5.0)) as server,
+    ):
+        async with admin_client(server, admin_key) as http:
+            await offloaded_session(http, "queued")
+            answers = await asyncio.gather(
+                *(build(http, "queued", query=f"train to Lyon {i}?") for i in range(queued))
+            )
+            release.set()
+            after = await build(http, "queued", query="train to Lyon, once more?")
+    flags = [a.json()["fallbacks"] for a in answers]
+    assert sorted("vector_timeout" in f for f in flags) == [False] + [True] * (queued - 1)
+    assert not any("embedder_circuit_open" in f for f in flags)
+    assert after.status_code == 200, after.text
+    assert "embedder_circuit_open" not in after.json()["fallbacks"]
+    assert "vector_unavailable" not in after.json()["fallbacks"]
+    assert seen["requests"] == queued + 1
