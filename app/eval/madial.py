@@ -8,6 +8,11 @@ Protocol (issue "recall that earns its tokens"): each memory is stored with the 
 `remember` (scope user) in a session of its user; each dialogue's lines before the first test
 turn are appended to a fresh session of that user; one memory `recall` with those lines as the
 query; R@k = |top-k ∩ relevant| / |relevant|, averaged over dialogues.
+
+Split: the dialogues at an even position of the file (0, 2, 4, ...) are the **tune** split, the
+only ones any setting may be tuned on; the odd ones are the **check** split, reported beside it
+and never tuned on. Both users' dialogues are interleaved in the files, so each split holds both
+users, and the dialogues that share a relevant memory are spread over both.
 """
 
 import json
@@ -22,6 +27,8 @@ from app.core.text import terms
 from app.recall.bm25 import BM25Index
 
 Lang = Literal["zh", "en"]
+Split = Literal["tune", "check"]
+SPLITS: tuple[Split, ...] = ("tune", "check")
 QUERY_MAX_CHARS = 2_000  # the memory tool's query limit
 _LINE_RE = re.compile(r"^<(?P<speaker>[^>]+)>\s*[:：]\s*(?P<text>.*?)\s*$", re.DOTALL)
 _QUOTES = "\"“”「」'"
@@ -63,6 +70,11 @@ class MadialDialogue:
         """The dialogue so far as one query, cut from the front to the tool's query limit."""
         text = "\n".join(line.rendered for line in self.lines)
         return text[-QUERY_MAX_CHARS:].lstrip()
+
+
+def split_of(index: int) -> Split:
+    """The split of the dialogue at `index` (its position in the dialogue file)."""
+    return "tune" if index % 2 == 0 else "check"
 
 
 def parse_line(raw: str) -> DialogueLine | None:
@@ -130,6 +142,16 @@ def summarise_madial(results: Sequence[DialogueResult], ks: Sequence[int]) -> di
         row[f"R@{k}"] = statistics.fmean(r.at_k[k] for r in results) if results else 0.0
     row["returned"] = statistics.fmean(r.returned for r in results) if results else 0.0
     return row
+
+
+def summarise_by_split(
+    results: Sequence[DialogueResult], ks: Sequence[int]
+) -> dict[str, dict[str, float]]:
+    """`summarise_madial` of all dialogues, then of each split."""
+    out = {"all": summarise_madial(results, ks)}
+    for split in SPLITS:
+        out[split] = summarise_madial([r for r in results if split_of(r.index) == split], ks)
+    return out
 
 
 def bm25_madial(

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.eval.madial import summarise_madial
+from app.eval.madial import summarise_by_split
 from app.eval.madial_driver import MadialRun, latency_line
 
 REFERENCE = """Offline references (shared/eval/README.md, 160 dialogues, R@5 / R@10): zh BM25 over
@@ -17,12 +17,12 @@ embeddings .694 / .824; en BM25 .483 / .602, bm25+e5 .605 / .722, bm25+use+e5 .6
 
 def madial_table(run: MadialRun) -> str:
     ks = run.config.ks
-    head = ["method", "n", *[f"R@{k}" for k in ks], "items returned"]
+    head = ["method", "split", "n", *[f"R@{k}" for k in ks], "items returned"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, rows in (("contextd (memory recall)", run.contextd), ("bm25", run.bm25)):
-        row = summarise_madial(rows, ks)
-        cells = [name, str(int(row["n"])), *[f"{row[f'R@{k}']:.3f}" for k in ks]]
-        lines.append("| " + " | ".join([*cells, f"{row['returned']:.1f}"]) + " |")
+        for split, row in summarise_by_split(rows, ks).items():
+            cells = [name, split, str(int(row["n"])), *[f"{row[f'R@{k}']:.3f}" for k in ks]]
+            lines.append("| " + " | ".join([*cells, f"{row['returned']:.1f}"]) + " |")
     return "\n".join(lines)
 
 
@@ -30,8 +30,8 @@ def madial_json(run: MadialRun) -> dict[str, Any]:
     ks = run.config.ks
     return {
         "summary": {
-            "contextd": summarise_madial(run.contextd, ks),
-            "bm25": summarise_madial(run.bm25, ks),
+            "contextd": summarise_by_split(run.contextd, ks),
+            "bm25": summarise_by_split(run.bm25, ks),
         },
         "deduplicated": run.deduplicated,
         "dialogues": [asdict(r) for r in run.contextd],
@@ -54,7 +54,8 @@ that `remember` merged: {dedup}). Each dialogue's lines before its first test tu
 to a fresh session of that user (`<Assistant>` lines as assistant turns, the others as user
 turns), then one memory `recall` with those lines (`Name: text`, one a line) as the query and
 `top_k` {max(cfg.ks)}. R@k = |top-k ∩ relevant| / |relevant|, averaged over dialogues. BM25 runs
-offline over each user's memories with the same query.
+offline over each user's memories with the same query. Splits: **tune** = the dialogues at even
+positions of the file (the only ones settings were tuned on), **check** = the odd ones.
 
 {madial_table(run)}
 

@@ -8,11 +8,14 @@ from app.cli import main
 from app.core.config import Settings
 from app.eval.madial import (
     DialogueLine,
+    DialogueResult,
     bm25_madial,
     load_madial,
     parse_line,
     ranked_units,
     recall_at,
+    split_of,
+    summarise_by_split,
     summarise_madial,
 )
 from tests.support.server import run_server
@@ -103,6 +106,15 @@ def test_recall_at_k_and_units() -> None:
     assert units == [["2", "7"], [], ["1"]]
 
 
+def test_split_by_position_and_summaries_per_split() -> None:
+    assert [split_of(i) for i in range(4)] == ["tune", "check", "tune", "check"]
+    results = [DialogueResult(i, "1", 1, at_k={5: float(i % 2)}) for i in range(4)]
+    table = summarise_by_split(results, (5,))
+    assert table["all"]["R@5"] == 0.5 and table["all"]["n"] == 4
+    assert table["tune"]["R@5"] == 0.0 and table["check"]["R@5"] == 1.0
+    assert table["tune"]["n"] == 2 and table["check"]["n"] == 2
+
+
 def test_bm25_baseline_on_the_tiny_data(tmp_path: Path) -> None:
     write_data(tmp_path)
     for lang in ("zh", "en"):
@@ -127,10 +139,14 @@ def test_eval_madial_through_the_api(
             assert code == 0
     for lang in ("zh", "en"):
         results = json.loads((tmp_path / "report" / f"madial_{lang}_results.json").read_text())
-        ours = results["summary"]["contextd"]
+        ours = results["summary"]["contextd"]["all"]
         assert ours["n"] == 4
+        # Dialogues 0 and 2 are the tune split, 1 and 3 the check split.
+        splits = results["summary"]["contextd"]
+        assert splits["tune"]["n"] == 2 and splits["check"]["n"] == 2
         # Each dialogue shares words with exactly its own memory: contextd must find it.
         assert ours["R@3"] == 1.0 and ours["R@1"] >= 0.75, (lang, ours)
         report = (tmp_path / "report" / f"madial_{lang}_report.md").read_text()
-        assert "| contextd (memory recall) | 4 |" in report
-    assert "| bm25 | 4 |" in capsys.readouterr().out
+        assert "| contextd (memory recall) | all | 4 |" in report
+        assert "| contextd (memory recall) | tune | 2 |" in report
+    assert "| bm25 | check | 2 |" in capsys.readouterr().out
