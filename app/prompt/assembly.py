@@ -21,7 +21,10 @@ Precedence when the budget is short (`budget` = C - r):
    Items whose whole turn range is already in the prompt's C1 are skipped (`in_window`). A
    chunk comes whole when it fits, else as its compact version (the turns that answer the
    query); one whose whole text would take over `COMPACT_FIRST_SHARE` of the budget comes compact
-   first, so a small budget holds more distinct pieces of evidence.
+   first, so a small budget holds more distinct pieces of evidence. The items adjacent to one of
+   the first `NEIGHBOUR_OF_FIRST` (the turns just before or after it) are tried right after it
+   when they ranked among the first B / `NEIGHBOUR_TOKENS` too (`neighbour_order`): evidence
+   often sits next to the best hit, and both scoring says the stretch is about the question.
 
 Counting: OpenAI messages are counted by `app.core.tokens.messages_tokens` (reply priming
 included); an Anthropic prompt by `messages_tokens` on `blocks.anthropic_counting_view` (the system
@@ -167,6 +170,50 @@ class _Choice:
 COMPACT_FIRST_SHARE = 0.4
 
 
+# Neighbour expansion: the items adjacent to one of the first NEIGHBOUR_OF_FIRST candidates are
+# tried right after it when they rank among the first B / NEIGHBOUR_TOKENS candidates themselves
+# (a wider reach for a larger budget). LoCoMo B250 / B500 / B1000 / B2000, tune split .555 / .681
+# / .775 / .835 -> .563 / .695 / .790 / .854, check .540 / .701 / .783 / .832 -> .552 / .716 /
+# .804 / .849; the grid and what lost are in the README's tuning decisions.
+NEIGHBOUR_OF_FIRST = 2
+NEIGHBOUR_TOKENS = 33
+
+
+def _turn_range(item: RecalledItem) -> tuple[int, int] | None:
+    if item.turn_first is None:
+        return None
+    return item.turn_first, item.turn_first if item.turn_last is None else item.turn_last
+
+
+def neighbour_order(
+    ranges: Sequence[tuple[int, int] | None], *, first: int, within: int
+) -> list[int]:
+    """Positions of candidates (their turn ranges, best first; None: no range) in the order to
+    try them: rank order, except that right after each of the first `first` come the candidates
+    whose range ends just before or starts just after its own (earlier turns first), when they
+    are among the first `within` themselves."""
+    ends: dict[int, int] = {}
+    starts: dict[int, int] = {}
+    for position, span in enumerate(ranges[:within]):
+        if span is not None:
+            starts.setdefault(span[0], position)
+            ends.setdefault(span[1], position)
+    order: list[int] = []
+    seen: set[int] = set()
+    for position, span in enumerate(ranges):
+        if position in seen:
+            continue
+        order.append(position)
+        seen.add(position)
+        if position >= first or span is None:
+            continue
+        for neighbour in (ends.get(span[0] - 1), starts.get(span[1] + 1)):
+            if neighbour is not None and neighbour not in seen:
+                order.append(neighbour)
+                seen.add(neighbour)
+    return order
+
+
 def _choose(
     items: Sequence[RecalledItem],
     *,
@@ -176,16 +223,29 @@ def _choose(
     render_one: Callable[[RecalledItem], str],
     render_block: Callable[[list[RecalledItem]], str],
     block_cost: Callable[[str], int],
+    neighbours: bool = False,
 ) -> _Choice:
-    """Items in rank order while the whole block (framing included) stays within `limit`."""
+    """Items in rank order (with `neighbours`, each of the first few followed by its adjacent
+    candidates: `neighbour_order`) while the whole block (framing included) stays within
+    `limit`."""
     choice = _Choice([], {})
     used = 0
+    candidates: list[int] = []
     for index, item in enumerate(items):
-        first = item.turn_first
-        last = first if item.turn_last is None else item.turn_last
-        if first is not None and last is not None and in_window.issuperset(range(first, last + 1)):
+        span = _turn_range(item)
+        if span is not None and in_window.issuperset(range(span[0], span[1] + 1)):
             choice.outcome[index] = ("in_window", 0)
-            continue
+        else:
+            candidates.append(index)
+    if neighbours:
+        order = neighbour_order(
+            [_turn_range(items[i]) for i in candidates],
+            first=NEIGHBOUR_OF_FIRST,
+            within=-(-limit // NEIGHBOUR_TOKENS),
+        )
+        candidates = [candidates[position] for position in order]
+    for index in candidates:
+        item = items[index]
         if len(choice.chosen) >= top_k:
             choice.outcome[index] = ("below_k", count_tokens(render_one(item)))
             continue
@@ -285,6 +345,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         render_one=lambda item: render_item(item, per_item),
         render_block=lambda items: render_recalled_block(items, per_item),
         block_cost=block_cost,
+        neighbours=True,
     )
     block = render_recalled_block(recall.chosen, per_item)
     recall_cost = block_cost(block) if block else 0

@@ -11,6 +11,7 @@ from app.prompt.assembly import (
     PromptTooLarge,
     assemble_prompt,
     baseline_messages,
+    neighbour_order,
     tools_tokens,
 )
 from app.prompt.blocks import (
@@ -320,3 +321,28 @@ def test_a_chunk_that_does_not_fit_whole_comes_in_compact() -> None:
     assert build(400) == [small]
     assert build(80) == [small]  # no room: its best turns come, with their seqs
     assert build(5) == []
+
+
+def test_neighbour_order_follows_each_of_the_first_hits_with_its_adjacent_candidates() -> None:
+    ranges = [(10, 14), (30, 33), (15, 18), (5, 9), None, (34, 40), (50, 52)]
+    # 0 is followed by what ends at 9 (3) and what starts at 15 (2); 1 by what starts at 34 (5).
+    assert neighbour_order(ranges, first=2, within=7) == [0, 3, 2, 1, 5, 4, 6]
+    # Only the first hit brings its neighbours forward.
+    assert neighbour_order(ranges, first=1, within=7) == [0, 3, 2, 1, 4, 5, 6]
+    # A neighbour ranked beyond `within` keeps its place.
+    assert neighbour_order(ranges, first=2, within=3) == [0, 2, 1, 3, 4, 5, 6]
+    assert neighbour_order(ranges, first=0, within=7) == list(range(7))
+    assert neighbour_order([], first=2, within=5) == []
+
+
+def test_recall_tries_the_best_hits_neighbour_before_the_next_ranked_item() -> None:
+    best = item("a", "user: We painted the fence green on Saturday.", 10, 14)
+    other = item("b", "user: The train to Lyon leaves at nine.", 40, 44)
+    after = item("c", "assistant: And the gate? The gate is blue.", 15, 19)
+    fits_two = message_tokens("system", render_recalled_block([best, after], 200))
+    assert message_tokens("system", render_recalled_block([best, other], 200)) <= fits_two
+    prompt = assemble_prompt(build(recalled=[best, other, after], recall_budget_tokens=fits_two))
+    assert prompt.recalled == [best, after]
+    reasons = {e.id: e.reason for e in prompt.manifest if e.layer == "c3"}
+    assert reasons == {"a": None, "b": "over_budget", "c": None}
+    assert prompt.usage["recall"] <= fits_two
