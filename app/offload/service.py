@@ -19,7 +19,7 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.cpu import off_loop
 from app.core.dates import date_terms
-from app.core.text import terms, terms_document
+from app.core.text import terms_document
 from app.core.tokens import count_tokens, message_tokens
 from app.db.models import Session
 from app.domain.records import TurnRecord
@@ -57,10 +57,13 @@ def chunking_config(settings: Settings) -> ChunkingConfig:
 def chunk_row(
     draft: ChunkDraft, chunk_id: uuid.UUID, tenant_id: uuid.UUID, session_pk: uuid.UUID
 ) -> dict[str, object]:
-    chunk_terms = terms(draft.raw_text)
+    counts = Counter(draft.terms)
+    # The tsvector holds each term once: it only serves matches (`@@`), which positions and
+    # repeats do not change, and the parser's cost follows the text it reads.
+    lexical = terms_document(list(counts))
     # The chunk's days and months are search terms too ("in May", "last week": app.core.dates).
     dates = date_terms(draft.ts_first, draft.ts_last)
-    counts = Counter([*chunk_terms, *dates])
+    counts.update(dates)
     return {
         "id": chunk_id,
         "tenant_id": tenant_id,
@@ -69,7 +72,7 @@ def chunk_row(
         "turn_last": draft.turn_last,
         "part": draft.part,
         "parts": draft.parts,
-        "overlap_tokens": count_tokens(draft.overlap_prefix),
+        "overlap_tokens": count_tokens(draft.overlap_prefix) if draft.overlap_prefix else 0,
         "roles": list(draft.roles),
         "ts_first": draft.ts_first,
         "ts_last": draft.ts_last,
@@ -78,7 +81,7 @@ def chunk_row(
         "token_count": draft.token_count,
         "term_counts": dict(counts),
         "term_total": sum(counts.values()),
-        "lexical_source": " ".join([terms_document(chunk_terms), *dates]),
+        "lexical_source": " ".join([lexical, *dates]),
         "trusted": draft.trusted,
     }
 
