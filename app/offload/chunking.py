@@ -18,7 +18,7 @@ turn (still in order, still contiguous).
 
 import re
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -225,43 +225,45 @@ def _tokens(unit: Sequence[_Prepared]) -> int:
 
 
 def chunk_turns(turns: Sequence[TurnRecord], cfg: ChunkingConfig | None = None) -> list[ChunkDraft]:
-    """Group consecutive turns (in seq order) into chunks; the rules are in the module docstring.
+    """Group consecutive turns (in seq order) into chunks; the rules are in the module docstring."""
+    return list(iter_chunks(turns, cfg))
+
+
+def iter_chunks(
+    turns: Sequence[TurnRecord], cfg: ChunkingConfig | None = None
+) -> Iterator[ChunkDraft]:
+    """`chunk_turns`, chunk by chunk as the turns are read.
 
     Each turn is rendered, tokenised and split into terms once; a chunk's token count and terms
     are its turns' (`_join_tokens`), so the cost is linear in the text however turns group."""
     cfg = cfg or ChunkingConfig()
     label_terms: dict[str, list[str]] = {}
-    prepared = [_prepare(t, label_terms) for t in turns]
-    units: list[list[_Prepared]] = []
+    current: list[_Prepared] = []
+    current_tokens = 0
     for indices in atomic_units(turns):
-        group = [prepared[i] for i in indices]
+        group = [_prepare(turns[i], label_terms) for i in indices]
         # A tool call stays in one chunk with its results even past max_tokens (spec §2); only
         # when one of its turns must itself be split does the group fall apart turn by turn.
         if len(group) > 1 and any(p.tokens > cfg.max_tokens for p in group):
-            units.extend([p] for p in group)
+            units = [[p] for p in group]
         else:
-            units.append(group)
-
-    chunks: list[ChunkDraft] = []
-    current: list[_Prepared] = []
-    current_tokens = 0
-    for unit in units:
-        if len(unit) == 1 and unit[0].tokens > cfg.max_tokens:
-            if current:
-                chunks.append(_group_draft(current, current_tokens))
-                current = []
-            chunks.extend(_split_turn(unit[0].turn, cfg))
-            continue
-        unit_tokens = _tokens(unit)
-        joined = current_tokens + current[-1].join + unit_tokens if current else unit_tokens
-        if current and _breaks(current, current_tokens, unit, joined, cfg):
-            chunks.append(_group_draft(current, current_tokens))
-            current, joined = [], unit_tokens
-        current.extend(unit)
-        current_tokens = joined
+            units = [group]
+        for unit in units:
+            if len(unit) == 1 and unit[0].tokens > cfg.max_tokens:
+                if current:
+                    yield _group_draft(current, current_tokens)
+                    current = []
+                yield from _split_turn(unit[0].turn, cfg)
+                continue
+            unit_tokens = _tokens(unit)
+            joined = current_tokens + current[-1].join + unit_tokens if current else unit_tokens
+            if current and _breaks(current, current_tokens, unit, joined, cfg):
+                yield _group_draft(current, current_tokens)
+                current, joined = [], unit_tokens
+            current.extend(unit)
+            current_tokens = joined
     if current:
-        chunks.append(_group_draft(current, current_tokens))
-    return chunks
+        yield _group_draft(current, current_tokens)
 
 
 def _breaks(
