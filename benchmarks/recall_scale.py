@@ -467,7 +467,9 @@ def main() -> None:
         if args.sessions:
             with contextlib.ExitStack() as stack:
                 servers = [
-                    stack.enter_context(contextd_dev(Path(tmp) / f"s{n}", args.port + 1 + i, []))
+                    stack.enter_context(
+                        contextd_dev(Path(tmp) / f"s{n}", args.port + 1 + i, [], args.port + 50 + i)
+                    )
                     for i, n in enumerate(args.sessions)
                 ]
                 out["sessions"] = asyncio.run(sessions_axis(args, servers))
