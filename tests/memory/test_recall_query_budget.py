@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from app.core.config import Settings
-from tests.support.loopback import loopback_server
+from tests.support.loopback import loopback_server, with_openai_embedder
 from tests.support.server import run_server
 
 SLOW = "which order number did I give you for the refund?"  # answered after 0.8 s
@@ -31,18 +31,9 @@ async def test_recall_waits_for_its_query_embedding_longer_than_a_build(
         return 200, {"data": vectors}
 
     with loopback_server(embeddings) as api:
-        own = settings.model_copy(
-            update={
-                "embedding": settings.embedding.model_copy(
-                    update={
-                        "kind": "openai",
-                        "openai_base_url": api.url,
-                        "openai_dim": 8,
-                        "query_timeout_seconds": 0.2,
-                    }
-                ),
-                "memory": settings.memory.model_copy(update={"recall_query_timeout_seconds": 2.0}),
-            }
+        own = with_openai_embedder(settings, api.url, query_timeout_seconds=0.2)
+        own = own.model_copy(
+            update={"memory": own.memory.model_copy(update={"recall_query_timeout_seconds": 2.0})}
         )
         try:
             with run_server(own) as server:
