@@ -5,6 +5,7 @@ in its thread pool, a thread hop per request and dependency that costs more than
 (on a busy machine, milliseconds of waiting for a thread and the GIL)."""
 
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -42,6 +43,11 @@ async def get_db(context: ContextDep) -> AsyncIterator[AsyncSession]:
             raise
         if db.in_transaction():  # a request that read through the reader pool only has none
             await commit(db)
+
+
+def request_db(context: AppContext) -> AbstractAsyncContextManager[AsyncSession]:
+    """`get_db` where no dependency solving runs (`app.core.direct`): the same transaction rules."""
+    return asynccontextmanager(get_db)(context)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
