@@ -208,6 +208,18 @@ class MemorySettings(BaseModel):
         200, gt=0, description="a `recall` result item is cut to this many tokens"
     )
     recall_max_top_k: int = Field(20, gt=0, description="largest `top_k` a `recall` may ask for")
+    # A `recall` is a call the model chose to make and waits on (an LLM round trip costs seconds),
+    # unlike build-prompt, which runs before every model call: it may wait longer for its query
+    # embedding than `embedding.query_timeout_seconds`. A dialogue query of three lines takes
+    # 0.3-0.5 s on a 2-core machine at load 6, so at 0.7 s some recalls went lexical only and,
+    # after three in a row, the circuit breaker skipped the embedder for every recall for 30 s
+    # (MADial R@5 through the API zh .565 / en .512 on the tune split, against .645 / .658).
+    recall_query_timeout_seconds: float = Field(
+        3.0,
+        gt=0,
+        description="longest wait of a memory-tool `recall` for its query embedding, queueing "
+        "included; past it the recall goes on lexically (`vector_timeout`)",
+    )
     offload_for_all_keys: bool = Field(
         False, description="`offload` without the memory:offload scope (tenants.settings can too)"
     )

@@ -76,11 +76,14 @@ class Embedder(ABC):
     # None until the instance's first call.
     answered: dict[str, int] | None = None
 
-    async def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+    async def embed_queries(
+        self, texts: Sequence[str], *, timeout_s: float | None = None
+    ) -> np.ndarray:
         """`(len(texts), dim)` float32, L2-normalised, for search queries. Raises
-        `EmbedderTimeout` after `query_timeout_s` seconds; an encoding still queued then is
-        dropped, one already running finishes unused."""
-        return await self._embed(texts, query=True, timeout=self.query_timeout_s)
+        `EmbedderTimeout` after `timeout_s` seconds (default `query_timeout_s`); an encoding
+        still queued then is dropped, one already running finishes unused."""
+        limit = self.query_timeout_s if timeout_s is None else timeout_s
+        return await self._embed(texts, query=True, timeout=limit)
 
     async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         """`(len(texts), dim)` float32, L2-normalised, for stored documents (chunks, memories)."""

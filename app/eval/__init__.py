@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_madial(args: argparse.Namespace) -> int:
-    from app.eval.madial import load_madial
+    from app.eval.madial import lexical_only, load_madial
     from app.eval.madial_driver import MadialConfig, run_madial
     from app.eval.madial_report import madial_json, madial_table, write_madial_report
 
@@ -97,6 +97,7 @@ def _run_madial(args: argparse.Namespace) -> int:
     path = write_madial_report(result, out, args.data, args.label)
     (out / f"madial_{args.lang}_results.json").write_text(json.dumps(madial_json(result), indent=1))
     print(madial_table(result))
+    print(f"lexical only (no query embedding): {lexical_only(result.contextd)}")
     print(f"report: {path}")
     return 0
 

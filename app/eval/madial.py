@@ -134,6 +134,7 @@ class DialogueResult:
     at_k: dict[int, float] = field(default_factory=dict)
     returned: int = 0  # items the method returned
     latency_ms: float = 0.0
+    fallbacks: tuple[str, ...] = ()  # the recall's fallbacks, e.g. vector_unavailable
 
 
 def summarise_madial(results: Sequence[DialogueResult], ks: Sequence[int]) -> dict[str, float]:
@@ -142,6 +143,11 @@ def summarise_madial(results: Sequence[DialogueResult], ks: Sequence[int]) -> di
         row[f"R@{k}"] = statistics.fmean(r.at_k[k] for r in results) if results else 0.0
     row["returned"] = statistics.fmean(r.returned for r in results) if results else 0.0
     return row
+
+
+def lexical_only(results: Sequence[DialogueResult]) -> int:
+    """How many recalls went on without the query's embedding (`vector_unavailable`)."""
+    return sum(1 for r in results if "vector_unavailable" in r.fallbacks)
 
 
 def summarise_by_split(

@@ -96,7 +96,14 @@ async def _ask(
     out = check_response(await http.post(f"/v1/sessions/{sid}/memory", json=body), "recall")
     wall = (time.perf_counter() - started) * 1000
     units = ranked_units(out["data"]["matches"], stored)
-    result = DialogueResult(d.index, d.user, len(d.relevant), returned=len(units), latency_ms=wall)
+    result = DialogueResult(
+        d.index,
+        d.user,
+        len(d.relevant),
+        returned=len(units),
+        latency_ms=wall,
+        fallbacks=tuple(out["data"].get("fallbacks") or ()),
+    )
     result.at_k = {k: recall_at(d.relevant, units, k) for k in cfg.ks}
     return result, wall
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.eval.madial import summarise_by_split
+from app.eval.madial import lexical_only, summarise_by_split
 from app.eval.madial_driver import MadialRun, latency_line
 
 REFERENCE = """Offline references (shared/eval/README.md, 160 dialogues, R@5 / R@10): zh BM25 over
@@ -33,6 +33,7 @@ def madial_json(run: MadialRun) -> dict[str, Any]:
             "contextd": summarise_by_split(run.contextd, ks),
             "bm25": summarise_by_split(run.bm25, ks),
         },
+        "lexical_only": lexical_only(run.contextd),
         "deduplicated": run.deduplicated,
         "dialogues": [asdict(r) for r in run.contextd],
     }
@@ -60,6 +61,8 @@ positions of the file (the only ones settings were tuned on), **check** = the od
 {madial_table(run)}
 
 Latency: {latency_line(run.recall_ms)}; storing the memories took {run.remember_s:.1f}s.
+Recalls without the query's embedding (lexical only: `vector_unavailable`):
+{lexical_only(run.contextd)} of {len(run.contextd)}.
 
 {REFERENCE}
 """

