@@ -127,9 +127,12 @@ class DevServer:
 
 
 @contextmanager
-def contextd_dev(workdir: Path, port: int, serve_args: list[str]) -> Iterator[DevServer]:
-    """`contextd dev` (default settings) on an embedded stack of its own."""
-    stack = EmbeddedStack(workdir / "stack", persist=False).start()
+def contextd_dev(
+    workdir: Path, port: int, serve_args: list[str], redis_port: int | None = None
+) -> Iterator[DevServer]:
+    """`contextd dev` (default settings) on an embedded stack of its own (Valkey on
+    `redis_port`, else the embedded default)."""
+    stack = EmbeddedStack(workdir / "stack", persist=False).start(redis_port)
     env = dict(
         os.environ,
         DATABASE_URL=stack.database_url,

@@ -16,12 +16,16 @@ first build of each session (the per-process BM25 index is built then).
 
   chunks:   one session per size (10^2 .. 10^5 chunks) in one database; measured in `--rounds`
             rounds, each round going through every size, so the ratios are side by side;
-  sessions: the database grows through 10^2 .. 10^5 sessions of 5 chunks and 10 turns each; the
-            measured session always holds 1,000 chunks; `--rounds` rounds at each size.
+  sessions: one `contextd dev` with its own database per size (10^2 .. 10^5 sessions of 5
+            chunks and 10 turns each, besides the measured session of 1,000 chunks), all loaded
+            first, then measured in `--rounds` interleaved rounds, so the ratios are side by side
+            (two sizes, e.g. `--sessions 100,100000`, keep the machine's memory in bounds);
+            `--explain` prints the plans of the vector and exact-hits queries in each database.
 """
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -39,7 +43,7 @@ from app.core.config import load_settings
 from app.core.text import lexical_document, terms
 from app.offload.repository import vector_index_name
 from benchmarks.build_prompt_latency import WORDS, percentile, turn_text
-from benchmarks.floor_compare import contextd_dev
+from benchmarks.floor_compare import DevServer, contextd_dev
 
 DIM = 384
 MODEL = "e5-small-q4"
@@ -340,46 +344,98 @@ async def chunks_axis(
     return out
 
 
-async def sessions_axis(
-    args: argparse.Namespace,
-    http: httpx.AsyncClient,
-    conn: psycopg.Connection,
-    rng: random.Random,
-    pool: list[tuple[str, str, int, str]],
-) -> dict[int, Any]:
-    print("sessions in the database (measured session: 1,000 chunks)", flush=True)
-    conn.execute("DELETE FROM sessions WHERE external_id LIKE 'scale-c%'")
+async def load_sessions_point(
+    http: httpx.AsyncClient, conn: psycopg.Connection, sessions: int, seed: int
+) -> dict[str, Any]:
+    """One database of the sessions axis: the measured session (1,000 chunks) and `sessions - 1`
+    small ones, analysed; then the first build."""
+    rng = random.Random(seed)
+    pool = text_pool(rng)
+    started = time.monotonic()
     tenant, measured = await new_session(http, conn, BIG)
     add_history(conn, rng, pool, tenant, measured, 1000)
-    out: dict[int, Any] = {}
-    have = 1
-    for target in args.sessions:
-        started = time.monotonic()
-        add_sessions(conn, rng, pool, tenant, "scale-s", have, target - have)
-        conn.execute("ANALYZE")
-        have = target
-        out[target] = {"load_s": round(time.monotonic() - started, 1)}
-        out[target]["cold_ms"] = await cold_build(http, BIG, seed=target)
-        rounds = [
-            await measure(http, BIG, args.requests, seed=1000 * r + target)
-            for r in range(args.rounds)
-        ]
-        out[target] |= summary(rounds)
-        print_point(f"{target} sessions", out[target])
+    add_sessions(conn, rng, pool, tenant, "scale-s", 1, sessions - 1)
+    conn.execute("VACUUM ANALYZE")
+    out: dict[str, Any] = {"load_s": round(time.monotonic() - started, 1)}
+    out["cold_ms"] = await cold_build(http, BIG, seed=sessions)
     return out
 
 
-async def run(args: argparse.Namespace, base: str, database_url: str) -> dict[str, Any]:
+def explain_arms(conn: psycopg.Connection) -> dict[str, str]:
+    """EXPLAIN ANALYZE of the database arms of recall (vector, exact hits) on the measured
+    session, with the statements of `app.offload.repository`: the plan and its times."""
+    session = conn.execute("SELECT id FROM sessions WHERE external_id = %s", (BIG,)).fetchone()
+    assert session is not None
+    vector = conn.execute(
+        "SELECT embedding::text FROM chunks WHERE session_id = %s LIMIT 1", (session[0],)
+    ).fetchone()
+    assert vector is not None
+    statements = {
+        "vector": (
+            "SELECT id, embedding <=> CAST(%(v)s AS vector) AS distance FROM chunks "
+            "WHERE session_id = %(s)s AND status = 'active' AND embedding_model = %(m)s "
+            "ORDER BY distance LIMIT 30"
+        ),
+        "exact": (
+            "SELECT id FROM chunks WHERE session_id = %(s)s AND status = 'active' "
+            "AND raw_text ILIKE '%%ord-4471%%' AND lexical @@ plainto_tsquery('simple', "
+            "'ord-4471 ord 4471') ORDER BY turn_last DESC LIMIT 30"
+        ),
+    }
+    params = {"v": vector[0], "s": session[0], "m": MODEL}
+    plans = {}
+    for arm, sql in statements.items():
+        for _ in range(3):  # warm: the measured builds run against a warm cache
+            rows = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params).fetchall()
+        plans[arm] = "\n".join(r[0] for r in rows).replace(vector[0], "[query vector]")
+    return plans
+
+
+async def sessions_axis(args: argparse.Namespace, servers: list[DevServer]) -> dict[int, Any]:
+    """One `contextd dev` with its own database per size, all loaded first, then measured in
+    interleaved rounds (the order alternating), so every round's ratio is side by side."""
+    print("sessions in the database (measured session: 1,000 chunks), side by side", flush=True)
+    out: dict[int, Any] = {}
+    clients = {
+        n: httpx.AsyncClient(base_url=s.url, timeout=600)
+        for n, s in zip(args.sessions, servers, strict=True)
+    }
+    try:
+        for n, server in zip(args.sessions, servers, strict=True):
+            with psycopg.connect(server.database_url, autocommit=True) as conn:
+                out[n] = await load_sessions_point(clients[n], conn, n, seed=11)
+            print(f"  {n} sessions loaded in {out[n]['load_s']:.0f} s", flush=True)
+        rounds: dict[int, list[dict[str, Any]]] = {n: [] for n in args.sessions}
+        for r in range(args.rounds):
+            order = args.sessions if r % 2 == 0 else args.sessions[::-1]
+            for n in order:
+                rounds[n].append(await measure(clients[n], BIG, args.requests, seed=1000 * r))
+        for n, server in zip(args.sessions, servers, strict=True):
+            out[n] |= summary(rounds[n])
+            print_point(f"{n} sessions", out[n])
+            if args.explain:
+                with psycopg.connect(server.database_url, autocommit=True) as conn:
+                    out[n]["plans"] = explain_arms(conn)
+                for arm, plan in out[n]["plans"].items():
+                    print(f"--- {n} sessions, {arm} arm\n{plan}", flush=True)
+        low, high = min(args.sessions), max(args.sessions)
+        ratios = [
+            percentile(b["walls"], 0.5) / percentile(a["walls"], 0.5)
+            for a, b in zip(rounds[low], rounds[high], strict=True)
+        ]
+        out[high]["round_ratio_to_smallest"] = [round(x, 3) for x in ratios]
+    finally:
+        for client in clients.values():
+            await client.aclose()
+    return out
+
+
+async def run(args: argparse.Namespace, base: str, database_url: str) -> dict[int, Any]:
     rng = random.Random(11)
     pool = text_pool(rng)
-    out: dict[str, Any] = {}
     async with httpx.AsyncClient(base_url=base, timeout=600) as http:
         with psycopg.connect(database_url, autocommit=True) as conn:
-            if args.chunks:
-                out["chunks"] = await chunks_axis(args, http, conn, rng, pool)
-            if args.sessions:
-                out["sessions"] = await sessions_axis(args, http, conn, rng, pool)
-    return out
+            return await chunks_axis(args, http, conn, rng, pool)
 
 
 def main() -> None:
@@ -397,16 +453,28 @@ def main() -> None:
     )
     parser.add_argument("--port", type=int, default=random.randint(18100, 18900))
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--explain", action="store_true", help="print the vector and exact-hits plans per size"
+    )
     args = parser.parse_args()
-    with (
-        tempfile.TemporaryDirectory(prefix="recall-scale-") as tmp,
-        contextd_dev(Path(tmp), args.port, []) as server,
-    ):
-        load = os.getloadavg()
-        print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {os.cpu_count()} cores")
-        out = asyncio.run(run(args, server.url, server.database_url))
-        load = os.getloadavg()
-        print(f"load average at the end {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+    out: dict[str, Any] = {}
+    load = os.getloadavg()
+    print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory(prefix="recall-scale-") as tmp:
+        if args.chunks:
+            with contextd_dev(Path(tmp) / "chunks", args.port, []) as server:
+                out["chunks"] = asyncio.run(run(args, server.url, server.database_url))
+        if args.sessions:
+            with contextlib.ExitStack() as stack:
+                servers = [
+                    stack.enter_context(
+                        contextd_dev(Path(tmp) / f"s{n}", args.port + 1 + i, [], args.port + 50 + i)
+                    )
+                    for i, n in enumerate(args.sessions)
+                ]
+                out["sessions"] = asyncio.run(sessions_axis(args, servers))
+    load = os.getloadavg()
+    print(f"load average at the end {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     for kind, low, high in (("chunks", 1000, 100_000), ("sessions", 100, 100_000)):

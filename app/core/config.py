@@ -116,6 +116,12 @@ class EmbeddingSettings(BaseModel):
     openai_dim: int = Field(1536, gt=0, description="vector size of the `openai` model")
     timeout_seconds: float = Field(10.0, gt=0, description="per embeddings HTTP call")
     batch_size: int = Field(32, gt=0, description="passages embedded per batch by the worker")
+    passage_threads: int = Field(
+        1,
+        ge=0,
+        description="threads of the worker's e5 passage encoder (0: every core); 1 leaves the "
+        "other cores to the API's query embeddings and builds",
+    )
     # 0.7 s: a hanging embedder then keeps a fresh process's builds under 1 s at p95 before the
     # breaker opens (benchmarks.embedder_outage: 898 ms, against 1,150 ms at 1.0 s); an idle e5
     # query embedding takes ~20 ms here.

@@ -8,7 +8,9 @@ thread hop would cost more than the work.
 """
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -21,3 +23,49 @@ async def off_loop(work: Callable[[], T], *, chars: int) -> T:
     if chars <= INLINE_CHARS:
         return work()
     return await asyncio.to_thread(work)
+
+
+async def batches_off_loop(items: Iterable[T], size: int, *, chars: int) -> AsyncIterator[list[T]]:
+    """`items` in lists of up to `size`, produced in a worker thread when they handle more than
+    `INLINE_CHARS` characters: while the caller awaits I/O on one batch (a database on another
+    core), the thread produces the next. An error of the producer is raised to the caller after
+    the batches produced before it; a caller that stops early stops the producer."""
+    if chars <= INLINE_CHARS:
+        inline: list[T] = []
+        for item in items:
+            inline.append(item)
+            if len(inline) == size:
+                yield inline
+                inline = []
+        if inline:
+            yield inline
+        return
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[list[T] | None] = asyncio.Queue()
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            batch: list[T] = []
+            for item in items:
+                if stop.is_set():
+                    return
+                batch.append(item)
+                if len(batch) == size:
+                    loop.call_soon_threadsafe(queue.put_nowait, batch)
+                    batch = []
+            if batch:
+                loop.call_soon_threadsafe(queue.put_nowait, batch)
+        finally:
+            loop.call_soon_threadsafe(queue.put_nowait, None)
+
+    producer = asyncio.ensure_future(asyncio.to_thread(produce))
+    try:
+        while (batch := await queue.get()) is not None:
+            yield batch
+        await producer  # the producer's error, if any
+    finally:
+        stop.set()
+        if not producer.done():
+            with contextlib.suppress(Exception):
+                await producer

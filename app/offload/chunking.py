@@ -18,9 +18,10 @@ turn (still in order, still contiguous).
 
 import re
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from itertools import accumulate
 
 from app.core.dates import said_at
@@ -46,12 +47,18 @@ _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
 # linear), and not on runs longer than `_MAX_ID_RUN` (no label is 16 KB long) — on a long run
 # they backtrack from every start, quadratic in its length.
 _ID_RUN_RE = re.compile(r"(?<![\w.+@-])[\w.+@-]*[\d@][\w.+@-]*")
+_ID_MARK_RE = re.compile(r"[\d@]")  # text without one holds no ID nor email
 _MAX_ID_RUN = 200
 _ID_RE = re.compile(
     r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # emails
     r"|\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*\b"  # IDs: letters + digits
 )
-_NAME_RE = re.compile(r"(?<![.!?:;\n]\s)(?<!\A)(?<!\n)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*")
+# A capitalised word (run) not at the start of the text, of a line or of a sentence. The capital
+# comes first and the conditions look behind it, so the search skips from capital to capital.
+_NAME_RE = re.compile(
+    r"[A-Z](?<!\w[A-Z])(?<![.!?:;\n]\s[A-Z])(?<!\n[A-Z])(?<=.[A-Z])[a-z]+(?:\s[A-Z][a-z]+)*",
+    re.DOTALL,
+)
 _CLAUSE_RE = re.compile(r"[,.;:!?，。；：！？\n]")
 
 
@@ -87,6 +94,7 @@ class ChunkDraft:
     summary_hint: str
     token_count: int
     trusted: bool  # False when any covered turn is tool output
+    terms: tuple[str, ...]  # terms(raw_text)
     part: int = 1  # 1-based piece index of a split turn
     parts: int = 1  # number of pieces of that turn; 1 for ordinary chunks
     overlap_prefix: str = ""  # start of the piece body copied from the previous piece
@@ -122,18 +130,19 @@ def render_turn(turn: TurnRecord) -> str:
     return f"{turn_label(turn)}: {turn_body(turn)}"
 
 
-def jaccard(a: str, b: str) -> float:
-    """Jaccard similarity of the `terms()` sets; 1.0 when either side has no terms."""
-    sa, sb = set(terms(a)), set(terms(b))
-    if not sa or not sb:
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    """Jaccard similarity of two turns' `terms()` sets; 1.0 when either side has no terms."""
+    if not a or not b:
         return 1.0
-    return len(sa & sb) / len(sa | sb)
+    return len(a & b) / len(a | b)
 
 
 def summary_hint(turns: Sequence[TurnRecord]) -> str:
     """A short label: salient IDs, emails and names, else the first clause of the first turn."""
     seen: dict[str, None] = {}
     for turn in turns:  # IDs and emails first, then names
+        if not _ID_MARK_RE.search(turn.content):
+            continue
         for run in _ID_RUN_RE.finditer(turn.content):
             if len(run.group(0)) <= _MAX_ID_RUN:
                 for match in _ID_RE.finditer(run.group(0)):
@@ -150,71 +159,162 @@ def summary_hint(turns: Sequence[TurnRecord]) -> str:
     return text
 
 
-def chunk_turns(turns: Sequence[TurnRecord], cfg: ChunkingConfig | None = None) -> list[ChunkDraft]:
-    """Group consecutive turns (in seq order) into chunks; the rules are in the module docstring."""
-    cfg = cfg or ChunkingConfig()
-    units: list[list[TurnRecord]] = []
-    for indices in atomic_units(turns):
-        group = [turns[i] for i in indices]
-        # A tool call stays in one chunk with its results even past max_tokens (spec §2); only
-        # when one of its turns must itself be split does the group fall apart turn by turn.
-        if len(group) > 1 and any(count_tokens(render_turn(t)) > cfg.max_tokens for t in group):
-            units.extend([t] for t in group)
-        else:
-            units.append(group)
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """What the chunker needs of one turn, computed once: its text in a chunk, that text's
+    tokens, the tokens a newline after it adds when another turn follows, its terms and when it
+    was said."""
 
-    chunks: list[ChunkDraft] = []
-    current: list[TurnRecord] = []
-    for unit in units:
-        if len(unit) == 1 and count_tokens(render_turn(unit[0])) > cfg.max_tokens:
-            if current:
-                chunks.append(_draft(current))
-                current = []
-            chunks.extend(_split_turn(unit[0], cfg))
-            continue
-        if current and _breaks(current, unit, cfg):
-            chunks.append(_draft(current))
-            current = []
-        current.extend(unit)
-    if current:
-        chunks.append(_draft(current))
-    return chunks
+    turn: TurnRecord
+    text: str
+    tokens: int
+    join: int
+    terms: list[str]  # terms(text)
+    content_terms: frozenset[str]  # terms(turn.content), for the topic-shift test
+    said: datetime
 
 
-def _tokens(turns: Sequence[TurnRecord]) -> int:
-    return count_tokens("\n".join(render_turn(t) for t in turns))
+def _join_tokens(text: str) -> int:
+    """Tokens that `text + "\n" + next` holds beyond `text` and `next` apart, for any `next`
+    starting with a letter (every rendered turn starts with its role).
+
+    cl100k splits text into pieces before BPE, and a piece never spans a letter or digit
+    followed by anything else, nor (for a `next` starting with a letter) the newline and `next`.
+    So the newline can only merge into the trailing run of `text` that holds no letter or digit:
+    counting that run with and without the newline is exact."""
+    start = len(text)
+    while start and not text[start - 1].isalnum():
+        start -= 1
+    return _newline_tokens(text[start:])
 
 
-def _breaks(current: list[TurnRecord], unit: list[TurnRecord], cfg: ChunkingConfig) -> bool:
-    last, nxt = current[-1], unit[0]
-    gap = said_at(nxt.metadata, nxt.created_at) - said_at(last.metadata, last.created_at)
-    if gap.total_seconds() > cfg.time_gap_seconds:
-        return True
-    if _tokens(current + unit) > cfg.max_tokens:
-        return True
-    return (
-        _tokens(current) >= cfg.min_tokens
-        and jaccard(last.content, nxt.content) < cfg.topic_shift_threshold
+@lru_cache(maxsize=4096)
+def _newline_tokens(tail: str) -> int:
+    """Tokens a newline adds after `tail` (a trailing run of punctuation and spaces)."""
+    return count_tokens(tail + "\n") - count_tokens(tail)
+
+
+def _prepare(turn: TurnRecord, label_terms: dict[str, list[str]]) -> _Prepared:
+    text = render_turn(turn)
+    content_terms = terms(turn.content)
+    if turn.content:
+        # `render_turn`: "label: content", then "\nrole → tool_calls: ..." for a tool call.
+        # Terms never span the ": " nor the newline, so the text's terms are the parts' (the
+        # label's computed once per label).
+        prefix = f"{turn_label(turn)}: "
+        if prefix not in label_terms:
+            label_terms[prefix] = terms(prefix)
+        rest = text[len(prefix) + len(turn.content) :]
+        text_terms = [*label_terms[prefix], *content_terms, *(terms(rest) if rest else ())]
+    else:
+        text_terms = terms(text)
+    return _Prepared(
+        turn=turn,
+        text=text,
+        tokens=count_tokens(text),
+        join=_join_tokens(text),
+        terms=text_terms,
+        content_terms=frozenset(content_terms),
+        said=said_at(turn.metadata, turn.created_at),
     )
 
 
-def _draft(
-    turns: Sequence[TurnRecord],
-    raw_text: str | None = None,
-    hint: str | None = None,
-    **piece: object,
-) -> ChunkDraft:
-    text = raw_text if raw_text is not None else "\n".join(render_turn(t) for t in turns)
+def _tokens(unit: Sequence[_Prepared]) -> int:
+    """Tokens of the unit's texts joined by newlines (`_join_tokens`: no re-tokenising)."""
+    return sum(p.tokens for p in unit) + sum(p.join for p in unit[:-1])
+
+
+def chunk_turns(turns: Sequence[TurnRecord], cfg: ChunkingConfig | None = None) -> list[ChunkDraft]:
+    """Group consecutive turns (in seq order) into chunks; the rules are in the module docstring."""
+    return list(iter_chunks(turns, cfg))
+
+
+def iter_chunks(
+    turns: Sequence[TurnRecord], cfg: ChunkingConfig | None = None
+) -> Iterator[ChunkDraft]:
+    """`chunk_turns`, chunk by chunk as the turns are read.
+
+    Each turn is rendered, tokenised and split into terms once; a chunk's token count and terms
+    are its turns' (`_join_tokens`), so the cost is linear in the text however turns group."""
+    cfg = cfg or ChunkingConfig()
+    label_terms: dict[str, list[str]] = {}
+    current: list[_Prepared] = []
+    current_tokens = 0
+    for indices in atomic_units(turns):
+        group = [_prepare(turns[i], label_terms) for i in indices]
+        # A tool call stays in one chunk with its results even past max_tokens (spec §2); only
+        # when one of its turns must itself be split does the group fall apart turn by turn.
+        if len(group) > 1 and any(p.tokens > cfg.max_tokens for p in group):
+            units = [[p] for p in group]
+        else:
+            units = [group]
+        for unit in units:
+            if len(unit) == 1 and unit[0].tokens > cfg.max_tokens:
+                if current:
+                    yield _group_draft(current, current_tokens)
+                    current = []
+                yield from _split_turn(unit[0].turn, cfg)
+                continue
+            unit_tokens = _tokens(unit)
+            joined = current_tokens + current[-1].join + unit_tokens if current else unit_tokens
+            if current and _breaks(current, current_tokens, unit, joined, cfg):
+                yield _group_draft(current, current_tokens)
+                current, joined = [], unit_tokens
+            current.extend(unit)
+            current_tokens = joined
+    if current:
+        yield _group_draft(current, current_tokens)
+
+
+def _breaks(
+    current: list[_Prepared],
+    current_tokens: int,
+    unit: list[_Prepared],
+    joined_tokens: int,
+    cfg: ChunkingConfig,
+) -> bool:
+    last, nxt = current[-1], unit[0]
+    if (nxt.said - last.said).total_seconds() > cfg.time_gap_seconds:
+        return True
+    if joined_tokens > cfg.max_tokens:
+        return True
+    return (
+        current_tokens >= cfg.min_tokens
+        and jaccard(last.content_terms, nxt.content_terms) < cfg.topic_shift_threshold
+    )
+
+
+def _group_draft(group: Sequence[_Prepared], tokens: int) -> ChunkDraft:
+    """The chunk of whole turns `group`, whose joined text holds `tokens` tokens."""
+    turns = [p.turn for p in group]
     return ChunkDraft(
         turn_first=turns[0].seq,
         turn_last=turns[-1].seq,
         roles=tuple(sorted({t.role for t in turns})),
-        ts_first=min(said_at(t.metadata, t.created_at) for t in turns),
-        ts_last=max(said_at(t.metadata, t.created_at) for t in turns),
-        raw_text=text,
-        summary_hint=summary_hint(turns) if hint is None else hint,
-        token_count=count_tokens(text),
+        ts_first=min(p.said for p in group),
+        ts_last=max(p.said for p in group),
+        raw_text="\n".join(p.text for p in group),
+        summary_hint=summary_hint(turns),
+        token_count=tokens,
         trusted=all(t.trusted for t in turns),
+        terms=tuple(term for p in group for term in p.terms),
+    )
+
+
+def _draft(turn: TurnRecord, raw_text: str, hint: str, **piece: object) -> ChunkDraft:
+    """A piece of the split `turn`."""
+    said = said_at(turn.metadata, turn.created_at)
+    return ChunkDraft(
+        turn_first=turn.seq,
+        turn_last=turn.seq,
+        roles=(turn.role,),
+        ts_first=said,
+        ts_last=said,
+        raw_text=raw_text,
+        summary_hint=hint,
+        token_count=count_tokens(raw_text),
+        trusted=turn.trusted,
+        terms=tuple(terms(raw_text)),
         **piece,  # type: ignore[arg-type]
     )
 
@@ -234,7 +334,7 @@ def _split_turn(turn: TurnRecord, cfg: ChunkingConfig) -> list[ChunkDraft]:
         overlap = _overlap(pieces[i - 1], cfg.split_overlap_tokens) if i else ""
         raw = f"{turn_label(turn)} [part {i + 1}/{len(pieces)}]:\n{overlap}{piece}"
         drafts.append(
-            _draft([turn], raw, hint, part=i + 1, parts=len(pieces), overlap_prefix=overlap)
+            _draft(turn, raw, hint, part=i + 1, parts=len(pieces), overlap_prefix=overlap)
         )
     return drafts
 

@@ -2,40 +2,57 @@
 by recall, tombstoned and erased by forget. Every query of the `chunks` table lives here."""
 
 import hashlib
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, bindparam, func, or_, select, text, tuple_, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import ColumnElement, Row, func, or_, select, text, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.core.text import lexical_document
 from app.db.models import Chunk, OffloadEvent
 from app.embeddings.base import vector_literal
 
-INSERT_BATCH = 1000  # rows per executemany call
+INSERT_BATCH = 5000  # rows per insert statement
+
+# The chunk columns an offload writes, as `jsonb_to_recordset` reads them from one JSON array.
+_CHUNK_RECORD = (
+    "id uuid, tenant_id uuid, session_id uuid, turn_first bigint, turn_last bigint, part int, "
+    "parts int, overlap_tokens int, roles text[], ts_first timestamptz, ts_last timestamptz, "
+    "raw_text text, summary_hint text, token_count int, term_counts jsonb, term_total int, "
+    "lexical_source text, trusted boolean"
+)
+_CHUNK_COLUMNS = [c.split()[0] for c in _CHUNK_RECORD.split(", ")]
+_INSERT_CHUNKS = text(
+    "INSERT INTO chunks ("
+    + ", ".join("lexical" if c == "lexical_source" else c for c in _CHUNK_COLUMNS)
+    + ") SELECT "
+    + ", ".join(
+        "to_tsvector('simple', r.lexical_source)" if c == "lexical_source" else f"r.{c}"
+        for c in _CHUNK_COLUMNS
+    )
+    + f" FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r({_CHUNK_RECORD})"
+)
 
 
 # --- write: offload, embeddings ------------------------------------------------------------------
 
 
 async def insert_chunks(db: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
-    """Insert chunks; each row's `lexical_source` becomes its `tsvector` ('simple' parser). One
-    statement compiled once, its rows sent in batches (SQLAlchemy's insertmanyvalues)."""
-    if not rows:
-        return
-    columns = [k for k in rows[0] if k != "lexical_source"]
-    statement = insert(Chunk).values(
-        {
-            **{name: bindparam(name) for name in columns},
-            "lexical": func.to_tsvector("simple", bindparam("lexical_source")),
-        }
-    )
+    """Insert chunks (rows with the keys of `_CHUNK_RECORD`); each row's `lexical_source`
+    becomes its `tsvector` ('simple' parser). `INSERT_BATCH` rows per statement, sent as one
+    JSON document: no per-row round trip nor per-row parameter handling in the driver."""
     for start in range(0, len(rows), INSERT_BATCH):
-        await db.execute(statement, list(rows[start : start + INSERT_BATCH]))
+        document = json.dumps(
+            list(rows[start : start + INSERT_BATCH]),
+            ensure_ascii=False,
+            separators=(",", ":"),
+            default=str,  # ids and times: Postgres reads their str() forms
+        )
+        await db.execute(_INSERT_CHUNKS, {"rows": document})
 
 
 def active_chunk_count(session_pk: Any) -> Any:

