@@ -9,6 +9,7 @@ from starlette.routing import NoMatchFound
 from app import __version__, health
 from app.core.config import Settings, load_settings
 from app.core.context import AppContext
+from app.core.direct import DirectRoutes
 from app.core.errors import install_error_handlers
 from app.core.observability import Metrics, RequestContextMiddleware
 from app.core.server import RequestBodyGuard
@@ -19,6 +20,7 @@ from app.mcp.server import McpEndpoint
 from app.memory.endpoints import router as memory_router
 from app.notes.endpoints import router as notes_router
 from app.offload.endpoints import router as offload_router
+from app.prompt.endpoints import DIRECT_ROUTES
 from app.prompt.endpoints import router as prompt_router
 from app.sessions.endpoints import router as sessions_router
 
@@ -50,6 +52,7 @@ def create_app(settings: Settings | None = None, metrics: Metrics | None = None)
         lifespan=lifespan,
     )
     install_error_handlers(app, settings.server.retry_after_seconds)
+    app.add_middleware(DirectRoutes, routes=DIRECT_ROUTES)  # innermost: inside the body guard
     app.add_middleware(
         RequestBodyGuard,
         max_bytes=settings.limits.max_body_bytes,

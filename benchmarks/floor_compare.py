@@ -64,6 +64,7 @@ BIG_CONFIG = {"context_limit": 16000, "reserve_tokens": 2000, "min_recent_tokens
 APPEND_TURNS = 100
 
 Figures = dict[tuple[str, int], tuple[float, float, float]]  # (scenario, clients) -> p50, p95, rps
+CpuPerRequest = dict[tuple[str, int], float]  # (scenario, clients) -> contextd CPU ms per request
 
 
 def floor_module(floor_dir: Path) -> ModuleType:
@@ -122,6 +123,7 @@ class DevServer:
     url: str
     redis_url: str
     database_url: str
+    pid: int
 
 
 @contextmanager
@@ -152,7 +154,7 @@ def contextd_dev(
             if server.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"contextd did not start; see {workdir / 'contextd.log'}")
             time.sleep(0.5)
-        yield DevServer(base, stack.redis_url, stack.database_url)
+        yield DevServer(base, stack.redis_url, stack.database_url, server.pid)
     finally:
         server.terminate()
         server.wait(30)
@@ -186,26 +188,36 @@ def forget_query_embeddings(redis_url: str) -> None:
     client.close()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def measure_contextd(
-    floor: ModuleType, base: str, requests: int
-) -> tuple[Figures, dict[str, Counter[str]]]:
+    floor: ModuleType, server: DevServer, requests: int
+) -> tuple[Figures, dict[str, Counter[str]], CpuPerRequest]:
     """The floor's own measurement loop (warm-up, then 1 and 16 clients) against contextd;
-    also the fallback flags of the measured builds, per scenario."""
+    also the fallback flags of the measured builds, per scenario, and contextd's CPU time per
+    request (API and worker: one process under `contextd dev`)."""
     figures: Figures = {}
+    cpu: CpuPerRequest = {}
     flags: dict[str, Counter[str]] = {}
     paths: dict[str, Callable[[int], str]] = {
         "no recall": lambda j: f"/v1/sessions/floor-s{j % SMALL_SESSIONS}/build-prompt",
         "recall": lambda j: f"/v1/sessions/{BIG_SESSION}/build-prompt",
     }
-    async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+    async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
         client = BuildPromptClient(http)
         for name in SCENARIOS:
             await floor.load(client, paths[name], 4, 60)
             client.fallbacks.clear()
             for clients in CLIENTS:
+                before = cpu_seconds(server.pid)
                 figures[(name, clients)] = await floor.load(client, paths[name], clients, requests)
+                cpu[(name, clients)] = (cpu_seconds(server.pid) - before) * 1000 / requests
             flags[name] = Counter(client.fallbacks)
-    return figures, flags
+    return figures, flags, cpu
 
 
 async def after_append(floor: ModuleType, base: str, tries: int, seed: int) -> tuple[float, float]:
@@ -240,6 +252,7 @@ def print_round(
     floor: Figures,
     contextd: Figures,
     flags: dict[str, Counter[str]],
+    cpu: CpuPerRequest,
     load: tuple[float, ...],
 ) -> None:
     print(f"round {n}  (load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})")
@@ -251,7 +264,8 @@ def print_round(
         print(
             f"  {key[0]:9s} clients={key[1]:2d}  floor p50 {f[0]:7.2f} p95 {f[1]:7.2f} "
             f"{f[2]:5.0f} req/s | contextd p50 {c[0]:7.2f} p95 {c[1]:7.2f} {c[2]:5.0f} req/s | "
-            f"x{c[0] / f[0]:.2f} p50, x{c[2] / f[2]:.2f} req/s"
+            f"x{c[0] / f[0]:.2f} p50, x{c[2] / f[2]:.2f} req/s | contextd CPU "
+            f"{cpu[key]:.1f} ms/request"
         )
     sys.stdout.flush()
 
@@ -314,6 +328,7 @@ def main() -> None:
     args = parser.parse_args()
     floor = floor_module(args.floor_dir.resolve())
     rounds: list[tuple[Figures, Figures]] = []
+    cpus: list[CpuPerRequest] = []
     loads: list[tuple[float, ...]] = []
     with (
         tempfile.TemporaryDirectory(prefix="floor-compare-") as tmp,
@@ -331,13 +346,14 @@ def main() -> None:
             forget_query_embeddings(server.redis_url)
             if n % 2:
                 floor_figures = run_floor(args.floor_dir, chunks, args.requests)
-                ours, flags = asyncio.run(measure_contextd(floor, base, args.requests))
+                ours, flags, cpu = asyncio.run(measure_contextd(floor, server, args.requests))
             else:
-                ours, flags = asyncio.run(measure_contextd(floor, base, args.requests))
+                ours, flags, cpu = asyncio.run(measure_contextd(floor, server, args.requests))
                 floor_figures = run_floor(args.floor_dir, chunks, args.requests)
             rounds.append((floor_figures, ours))
+            cpus.append(cpu)
             loads.append(load)
-            print_round(n, floor_figures, ours, flags, load)
+            print_round(n, floor_figures, ours, flags, cpu, load)
         appended = []
         for n in range(1, args.append_rounds + 1):
             quiet, loaded = asyncio.run(after_append(floor, base, args.append_tries, n))
@@ -349,6 +365,9 @@ def main() -> None:
             )
     rows = summary(rounds)
     print_summary(rows, len(rounds))
+    for key in cpus[0]:
+        per_request = statistics.median(cpu[key] for cpu in cpus)
+        print(f"contextd CPU per request, {key[0]}, {key[1]} client(s): {per_request:.1f} ms")
     if appended:
         ratio = statistics.median(loaded / quiet for quiet, loaded in appended)
         print(f"build right after an append: p95 / quiet p95, median over rounds x{ratio:.2f}")
@@ -358,7 +377,8 @@ def main() -> None:
         args.json.write_text(
             json.dumps(
                 {"rounds": [[list(f.items()), list(c.items())] for f, c in rounds], "summary": rows}
-                | {"loadavg": loads, "chunks": chunks, "after_append": appended},
+                | {"loadavg": loads, "chunks": chunks, "after_append": appended}
+                | {"contextd_cpu_ms_per_request": [list(c.items()) for c in cpus]},
                 indent=2,
                 default=list,
             )

@@ -5,6 +5,7 @@ in its thread pool, a thread hop per request and dependency that costs more than
 (on a busy machine, milliseconds of waiting for a thread and the GIL)."""
 
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -33,15 +34,25 @@ async def get_cache(context: ContextDep) -> Cache:
 
 
 async def get_db(context: ContextDep) -> AsyncIterator[AsyncSession]:
-    """One transaction per request, committed before the response is sent (scope="function")."""
-    async with context.sessionmaker() as db:
-        try:
-            yield db
-        except BaseException:
+    """One transaction per request, committed before the response is sent (scope="function").
+    A request that never began one (it read through the reader pool only) holds no connection,
+    so its session is not closed: closing costs a task, a shield and a greenlet hop per request
+    (SQLAlchemy's cancellation-safe close), for a session with nothing to release."""
+    db = context.sessionmaker()
+    try:
+        yield db
+    except BaseException:
+        async with db:  # closed, also if this task is being cancelled
             await db.rollback()
-            raise
-        if db.in_transaction():  # a request that read through the reader pool only has none
+        raise
+    if db.in_transaction():
+        async with db:
             await commit(db)
+
+
+def request_db(context: AppContext) -> AbstractAsyncContextManager[AsyncSession]:
+    """`get_db` where no dependency solving runs (`app.core.direct`): the same transaction rules."""
+    return asynccontextmanager(get_db)(context)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -237,6 +237,15 @@ class Metrics:
 # --- request ids and the access log ---------------------------------------------------------
 
 
+_LOGGED_BY_ROUTE = "contextd_logged_by_route"
+
+
+def logged_by_route(scope: Scope) -> None:
+    """The route wrote its own line for this request (with the tenant, the request id and its
+    duration): a successful answer gets no access line as well (one line per build-prompt)."""
+    scope.setdefault("state", {})[_LOGGED_BY_ROUTE] = True
+
+
 def accept_request_id(value: str | None) -> str:
     """The caller's id when it is sane (≤ 128 chars of [A-Za-z0-9._-]), else a new uuid4 hex."""
     if value and _REQUEST_ID_OK.fullmatch(value):
@@ -290,23 +299,24 @@ class RequestContextMiddleware:
             seconds = time.perf_counter() - started
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             method = scope.get("method", "")
-            tenant = (scope.get("state") or {}).get("tenant")
+            state = scope.get("state") or {}
             context = getattr(getattr(scope.get("app"), "state", None), "context", None)
             if context is not None:
                 context.metrics.observe_request(route, method, status, seconds)
-            access_logger.info(
-                "%s %s %d",
-                method,
-                route,
-                status,
-                extra={
-                    "method": method,
-                    "route": route,
-                    "status": status,
-                    "duration_ms": round(seconds * 1000, 3),
-                    "tenant": tenant,
-                },
-            )
+            if status >= 400 or not state.get(_LOGGED_BY_ROUTE):
+                access_logger.info(
+                    "%s %s %d",
+                    method,
+                    route,
+                    status,
+                    extra={
+                        "method": method,
+                        "route": route,
+                        "status": status,
+                        "duration_ms": round(seconds * 1000, 3),
+                        "tenant": state.get("tenant"),
+                    },
+                )
             request_id_var.reset(token)
 
 

@@ -1,14 +1,18 @@
 """HTTP endpoints of the read path: build-prompt and stored build manifests."""
 
+import re
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request, Response
+from fastapi.routing import APIRoute
+from pydantic import ValidationError
 
-from app.auth.deps import ReadCaller
+from app.auth.deps import ReadCaller, get_caller
 from app.auth.schemas import Scope
 from app.auth.service import require_scope
-from app.core.deps import ContextDep, DbDep
+from app.core.deps import ContextDep, DbDep, get_context, request_db
+from app.core.direct import DirectRoute
 from app.core.errors import (
     COMMON_ERRORS,
     BudgetExceeded,
@@ -22,10 +26,12 @@ from app.core.errors import (
     with_rules,
 )
 from app.core.input import BODY_RULES
+from app.core.observability import logged_by_route
 from app.prompt import repository
 from app.prompt.schemas import BuildPromptRequest, BuildPromptResponse
 from app.prompt.service import build_prompt as build_prompt_service
 from app.sessions.endpoints import SessionIdPath
+from app.sessions.schemas import SESSION_ID_PATTERN
 from app.sessions.service import require_session
 
 router = APIRouter(
@@ -63,6 +69,44 @@ async def build_prompt(
     if body.append:
         require_scope(caller, Scope.WRITE)
     return await build_prompt_service(db, context, caller, session_id, body)
+
+
+_SESSION_ID = re.compile(SESSION_ID_PATTERN)
+
+
+def _is_json(content_type: str | None) -> bool:
+    kind = (content_type or "").split(";")[0].strip().lower()
+    return kind == "application/json" or (
+        kind.startswith("application/") and kind.endswith("+json")
+    )
+
+
+async def build_prompt_direct(request: Request, raw: bytes) -> Response | None:
+    """`build_prompt` as FastAPI would run it, its dependencies resolved here in order (caller
+    with its rate limit, scope, database session) and the response encoded once
+    (`app.core.direct`). A body or session id that does not validate goes to the full stack
+    (None), which names the field exactly as before."""
+    session_id: str = request.path_params["session_id"]
+    if not _is_json(request.headers.get("content-type")) or not _SESSION_ID.fullmatch(session_id):
+        return None
+    try:
+        body = BuildPromptRequest.model_validate_json(raw)
+    except ValidationError:
+        return None
+    context = await get_context(request)
+    async with request_db(context) as db:
+        caller = await get_caller(request, db, context, None)
+        require_scope(caller, Scope.READ)
+        response = await build_prompt(session_id, body, caller, db, context)
+    logged_by_route(request.scope)  # the build line stands for the access line
+    return Response(response.model_dump_json(), media_type="application/json")
+
+
+DIRECT_ROUTES = [
+    DirectRoute(route, build_prompt_direct)
+    for route in router.routes
+    if isinstance(route, APIRoute) and route.endpoint is build_prompt
+]
 
 
 @router.get(

@@ -406,7 +406,7 @@ async def build_prompt(
         manifest=manifest,
         timings_ms=timings,
     )
-    _log_build(session_id, response, with_text=settings.log_text)
+    _log_build(caller, session_id, response, with_text=settings.log_text)
     context.metrics.observe_build(
         stage_timings_ms=timings,
         usage=assembled.usage,
@@ -559,12 +559,16 @@ def _ms(since: float) -> float:
     return round((time.perf_counter() - since) * 1000, 3)
 
 
-def _log_build(session_id: str, response: BuildPromptResponse, *, with_text: bool) -> None:
-    """One structured line per build with the fields of spec §7; the query as its length and
-    hash unless conversation text is logged on purpose (CONTEXTD_LOG_TEXT)."""
+def _log_build(
+    caller: Caller, session_id: str, response: BuildPromptResponse, *, with_text: bool
+) -> None:
+    """One structured line per build with the fields of spec §7 and the tenant (over HTTP it
+    stands for the access line too: `timings_ms.total` is the server's time); the query as its
+    length and hash unless conversation text is logged on purpose (CONTEXTD_LOG_TEXT)."""
     logger.info(
         "build_prompt",
         extra={
+            "tenant": caller.tenant_name,
             "session": session_id,
             "build_id": response.build_id,
             "usage_ratio": response.watermark.ratio,

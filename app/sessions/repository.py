@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
@@ -24,7 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy import true as sa_true
 from sqlalchemy.dialects.postgresql import JSONB, insert
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import IdempotencyRecord, Session, Turn
 from app.domain.budget import REPLY_PRIMING_TOKENS, BudgetConfig
@@ -167,14 +168,14 @@ async def window_turns(db: AsyncSession, session_pk: uuid.UUID) -> list[TurnReco
 
 # The session row and its window (C1) in one statement: what a build that writes nothing reads.
 _SESSION_COLUMNS = tuple(c.name for c in Session.__table__.columns)
-_SESSION_WITH_WINDOW = text(
+_SESSION_WITH_WINDOW = (
     "SELECT "
     + ", ".join(f"s.{name}" for name in _SESSION_COLUMNS)
     + ", (SELECT coalesce(json_agg(json_build_array(t.seq, t.role, t.content, t.token_count, "
     "t.created_at, t.name, t.tool_calls, t.tool_call_id, t.metadata) ORDER BY t.seq), '[]') "
     "FROM turns t WHERE t.session_id = s.id AND t.chunk_id IS NULL AND t.forgotten_at IS NULL) "
-    "FROM sessions s WHERE s.tenant_id = :tenant AND s.external_id = :external"
-)
+    "FROM sessions s WHERE s.tenant_id = %(tenant)s AND s.external_id = %(external)s"
+)  # run by the driver itself (`read_once`): psycopg's placeholders
 _SESSION_ATTRIBUTES = tuple(
     Session.__mapper__.get_property_by_column(c).key for c in Session.__table__.columns
 )
@@ -189,12 +190,11 @@ class SessionWindow:
 
 
 async def session_with_window(
-    conn: AsyncConnection, tenant_id: uuid.UUID, external_id: str
+    conn: psycopg.AsyncConnection[Any], tenant_id: uuid.UUID, external_id: str
 ) -> SessionWindow | None:
     """The session and `window_turns` in one statement (one round trip, one snapshot)."""
-    row = (
-        await conn.execute(_SESSION_WITH_WINDOW, {"tenant": tenant_id, "external": external_id})
-    ).first()
+    params = {"tenant": tenant_id, "external": external_id}
+    row = await (await conn.execute(_SESSION_WITH_WINDOW, params)).fetchone()
     if row is None:
         return None
     session = Session(**dict(zip(_SESSION_ATTRIBUTES, row[:-1], strict=True)))
