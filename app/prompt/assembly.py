@@ -230,6 +230,15 @@ def _choose(
     `limit`."""
     choice = _Choice([], {})
     used = 0
+    # An item's own cost is asked up to three times (compact-first test, fit test, manifest):
+    # count it once, it is most of this function's tokenising.
+    own_costs: dict[int, int] = {}
+
+    def own_cost(option: RecalledItem) -> int:
+        if id(option) not in own_costs:
+            own_costs[id(option)] = count_tokens(render_one(option))
+        return own_costs[id(option)]
+
     candidates: list[int] = []
     for index, item in enumerate(items):
         span = _turn_range(item)
@@ -247,21 +256,19 @@ def _choose(
     for index in candidates:
         item = items[index]
         if len(choice.chosen) >= top_k:
-            choice.outcome[index] = ("below_k", count_tokens(render_one(item)))
+            choice.outcome[index] = ("below_k", own_cost(item))
             continue
         # The whole item first; when it does not fit, its compact version (if it has one). When
         # the whole item alone would take a large share of the budget, the compact one first.
         reason: tuple[str | None, int] = ("over_budget", 0)
         options = (item, item.compact)
-        if item.compact is not None and (
-            count_tokens(render_one(item)) > COMPACT_FIRST_SHARE * limit
-        ):
+        if item.compact is not None and own_cost(item) > COMPACT_FIRST_SHARE * limit:
             options = (item.compact, item)
         for option in options:
             if option is None:
                 continue
             # What the option's own text costs: about what it adds to the block, cheap to count.
-            alone = count_tokens(render_one(option))
+            alone = own_cost(option)
             if used + alone > limit:
                 reason = ("over_budget", alone)
                 continue
