@@ -43,6 +43,11 @@ class MadialMemory:
     scene: str
     emotion: str
 
+    @property
+    def tags(self) -> list[str]:
+        """The memory's labels, stored as the remembered item's tags: its scene and emotion."""
+        return [label for label in (self.scene, self.emotion) if label]
+
 
 @dataclass(frozen=True, slots=True)
 class DialogueLine:

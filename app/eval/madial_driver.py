@@ -52,7 +52,8 @@ class MadialRun:
 async def _remember_all(
     http: Any, cfg: MadialConfig, memories: Sequence[MadialMemory]
 ) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
-    """Store every memory as a user-scope remembered item; memory_id → dataset ids."""
+    """Store every memory as a user-scope remembered item (its scene and emotion as the item's
+    tags); memory_id → dataset ids."""
     stored: dict[str, list[str]] = {}
     deduplicated: list[tuple[str, str]] = []
     by_user: dict[str, list[MadialMemory]] = {}
@@ -66,7 +67,7 @@ async def _remember_all(
                 f"configure {sid}",
             )
             for m in pool[start : start + MEMORIES_PER_LOADER_SESSION]:
-                body = {"type": "remember", "text": m.text, "scope": "user"}
+                body = {"type": "remember", "text": m.text, "scope": "user", "tags": m.tags}
                 out = check_response(
                     await http.post(f"/v1/sessions/{sid}/memory", json=body), f"remember {m.id}"
                 )

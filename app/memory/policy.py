@@ -4,7 +4,7 @@ what counts as a recall match. No I/O, no settings objects.
 
 import re
 import unicodedata
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,6 +131,15 @@ def _missing(kind: MemoryType, name: str) -> None:
 # --- remember: near-duplicates ----------------------------------------------------------------
 
 _PUNCT_RE = re.compile(r"[\W_]+", re.UNICODE)
+
+
+def embedding_text(text: str, tags: Sequence[str]) -> str:
+    """What the worker embeds for a remembered item: its text, then its tags in brackets
+    ("Bart danced at the Christmas party. (Activity, Happy)"), so an item's labels (a topic, a
+    mood) count in the vector arm too. Its lexical terms stay those of the text. MADial offline
+    (scene and emotion as tags), e5, R@5 tune / check: en .651 / .546 -> .673 / .573, zh .648 /
+    .567 -> .656 / .552."""
+    return f"{text} ({', '.join(tags)})" if tags else text
 
 
 def normalise(text: str) -> str:

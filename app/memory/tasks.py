@@ -9,6 +9,7 @@ from app.core.db import unit_of_work
 from app.embeddings.batches import embed_pending
 from app.jobs.queue import DEFAULT_QUEUE, DEFAULT_RETRY, TaskName, app_context, enqueue
 from app.memory import repository
+from app.memory.policy import embedding_text
 
 SWEEP_BATCH = 512
 
@@ -25,7 +26,7 @@ async def embed_memories(job_context: JobContext, memory_ids: list[str]) -> int:
         context.sessionmaker,
         embedder,
         load=lambda db: repository.memories_to_embed(db, ids, embedder.name, batch),
-        text_of=lambda memory: memory.text,
+        text_of=lambda memory: embedding_text(memory.text, memory.tags),
         store=lambda db, memory, vector: repository.store_memory_embedding(
             db, memory.id, vector, embedder.name
         ),

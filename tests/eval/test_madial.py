@@ -1,6 +1,7 @@
 """MADial-Bench evaluation: the pure parts, and `contextd eval madial` against a real server."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,9 @@ def test_parse_lines_and_pool_english_memories_by_the_chinese_ids(tmp_path: Path
     write_data(tmp_path)
     memories, dialogues = load_madial(tmp_path, "en")
     assert [m.user for m in memories] == ["1", "1", "1", "2", "2", "2"]
+    # Scene and emotion become the remembered item's tags (an empty label is left out).
+    assert memories[0].tags == ["s", "e"]
+    assert replace(memories[0], emotion="").tags == ["s"]
     assert dialogues[0].query == "Bart: I took the puppy to the park for a walk again today!"
     assert dialogues[0].relevant == ("2",) and dialogues[2].user == "2"
     # The test turn (the assistant's recalling line) is not part of the query.
