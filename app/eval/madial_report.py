@@ -49,14 +49,15 @@ def write_madial_report(run: MadialRun, out: Path, data_path: str, label: str = 
 machine: {os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()} ·
 run `{cfg.run_id}`, {run.elapsed_s:.0f}s{f" · {label}" if label else ""}
 
-Protocol: every memory's `event` text is stored with the memory tool's `remember` (scope user)
-in a session of its user ({run.memories} memories → {run.stored_items} items; near-duplicates
-that `remember` merged: {dedup}). Each dialogue's lines before its first test turn are appended
-to a fresh session of that user (`<Assistant>` lines as assistant turns, the others as user
-turns), then one memory `recall` with those lines (`Name: text`, one a line) as the query and
-`top_k` {max(cfg.ks)}. R@k = |top-k ∩ relevant| / |relevant|, averaged over dialogues. BM25 runs
-offline over each user's memories with the same query. Splits: **tune** = the dialogues at even
-positions of the file (the only ones settings were tuned on), **check** = the odd ones.
+Protocol: every memory's `event` text is stored with the memory tool's `remember` (scope user,
+its `scene` and `emotion` as the item's tags) in a session of its user ({run.memories} memories
+→ {run.stored_items} items; near-duplicates that `remember` merged: {dedup}). Each dialogue's
+lines before its first test turn are appended to a fresh session of that user (`<Assistant>`
+lines as assistant turns, the others as user turns), then one memory `recall` with those lines
+(`Name: text`, one a line) as the query and `top_k` {max(cfg.ks)}. R@k = |top-k ∩ relevant| /
+|relevant|, averaged over dialogues. BM25 runs offline over each user's memories with the same
+query. Splits: **tune** = the dialogues at even positions of the file (the only ones settings
+were tuned on), **check** = the odd ones.
 
 {madial_table(run)}
 

@@ -153,6 +153,7 @@ def test_eval_madial_through_the_api(
         report = (tmp_path / "report" / f"madial_{lang}_report.md").read_text()
         assert "| contextd (memory recall) | all | 4 |" in report
         assert "| contextd (memory recall) | tune | 2 |" in report
+        assert "its `scene` and `emotion` as the item's tags" in report
         # These settings have no embedder: every recall went on lexically, and the report says so.
         assert results["lexical_only"] == 4
         assert all("vector_unavailable" in d["fallbacks"] for d in results["dialogues"])
