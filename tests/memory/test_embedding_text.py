@@ -9,8 +9,8 @@ from tests.support.loopback import loopback_server, with_openai_embedder
 from tests.support.server import run_server
 from tests.support.waiting import wait_for
 
-TAGGED = "Bart danced at the Christmas party and felt very happy."
-UNTAGGED = "Refund order number: ORD-58213."
+TAGGED = "Mira danced at the spring lantern parade and felt very happy."
+UNTAGGED = "Refund order number: ORD-77431."
 
 
 def test_embedding_text_puts_the_tags_after_the_text() -> None:
@@ -43,7 +43,9 @@ async def test_the_worker_embeds_an_item_with_its_tags(settings: Settings, api_k
                     assert stored.status_code == 200, stored.text
                     assert stored.json()["data"]["outcome"] == "stored", stored.text
                 inputs = await wait_for(
-                    embedded, lambda texts: len(texts) >= 2, what="both items embedded"
-                )
+                    embedded, lambda texts: UNTAGGED in texts and any(TAGGED in t for t in texts),
+                    what="both items embedded",
+                )  # fmt: skip
     # Tags are stored trimmed and sorted; the text the worker embeds carries them, in that order.
-    assert inputs == [f"{TAGGED} (Activity, Happy)", UNTAGGED]
+    # (The worker may embed other tests' items of the shared database too: only ours are read.)
+    assert [t for t in inputs if TAGGED in t] == [f"{TAGGED} (Activity, Happy)"]
