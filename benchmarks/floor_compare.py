@@ -18,6 +18,13 @@ first; the query-embedding cache is emptied before each contextd round (the floo
 every query is embedded. Prints each round, then per figure the median over rounds and the ratio
 contextd / floor (median and range), and the load average of the machine.
 
+Both sides also get their CPU time per request, per process, from /proc: the server (contextd's
+one `dev` process; the floor's uvicorn), its PostgreSQL (every backend, plus those that exited,
+through the postmaster's reaped-children time), its Valkey and the client driving it. The floor's
+phases are known from its printed lines (a phase ends when its line appears and began requests /
+req/s before), sampled every 50 ms. `--scenarios "no recall"` skips the 5,000-turn session and
+the after-append rounds, and stops the floor once its no-recall figures are in.
+
 Then, `--append-rounds` times (default 3), builds right after an append (`--append-tries`
 builds, default 20): the p95 of recall builds on a quiet server, then the p95 of builds each sent
 right after a 100-turn append to the same session (the appends cross its watermark, so offload
@@ -229,6 +236,9 @@ def run_floor(
             stderr=errors,
             text=True,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),  # each line as it is printed
+            # A command started in the background of a shell ignores SIGINT, and so would the
+            # floor: give it the default handler (Python's KeyboardInterrupt) back.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         series = CpuSeries(bench.pid)
         assert bench.stdout is not None
