@@ -103,6 +103,12 @@ def _processes() -> Iterator[tuple[int, int, str]]:
         yield int(entry.name), parent, command
 
 
+def _after(flag: str, command: str) -> str | None:
+    """The word after `flag` in a command line."""
+    words = command.split()
+    return words[words.index(flag) + 1] if flag in words[:-1] else None
+
+
 @dataclass(frozen=True)
 class Stack:
     """What serves one side: the server process, the PostgreSQL and Valkey it talks to, the
@@ -122,16 +128,16 @@ class Stack:
         valkey = f"127.0.0.1:{urlsplit(self.redis_url).port}"
         table = list(_processes())
         postmasters = {
-            pid
-            for pid, _, command in table
-            if socket_dir and f"-k {socket_dir}" in command and "postgres" in command
+            pid for pid, _, command in table if socket_dir and _after("-k", command) == socket_dir
         }
         return {
             "server": [self.server],
             "postgres": [-p for p in postmasters]
             + [p for p, parent, _ in table if parent in postmasters],
             "valkey": [
-                p for p, _, command in table if "valkey-server" in command and valkey in command
+                p
+                for p, _, command in table
+                if "valkey-server" in command and valkey in command.split()
             ],
             "client": [self.client],
         }
