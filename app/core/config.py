@@ -182,11 +182,6 @@ class RecallSettings(BaseModel):
     vector_index_build_memory_mb: int = Field(
         512, gt=0, description="maintenance_work_mem of one session's vector index build"
     )
-    second_hop: bool = Field(
-        True,
-        description="second retrieval hop: the first hits' distinctive terms searched again"
-        " (BM25) and fused in, for multi-hop questions",
-    )
     lexical_index_cache_sessions: int = Field(
         256, ge=0, description="per-process BM25 indexes kept (one per session)"
     )

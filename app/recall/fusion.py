@@ -13,9 +13,6 @@ Default weights, and why:
 - lexical 1.0, vector 1.0: bm25 + e5 fused at equal weight with k = 60 was the best measured
   combination (shared/eval/README.md). A weaker embedder (the `use` model) fused at equal weight
   *lowered* recall there, so callers with a weak embedder should pass a vector weight below 1.
-- feedback 0.5: the second hop's BM25 list (`app.recall.feedback`), built from the first hop's
-  own hits, counts half a first-hop arm: it brings in what the first hop missed without outvoting
-  it.
 - exact 3.0: an exact ID/quoted-string hit is the strongest evidence there is ("exact hits
   first"). With 3.0, an exact hit anywhere in the top 30 (3/90 = 0.0333) outranks a candidate that
   is first in both other arms but not an exact hit (2/61 = 0.0328).
@@ -33,7 +30,6 @@ RRF_K = 60
 EXACT_WEIGHT = 3.0
 LEXICAL_WEIGHT = 1.0
 VECTOR_WEIGHT = 1.0
-FEEDBACK_WEIGHT = 0.5
 
 
 def rrf(
@@ -74,7 +70,6 @@ class ArmWeights:
     exact: float = EXACT_WEIGHT
     lexical: float = LEXICAL_WEIGHT
     vector: float = VECTOR_WEIGHT
-    feedback: float = FEEDBACK_WEIGHT
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +82,6 @@ class FusedCandidate:
     exact_rank: int | None = None
     lexical_rank: int | None = None
     vector_rank: int | None = None
-    feedback_rank: int | None = None
 
     @property
     def arms(self) -> list[str]:
@@ -95,7 +89,6 @@ class FusedCandidate:
             ("exact", self.exact_rank),
             ("lexical", self.lexical_rank),
             ("vector", self.vector_rank),
-            ("feedback", self.feedback_rank),
         )
         return [name for name, rank in named if rank is not None]
 
@@ -134,16 +127,13 @@ def fuse_arms(
     exact: Sequence[str] = (),
     lexical: Sequence[str] = (),
     vector: Sequence[str] = (),
-    feedback: Sequence[str] = (),
     k: int = RRF_K,
     weights: ArmWeights | None = None,
     method: FusionMethod,
     lexical_scores: Mapping[str, float] | None = None,
     vector_scores: Mapping[str, float] | None = None,
-    feedback_scores: Mapping[str, float] | None = None,
 ) -> list[FusedCandidate]:
-    """Fuse the arms; an arm that is down (e.g. vector_unavailable) or was not run (the second
-    hop's `feedback`, `app.recall.feedback`) is passed empty.
+    """Fuse the three arms; an arm that is down (e.g. vector_unavailable) is passed empty.
 
     `method="relative"` needs the arms' scores (BM25 scores, cosine similarities); exact hits
     count as a full score of 1 each."""
@@ -154,18 +144,12 @@ def fuse_arms(
                 dict.fromkeys(exact, 1.0),
                 {d: (lexical_scores or {})[d] for d in lexical},
                 {d: (vector_scores or {})[d] for d in vector},
-                {d: (feedback_scores or {})[d] for d in feedback},
             ],
-            [w.exact, w.lexical, w.vector, w.feedback],
+            [w.exact, w.lexical, w.vector],
         )
     else:
-        fused = rrf(
-            [exact, lexical, vector, feedback],
-            k=k,
-            weights=[w.exact, w.lexical, w.vector, w.feedback],
-        )
+        fused = rrf([exact, lexical, vector], k=k, weights=[w.exact, w.lexical, w.vector])
     exact_r, lexical_r, vector_r = _ranks(exact), _ranks(lexical), _ranks(vector)
-    feedback_r = _ranks(feedback)
     return [
         FusedCandidate(
             id=doc_id,
@@ -174,7 +158,6 @@ def fuse_arms(
             exact_rank=exact_r.get(doc_id),
             lexical_rank=lexical_r.get(doc_id),
             vector_rank=vector_r.get(doc_id),
-            feedback_rank=feedback_r.get(doc_id),
         )
         for rank, (doc_id, score) in enumerate(fused, start=1)
     ]

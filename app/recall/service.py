@@ -1,6 +1,5 @@
 """The recall chain: rewrite → exact hits → embed → wide recall (BM25 + vector) → fusion
-(`app.recall.fusion`) → second hop (`app.recall.feedback`: the first hits' distinctive terms
-searched again, fused in) → rerank → drop what is already in the window and duplicates. Callers then
+(`app.recall.fusion`) → rerank → drop what is already in the window and duplicates. Callers then
 cut to k and a token budget.
 
 Every arm degrades on its own: an embedder or vector failure leaves lexical recall
@@ -14,10 +13,9 @@ import logging
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any, Literal
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -36,7 +34,6 @@ from app.offload import repository
 from app.offload.chunking import render_turn
 from app.recall.bm25 import BM25Index, idf
 from app.recall.cross_encoder import HttpReranker, RerankUnavailable
-from app.recall.feedback import second_hop
 from app.recall.fusion import ArmWeights, FusedCandidate, fuse_arms
 from app.recall.llm_rewrite import QueryRewriteUnavailable, llm_rewrite
 from app.recall.rerank import (
@@ -253,35 +250,6 @@ async def show_best_turns(
             hit = replace(hit, compact_text=trimmed.text, compact_seqs=trimmed.seqs)
         out.append(hit)
     return out
-
-
-async def _with_second_hop(
-    db: AsyncSession,
-    context: AppContext,
-    session: Session,
-    query_terms: dict[str, float],
-    fused: list[FusedCandidate],
-    chunks: dict[str, repository.ShownChunk],
-    fuse: Callable[..., list[FusedCandidate]],
-    limit: int,
-) -> list[FusedCandidate]:
-    """`fused` (the first hop's arms fused by `fuse`) with the second hop (`app.recall.feedback`)
-    fused in as one more arm, the chunks it brought in added to `chunks`; `fused` as it was
-    when no feedback term qualifies."""
-    first_hits = [
-        chunks[f.id].raw_text for f in fused if f.id in chunks and chunks[f.id].status == "active"
-    ]
-    if not first_hits:
-        return fused
-    index = await _chunk_index(db, context, session)
-    found = second_hop(index, by_stem(query_terms), first_hits, limit)
-    if not found:
-        return fused
-    fused = fuse(feedback=list(found), feedback_scores=found)
-    new = [f.id for f in fused if not f.id.startswith(MEMORY_PREFIX) and f.id not in chunks]
-    if new:
-        chunks.update(await repository.chunks_by_id(db, new))
-    return fused
 
 
 def _normalised(scores: dict[str, float]) -> dict[str, float]:
@@ -595,8 +563,7 @@ async def recall(
     # embedder and are comparable as they are.
     lexical_all = {**_normalised(lexical), **_normalised(memory_lexical)}
     vector_all = {**vector, **memory_vector}
-    fuse = partial(
-        fuse_arms,
+    fused = fuse_arms(
         exact=[*exact, *memory_exact],
         lexical=sorted(lexical_all, key=lambda d: -lexical_all[d]),
         vector=sorted(vector_all, key=lambda d: -vector_all[d]),
@@ -606,19 +573,12 @@ async def recall(
         lexical_scores=lexical_all,
         vector_scores=vector_all,
     )
-    fused = fuse()
     vector_median = statistics.median(vector_all.values()) if vector_all else 0.0
     clock.lap("fuse")
 
     chunks = await repository.chunks_by_id(
         db, [f.id for f in fused if not f.id.startswith(MEMORY_PREFIX)]
     )
-    clock.lap("fetch")
-    if context.settings.recall.second_hop:
-        fused = await _with_second_hop(
-            db, context, session, query_terms, fused, chunks, fuse, candidates
-        )
-        clock.lap("second_hop")
     fields: dict[str, dict[str, Any]] = {}
     for f in fused:
         if f.id.startswith(MEMORY_PREFIX):

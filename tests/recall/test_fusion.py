@@ -91,20 +91,3 @@ def test_relative_score_fusion_keeps_the_margin_that_rank_fusion_drops() -> None
 def test_relative_score_fusion_normalises_each_list() -> None:
     fused = relative_score_fusion([{"x": 2.0, "y": 4.0}, {"x": 7.0}], [1.0, 0.5])
     assert fused == [("y", 1.0), ("x", 0.5)]  # x: 0 + 0.5 * 1 (a one-item list is all 1.0)
-
-
-def test_feedback_arm_brings_in_what_the_first_hop_missed_without_outvoting_it() -> None:
-    fused = fuse_arms(
-        lexical=["a", "b"],
-        vector=["a", "b"],
-        feedback=["a", "new"],
-        method="relative",
-        lexical_scores={"a": 2.0, "b": 1.0},
-        vector_scores={"a": 0.9, "b": 0.8},
-        feedback_scores={"a": 5.0, "new": 4.0},
-        weights=ArmWeights(feedback=0.5),
-    )
-    by_id = {f.id: f for f in fused}
-    assert [f.id for f in fused] == ["a", "b", "new"]
-    assert by_id["new"].arms == ["feedback"] and by_id["new"].feedback_rank == 2
-    assert by_id["a"].score == 2.5 and by_id["b"].score == 0.0 and by_id["new"].score == 0.0
