@@ -319,7 +319,12 @@ def main() -> None:
     parser.add_argument("--floor-dir", type=Path, default=Path("../shared/perf"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=480, help="per scenario and concurrency")
-    parser.add_argument("--big-turns", type=int, default=5000)
+    parser.add_argument(
+        "--big-turns",
+        type=int,
+        default=5000,
+        help="turns of the recall session; too few to cross its offload trigger fails at once",
+    )
     parser.add_argument("--append-tries", type=int, default=20)
     parser.add_argument("--append-rounds", type=int, default=3)
     parser.add_argument("--port", type=int, default=random.randint(18100, 18900))
