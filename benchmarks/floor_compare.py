@@ -497,7 +497,12 @@ def main() -> None:
         help="comma-separated, of: no recall, recall (without recall: no big session is loaded, "
         "no after-append rounds run, the floor's recall rows are not compared)",
     )
-    parser.add_argument("--big-turns", type=int, default=5000)
+    parser.add_argument(
+        "--big-turns",
+        type=int,
+        default=5000,
+        help="turns of the recall session; too few to cross its offload trigger fails at once",
+    )
     parser.add_argument("--append-tries", type=int, default=20)
     parser.add_argument("--append-rounds", type=int, default=3)
     parser.add_argument("--port", type=int, default=random.randint(18100, 18900))
