@@ -53,10 +53,20 @@ async def ingest(http: httpx.AsyncClient, sid: str, n: int, config: dict[str, An
 async def wait_offloaded(
     http: httpx.AsyncClient, sid: str, embedded: bool, timeout: float
 ) -> dict[str, Any]:
+    """Wait until `sid` has offloaded (and, when `embedded`, every chunk has its vector). A
+    session with no chunk whose window is under the offload trigger never offloads without more
+    turns: that fails at once instead of at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
         info = (await http.get(f"/v1/sessions/{sid}")).json()
-        done = info["counts"]["chunks"] > 0 and info["watermark"]["level"] == "normal"
+        chunks, watermark = info["counts"]["chunks"], info["watermark"]
+        if chunks == 0 and watermark["level"] == "normal":
+            raise SystemExit(
+                f"{sid}: {info['counts']['turns']} turns fill {watermark['ratio']:.0%} of the "
+                "window, under the offload trigger, so nothing will be offloaded: append more "
+                "turns (e.g. a larger --big-turns)"
+            )
+        done = chunks > 0 and watermark["level"] == "normal"
         unembedded = 0
         if done and embedded:
             cursor = None

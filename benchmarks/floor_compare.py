@@ -18,6 +18,13 @@ first; the query-embedding cache is emptied before each contextd round (the floo
 every query is embedded. Prints each round, then per figure the median over rounds and the ratio
 contextd / floor (median and range), and the load average of the machine.
 
+Both sides also get their CPU time per request, per process, from /proc: the server (contextd's
+one `dev` process; the floor's uvicorn), its PostgreSQL (every backend, plus those that exited,
+through the postmaster's reaped-children time), its Valkey and the client driving it. The floor's
+phases are known from its printed lines (a phase ends when its line appears and began requests /
+req/s before), sampled every 50 ms. `--scenarios "no recall"` skips the 5,000-turn session and
+the after-append rounds, and stops the floor once its no-recall figures are in.
+
 Then, `--append-rounds` times (default 3), builds right after an append (`--append-tries`
 builds, default 20): the p95 of recall builds on a quiet server, then the p95 of builds each sent
 right after a 100-turn append to the same session (the appends cross its watermark, so offload
@@ -31,10 +38,12 @@ import json
 import os
 import random
 import re
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -43,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import redis
@@ -64,7 +74,85 @@ BIG_CONFIG = {"context_limit": 16000, "reserve_tokens": 2000, "min_recent_tokens
 APPEND_TURNS = 100
 
 Figures = dict[tuple[str, int], tuple[float, float, float]]  # (scenario, clients) -> p50, p95, rps
-CpuPerRequest = dict[tuple[str, int], float]  # (scenario, clients) -> contextd CPU ms per request
+PartsCpu = dict[str, float]  # part (server, postgres, valkey, client) -> CPU ms per request
+CpuPerRequest = dict[tuple[str, int], PartsCpu]  # (scenario, clients) -> CPU of each part
+
+
+def cpu_seconds(pid: int, reaped: bool = False) -> float:
+    """User + system CPU time of process `pid` so far, all its threads (Linux /proc), with
+    `reaped` also that of its children that exited and were waited for; 0 for a process that
+    is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    used = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if reaped else 0)
+    return used / os.sysconf("SC_CLK_TCK")
+
+
+def _processes() -> Iterator[tuple[int, int, str]]:
+    """(pid, parent pid, command line) of every process still there."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+        yield int(entry.name), parent, command
+
+
+def _after(flag: str, command: str) -> str | None:
+    """The word after `flag` in a command line."""
+    words = command.split()
+    return words[words.index(flag) + 1] if flag in words[:-1] else None
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What serves one side: the server process, the PostgreSQL and Valkey it talks to, the
+    client process driving it (found from their URLs: the postmaster listens on the socket
+    directory of the database URL, Valkey on the port of the Redis URL)."""
+
+    server: int
+    database_url: str
+    redis_url: str
+    client: int
+
+    def parts(self) -> dict[str, list[int]]:
+        """The processes of each part: server, postgres (every backend, and the postmaster
+        with the time of the backends that exited, written as its negated pid), valkey,
+        client."""
+        socket_dir = parse_qs(urlsplit(self.database_url).query).get("host", [""])[0]
+        valkey = f"127.0.0.1:{urlsplit(self.redis_url).port}"
+        table = list(_processes())
+        postmasters = {
+            pid for pid, _, command in table if socket_dir and _after("-k", command) == socket_dir
+        }
+        return {
+            "server": [self.server],
+            "postgres": [-p for p in postmasters]
+            + [p for p, parent, _ in table if parent in postmasters],
+            "valkey": [
+                p
+                for p, _, command in table
+                if "valkey-server" in command and valkey in command.split()
+            ],
+            "client": [self.client],
+        }
+
+    def cpu(self, parts: dict[str, list[int]] | None = None) -> dict[str, float]:
+        """CPU seconds so far per part."""
+        found = self.parts() if parts is None else parts
+        return {
+            part: sum(cpu_seconds(abs(pid), reaped=pid < 0) for pid in pids)
+            for part, pids in found.items()
+        }
+
+
+def per_request(before: dict[str, float], after: dict[str, float], requests: int) -> PartsCpu:
+    return {part: (after[part] - before[part]) * 1000 / requests for part in after}
 
 
 def floor_module(floor_dir: Path) -> ModuleType:
@@ -77,28 +165,108 @@ def floor_module(floor_dir: Path) -> ModuleType:
     return module
 
 
-def run_floor(floor_dir: Path, chunks: int, requests: int) -> Figures:
-    """One run of the floor as it is; its printed figures."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(floor_dir / "floor_bench.py"),
-            "--chunks",
-            str(chunks),
-            "--requests",
-            str(requests),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+def _floor_stack(bench: int) -> Stack | None:
+    """The floor's side, once its server is up: `floor_app` under uvicorn, a child of
+    `floor_bench.py`, whose environment names its PostgreSQL and Valkey."""
+    for pid, parent, command in _processes():
+        if parent == bench and "floor_app" in command:
+            try:
+                raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                return None
+            env = dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+            if "PG" in env and "RURL" in env:
+                return Stack(pid, env["PG"], env["RURL"], bench)
+    return None
+
+
+class CpuSeries:
+    """The floor's CPU per part every `every` seconds, on a thread (the floor runs as it is, so
+    its phases are known only from its printed lines: a phase ends when its line appears and
+    began requests / req/s before). Reads only the /proc files of the parts' processes (found
+    again once a second), so the sampling costs little of what it measures."""
+
+    def __init__(self, bench: int, every: float = 0.05) -> None:
+        self.bench, self.every = bench, every
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        stack: Stack | None = None
+        parts: dict[str, list[int]] = {}
+        found_at = 0.0
+        while not self.done.wait(self.every):
+            now = time.monotonic()
+            if stack is None:
+                stack = _floor_stack(self.bench)
+            if stack is not None and now - found_at >= 1.0:
+                parts, found_at = stack.parts(), now
+            if parts:
+                self.samples.append((now, stack.cpu(parts) if stack else {}))
+
+    def at(self, moment: float) -> dict[str, float]:
+        """CPU seconds per part at `moment`, linear between the two samples around it."""
+        earlier = [s for s in self.samples if s[0] <= moment] or self.samples[:1]
+        later = [s for s in self.samples if s[0] >= moment] or self.samples[-1:]
+        (t0, a), (t1, b) = earlier[-1], later[0]
+        w = 0.0 if t1 == t0 else (moment - t0) / (t1 - t0)
+        return {part: a[part] + w * (b.get(part, a[part]) - a[part]) for part in a}
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+
+
+def run_floor(
+    floor_dir: Path, chunks: int, requests: int, scenarios: tuple[str, ...]
+) -> tuple[Figures, CpuPerRequest]:
+    """One run of the floor as it is; its printed figures and the CPU per request of its parts
+    (server, postgres, valkey, client) per phase. Once the figures of `scenarios` are in, the
+    floor is interrupted (SIGINT: it stops its server and stack as it does on any error)."""
     figures: Figures = {}
-    for match in FLOOR_LINE.finditer(out):
-        name, clients, p50, p95, rps = match.groups()
-        figures[(name, int(clients))] = (float(p50), float(p95), float(rps))
-    if len(figures) != len(SCENARIOS) * len(CLIENTS):
-        raise SystemExit(f"unexpected floor output:\n{out}")
-    return figures
+    ends: dict[tuple[str, int], float] = {}
+    out = []
+    with tempfile.TemporaryFile("w+") as errors:
+        bench = subprocess.Popen(
+            [
+                sys.executable,
+                str(floor_dir / "floor_bench.py"),
+                "--chunks",
+                str(chunks),
+                "--requests",
+                str(requests),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),  # each line as it is printed
+            # A command started in the background of a shell ignores SIGINT, and so would the
+            # floor: give it the default handler (Python's KeyboardInterrupt) back.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        series = CpuSeries(bench.pid)
+        assert bench.stdout is not None
+        for line in bench.stdout:
+            out.append(line)
+            match = FLOOR_LINE.search(line)
+            if match and match.group(1) in scenarios:
+                name, clients, p50, p95, rps = match.groups()
+                figures[(name, int(clients))] = (float(p50), float(p95), float(rps))
+                ends[(name, int(clients))] = time.monotonic()
+                if len(figures) == len(scenarios) * len(CLIENTS) and bench.poll() is None:
+                    bench.send_signal(signal.SIGINT)
+        series.stop()
+        bench.wait()
+        errors.seek(0)
+        if len(figures) != len(scenarios) * len(CLIENTS):
+            raise SystemExit(f"unexpected floor output:\n{''.join(out)}\n{errors.read()}")
+    cpu: CpuPerRequest = {}
+    for key, end in ends.items():
+        began = end - requests / figures[key][2]
+        cpu[key] = per_request(series.at(began), series.at(end), requests)
+    return figures, cpu
 
 
 class BuildPromptClient:
@@ -175,6 +343,8 @@ async def load_contextd(base: str, big_turns: int) -> int:
             ]
             resp = await http.post(f"/v1/sessions/floor-s{s}/turns", json={"turns": turns})
             resp.raise_for_status()
+        if not big_turns:
+            return 0
         await ingest(http, BIG_SESSION, big_turns, BIG_CONFIG)
         info = await wait_offloaded(http, BIG_SESSION, True, 3600)
         return int(info["counts"]["chunks"])
@@ -188,18 +358,14 @@ def forget_query_embeddings(redis_url: str) -> None:
     client.close()
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process `pid` so far, all its threads (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def measure_contextd(
-    floor: ModuleType, server: DevServer, requests: int
+    floor: ModuleType, server: DevServer, requests: int, scenarios: tuple[str, ...]
 ) -> tuple[Figures, dict[str, Counter[str]], CpuPerRequest]:
     """The floor's own measurement loop (warm-up, then 1 and 16 clients) against contextd;
-    also the fallback flags of the measured builds, per scenario, and contextd's CPU time per
-    request (API and worker: one process under `contextd dev`)."""
+    also the fallback flags of the measured builds, per scenario, and the CPU time per request
+    of contextd (API and worker: one process under `contextd dev`), its PostgreSQL, its Valkey
+    and this client."""
+    stack = Stack(server.pid, server.database_url, server.redis_url, os.getpid())
     figures: Figures = {}
     cpu: CpuPerRequest = {}
     flags: dict[str, Counter[str]] = {}
@@ -209,13 +375,13 @@ async def measure_contextd(
     }
     async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
         client = BuildPromptClient(http)
-        for name in SCENARIOS:
+        for name in scenarios:
             await floor.load(client, paths[name], 4, 60)
             client.fallbacks.clear()
             for clients in CLIENTS:
-                before = cpu_seconds(server.pid)
+                before = stack.cpu()
                 figures[(name, clients)] = await floor.load(client, paths[name], clients, requests)
-                cpu[(name, clients)] = (cpu_seconds(server.pid) - before) * 1000 / requests
+                cpu[(name, clients)] = per_request(before, stack.cpu(), requests)
             flags[name] = Counter(client.fallbacks)
     return figures, flags, cpu
 
@@ -252,27 +418,33 @@ def print_round(
     floor: Figures,
     contextd: Figures,
     flags: dict[str, Counter[str]],
-    cpu: CpuPerRequest,
+    cpu: tuple[CpuPerRequest, CpuPerRequest],
     load: tuple[float, ...],
 ) -> None:
     print(f"round {n}  (load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})")
     for name, counts in flags.items():
         if counts:
             print(f"  contextd fallbacks ({name}): {dict(counts)}")
-    for key in floor:
+    for key in contextd:
         f, c = floor[key], contextd[key]
         print(
             f"  {key[0]:9s} clients={key[1]:2d}  floor p50 {f[0]:7.2f} p95 {f[1]:7.2f} "
             f"{f[2]:5.0f} req/s | contextd p50 {c[0]:7.2f} p95 {c[1]:7.2f} {c[2]:5.0f} req/s | "
-            f"x{c[0] / f[0]:.2f} p50, x{c[2] / f[2]:.2f} req/s | contextd CPU "
-            f"{cpu[key]:.1f} ms/request"
+            f"x{c[0] / f[0]:.2f} p50, x{c[2] / f[2]:.2f} req/s"
+        )
+        print(
+            f"    CPU ms/request  floor {cpu_line(cpu[0][key])} | contextd {cpu_line(cpu[1][key])}"
         )
     sys.stdout.flush()
 
 
+def cpu_line(parts: PartsCpu) -> str:
+    return " ".join(f"{part} {ms:.2f}" for part, ms in parts.items())
+
+
 def summary(rounds: list[tuple[Figures, Figures]]) -> list[dict[str, Any]]:
     rows = []
-    for key in rounds[0][0]:
+    for key in rounds[0][1]:
         p50_ratios = [c[key][0] / f[key][0] for f, c in rounds]
         p95_ratios = [c[key][1] / f[key][1] for f, c in rounds]
         rps_ratios = [c[key][2] / f[key][2] for f, c in rounds]
@@ -319,24 +491,40 @@ def main() -> None:
     parser.add_argument("--floor-dir", type=Path, default=Path("../shared/perf"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=480, help="per scenario and concurrency")
-    parser.add_argument("--big-turns", type=int, default=5000)
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(SCENARIOS),
+        help="comma-separated, of: no recall, recall (without recall: no big session is loaded, "
+        "no after-append rounds run, the floor's recall rows are not compared)",
+    )
+    parser.add_argument(
+        "--big-turns",
+        type=int,
+        default=5000,
+        help="turns of the recall session; too few to cross its offload trigger fails at once",
+    )
     parser.add_argument("--append-tries", type=int, default=20)
     parser.add_argument("--append-rounds", type=int, default=3)
     parser.add_argument("--port", type=int, default=random.randint(18100, 18900))
+    parser.add_argument("--redis-port", type=int, default=random.randint(18100, 18900))
     parser.add_argument("--serve-args", default="", help="extra `contextd dev` arguments")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
+    scenarios = tuple(name.strip() for name in args.scenarios.split(","))
+    if not scenarios or any(name not in SCENARIOS for name in scenarios):
+        parser.error(f"--scenarios: comma-separated, of {', '.join(SCENARIOS)}")
     floor = floor_module(args.floor_dir.resolve())
     rounds: list[tuple[Figures, Figures]] = []
-    cpus: list[CpuPerRequest] = []
+    cpus: list[tuple[CpuPerRequest, CpuPerRequest]] = []
     loads: list[tuple[float, ...]] = []
+    appended = []
     with (
         tempfile.TemporaryDirectory(prefix="floor-compare-") as tmp,
-        contextd_dev(Path(tmp), args.port, args.serve_args.split()) as server,
+        contextd_dev(Path(tmp), args.port, args.serve_args.split(), args.redis_port) as server,
     ):
         base = server.url
         started = time.monotonic()
-        chunks = asyncio.run(load_contextd(base, args.big_turns))
+        chunks = asyncio.run(load_contextd(base, args.big_turns if "recall" in scenarios else 0))
         print(
             f"contextd: {SMALL_SESSIONS} sessions x {SMALL_TURNS} turns, {args.big_turns} turns "
             f"offloaded into {chunks} chunks and embedded in {time.monotonic() - started:.0f}s"
@@ -345,17 +533,24 @@ def main() -> None:
             load = os.getloadavg()
             forget_query_embeddings(server.redis_url)
             if n % 2:
-                floor_figures = run_floor(args.floor_dir, chunks, args.requests)
-                ours, flags, cpu = asyncio.run(measure_contextd(floor, server, args.requests))
+                floor_figures, floor_cpu = run_floor(
+                    args.floor_dir, chunks or 100, args.requests, scenarios
+                )
+                ours, flags, cpu = asyncio.run(
+                    measure_contextd(floor, server, args.requests, scenarios)
+                )
             else:
-                ours, flags, cpu = asyncio.run(measure_contextd(floor, server, args.requests))
-                floor_figures = run_floor(args.floor_dir, chunks, args.requests)
+                ours, flags, cpu = asyncio.run(
+                    measure_contextd(floor, server, args.requests, scenarios)
+                )
+                floor_figures, floor_cpu = run_floor(
+                    args.floor_dir, chunks or 100, args.requests, scenarios
+                )
             rounds.append((floor_figures, ours))
-            cpus.append(cpu)
+            cpus.append((floor_cpu, cpu))
             loads.append(load)
-            print_round(n, floor_figures, ours, flags, cpu, load)
-        appended = []
-        for n in range(1, args.append_rounds + 1):
+            print_round(n, floor_figures, ours, flags, (floor_cpu, cpu), load)
+        for n in range(1, args.append_rounds + 1 if "recall" in scenarios else 1):
             quiet, loaded = asyncio.run(after_append(floor, base, args.append_tries, n))
             appended.append((quiet, loaded))
             print(
@@ -365,9 +560,18 @@ def main() -> None:
             )
     rows = summary(rounds)
     print_summary(rows, len(rounds))
-    for key in cpus[0]:
-        per_request = statistics.median(cpu[key] for cpu in cpus)
-        print(f"contextd CPU per request, {key[0]}, {key[1]} client(s): {per_request:.1f} ms")
+    print("\nCPU time per request (ms), medians over rounds, per process: the server, its")
+    print("PostgreSQL (postmaster and backends), its Valkey, the client driving it")
+    for key in cpus[0][1]:
+        floor_parts, our_parts = (
+            {
+                part: statistics.median(c[side][key][part] for c in cpus)
+                for part in cpus[0][side][key]
+            }
+            for side in (0, 1)
+        )
+        print(f"  {key[0]}, {key[1]} client(s): floor {cpu_line(floor_parts)}")
+        print(f"  {key[0]}, {key[1]} client(s): contextd {cpu_line(our_parts)}")
     if appended:
         ratio = statistics.median(loaded / quiet for quiet, loaded in appended)
         print(f"build right after an append: p95 / quiet p95, median over rounds x{ratio:.2f}")
@@ -378,7 +582,7 @@ def main() -> None:
             json.dumps(
                 {"rounds": [[list(f.items()), list(c.items())] for f, c in rounds], "summary": rows}
                 | {"loadavg": loads, "chunks": chunks, "after_append": appended}
-                | {"contextd_cpu_ms_per_request": [list(c.items()) for c in cpus]},
+                | {"cpu_ms_per_request": [[list(f.items()), list(c.items())] for f, c in cpus]},
                 indent=2,
                 default=list,
             )

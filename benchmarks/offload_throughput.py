@@ -4,7 +4,9 @@
 
 Appends N turns with a large window (no trigger), then shrinks the window and times one offload
 (chunking + chunk inserts + turn marking, one transaction). Prints turns/s and chunks/s per run,
-the median, and the peak RSS of this process.
+the median, the CPU time each side spent (this process, and the PostgreSQL backend of the
+offload's transaction: on a shared machine wall time follows the load, CPU time much less), and
+the peak RSS of this process.
 """
 
 import argparse
@@ -14,7 +16,10 @@ import resource
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+from sqlalchemy import text
 
 from app.core.cache import Cache
 from app.core.config import load_settings
@@ -22,12 +27,22 @@ from app.core.migrate import upgrade
 from app.embedded import EmbeddedStack
 from app.offload.service import offload_session
 from app.sessions import repository as sessions_repository
+from benchmarks.floor_compare import cpu_seconds
 from tests.support.factories import append, configure, new_caller, transaction
 
 WORDS = "budget train Lyon order hotel price window seat invoice 预算 火车 订单 酒店".split()
 
 
-async def one_run(engine, settings, cache, turns: int) -> tuple[float, int, int]:
+@dataclass(frozen=True)
+class Run:
+    seconds: float
+    python_cpu: float  # this process, all threads
+    postgres_cpu: float  # the backend that ran the offload's transaction
+    moved: int
+    chunks: int
+
+
+async def one_run(engine, settings, cache, turns: int) -> Run:
     caller = await new_caller(engine)
     sid = "bench"
     await configure(engine, caller, settings, cache, sid, context_limit=10_000_000)
@@ -46,12 +61,20 @@ async def one_run(engine, settings, cache, turns: int) -> tuple[float, int, int]
         session = await sessions_repository.get_session(db, caller.tenant_id, sid)
         assert session is not None
         pk = session.id
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     async with transaction(engine) as db:
+        backend = int((await db.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+        backend_cpu = cpu_seconds(backend)
         result = await offload_session(db, settings, cache, pk, trigger="benchmark")
     elapsed = time.perf_counter() - started
     assert result is not None
-    return elapsed, result.turns_moved, result.chunks_written
+    return Run(
+        elapsed,
+        time.process_time() - cpu,
+        cpu_seconds(backend) - backend_cpu,
+        result.turns_moved,
+        result.chunks_written,
+    )
 
 
 async def main() -> None:
@@ -67,17 +90,21 @@ async def main() -> None:
 
         engine = create_engine(settings)
         cache = Cache(settings.redis_url, settings.cache)
-        rates = []
-        for run in range(args.runs):
-            elapsed, moved, chunks = await one_run(engine, settings, cache, args.turns)
-            rates.append((moved / elapsed, chunks / elapsed))
+        runs = []
+        for n in range(args.runs):
+            run = await one_run(engine, settings, cache, args.turns)
+            runs.append(run)
             print(
-                f"run {run + 1}: {moved} turns -> {chunks} chunks in {elapsed:.2f}s "
-                f"({moved / elapsed:.0f} turns/s, {chunks / elapsed:.0f} chunks/s)"
+                f"run {n + 1}: {run.moved} turns -> {run.chunks} chunks in {run.seconds:.2f}s "
+                f"({run.moved / run.seconds:.0f} turns/s, {run.chunks / run.seconds:.0f} "
+                f"chunks/s); CPU python {run.python_cpu:.2f}s, postgres {run.postgres_cpu:.2f}s"
             )
+        python = statistics.median(1e4 * r.python_cpu / r.moved for r in runs)
+        postgres = statistics.median(1e4 * r.postgres_cpu / r.moved for r in runs)
         print(
-            f"median: {statistics.median(r[0] for r in rates):.0f} turns/s, "
-            f"{statistics.median(r[1] for r in rates):.0f} chunks/s"
+            f"median: {statistics.median(r.moved / r.seconds for r in runs):.0f} turns/s, "
+            f"{statistics.median(r.chunks / r.seconds for r in runs):.0f} chunks/s; CPU per "
+            f"10,000 turns python {python:.2f}s, postgres {postgres:.2f}s"
         )
         print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
         await cache.aclose()

@@ -24,7 +24,6 @@ from sqlalchemy.ext.asyncio import (
 from app.core.config import Settings
 
 T = TypeVar("T")
-READER_POOL_SIZE = 4  # reader connections kept open; more are opened while reads overlap
 
 
 def _milliseconds(seconds: float) -> int:
@@ -61,11 +60,14 @@ def create_engine(settings: Settings) -> AsyncEngine:
 def create_reader_engine(settings: Settings) -> AsyncEngine:
     """A second pool for single-statement reads on the hot path (`read_once`): autocommit (no
     BEGIN or COMMIT round trips) and no ping before each use (another round trip). A connection
-    found dead is replaced and the read retried once."""
+    found dead is replaced and the read retried once. At most `db.pool_size` connections, kept
+    open: a read beyond them waits for one to come back (a read takes a millisecond) instead of
+    opening an overflow connection, which the pool would close again when it is returned: under
+    concurrency that cost a PostgreSQL backend (a fork and a login) every few builds."""
     return create_async_engine(
         settings.sqlalchemy_url,
-        pool_size=READER_POOL_SIZE,
-        max_overflow=settings.db.max_overflow,
+        pool_size=settings.db.pool_size,
+        max_overflow=0,
         isolation_level="AUTOCOMMIT",
         hide_parameters=not settings.log_text,
         connect_args={"options": _connect_options(settings)},

@@ -52,14 +52,18 @@ async def run_offload(job_context: JobContext, session_pk: str, trigger: str = "
 
 
 async def embed_chunks(job_context: JobContext, chunk_ids: list[str]) -> int:
-    """Embed chunks off the request path (see `app.embeddings.batches`)."""
+    """Embed chunks off the request path (see `app.embeddings.batches`), one batch per run: the
+    rest goes back to the queue as a new job under the same lock. A session's jobs run one at a
+    time, in order, so an offload deferred meanwhile (the next append crossed the watermark)
+    waits for one batch, not for every chunk of the last offload: while it waited, builds found
+    the window over the emergency ratio and offloaded inline."""
     context = app_context(job_context)
     embedder = context.embedder
     if embedder is None:
         return 0
-    ids = [uuid.UUID(c) for c in chunk_ids]
     batch = context.settings.embedding.batch_size
-    return await embed_pending(
+    ids = [uuid.UUID(c) for c in chunk_ids[:batch]]
+    done = await embed_pending(
         context.sessionmaker,
         embedder,
         load=lambda db: repository.chunks_to_embed(db, ids, embedder.name, batch),
@@ -69,6 +73,15 @@ async def embed_chunks(job_context: JobContext, chunk_ids: list[str]) -> int:
         ),
         count_failure=lambda db, chunks: repository.count_embed_failure(db, [c.id for c in chunks]),
     )
+    if len(chunk_ids) > batch:
+        async with unit_of_work(context.sessionmaker) as db:
+            await enqueue(
+                db,
+                TaskName.EMBED_CHUNKS,
+                {"chunk_ids": chunk_ids[batch:]},
+                lock=job_context.job.lock,
+            )
+    return done
 
 
 async def sweep(job_context: JobContext, timestamp: int) -> dict[str, int]:

@@ -224,7 +224,10 @@ async def build_prompt(
             format=req.format,
         )
     )
-    if writes and session.c0_tokens != c0:
+    # The system prompt's size is stored when it changes the budget: a session that never
+    # reported it is budgeted with the configured assumption, and a build whose size is that
+    # assumption (a first build without a system prompt, by default) writes nothing.
+    if writes and session_budget(settings, session).c0 != c0:
         if snapshot is not None:
             session, snapshot = await _attached(db, caller, session_id), None
         await _remember_c0(db, context, session, c0)

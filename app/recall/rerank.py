@@ -89,12 +89,15 @@ class Selection:
 
 
 def _key_pattern(key: str) -> Callable[[str], bool]:
-    """Case-insensitive verbatim match; Latin/digit keys must not sit inside a longer word."""
+    """Case-insensitive verbatim match; Latin/digit keys must not sit inside a longer word.
+
+    The word-boundary regex runs only on a text that holds the key as a substring (one C-level
+    scan): most candidates hold none of the query's keys."""
     needle = key.casefold()
     if _CJK_RUN_RE.search(needle):
         return lambda text: needle in text
     rx = re.compile(rf"(?<![0-9a-z]){re.escape(needle)}(?![0-9a-z])")
-    return lambda text: rx.search(text) is not None
+    return lambda text: needle in text and rx.search(text) is not None
 
 
 def _matchers(keys: Sequence[str]) -> list[list[Callable[[str], bool]]]:
@@ -109,7 +112,12 @@ def _matchers(keys: Sequence[str]) -> list[list[Callable[[str], bool]]]:
 def _share_found(matchers: Sequence[Sequence[Callable[[str], bool]]], folded_text: str) -> float:
     if not matchers:
         return 0.0
-    found = sum(1 for forms in matchers if any(match(folded_text) for match in forms))
+    found = 0
+    for forms in matchers:
+        for match in forms:
+            if match(folded_text):
+                found += 1
+                break
     return found / len(matchers)
 
 
@@ -206,7 +214,10 @@ def select_within_budget(
     used = 0
     kept_groups: set[str] = set()
     kept_texts: set[str] = set()
-    kept_ranges: list[tuple[int, int]] = []
+    # For each turn a kept candidate covers, the furthest last turn of the kept ranges holding it:
+    # a range lies inside a kept one exactly when the kept ranges holding its first turn reach
+    # its last (one lookup instead of a pass over every kept range).
+    reach: dict[int, int] = {}
     for item in scored:
         cand = item.candidate
         first, last = cand.turn_range
@@ -218,9 +229,7 @@ def select_within_budget(
         # Pieces of one split turn (grouped) share a turn range but hold different text: they are
         # deduplicated by group, not by range. Candidates without turns (remembered items) skip it.
         range_dup = (
-            group is None
-            and cand.id not in rangeless
-            and (any(a <= first and last <= b for a, b in kept_ranges))
+            group is None and cand.id not in rangeless and reach.get(first, first - 1) >= last
         )
         if (group is not None and group in kept_groups) or text_key in kept_texts or range_dup:
             dropped.append((item, "duplicate"))
@@ -239,7 +248,9 @@ def select_within_budget(
         used += cost
         kept_texts.add(text_key)
         if group is None and cand.id not in rangeless:
-            kept_ranges.append((first, last))
+            for seq in range(first, last + 1):
+                if reach.get(seq, last - 1) < last:
+                    reach[seq] = last
         if group is not None:
             kept_groups.add(group)
     return Selection(selected=selected, dropped=dropped, tokens=used)

@@ -6,12 +6,14 @@ import hashlib
 import uuid
 from typing import Any
 
+import psycopg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.text import lexical_document
+from app.jobs.queue import enqueue_offload
 from app.offload.service import OffloadResult, offload_session
 from tests.offload.test_offload_service import check_coverage, session_pk
 from tests.offload.test_worker import worker_env
@@ -242,3 +244,58 @@ async def test_no_transaction_stays_open_while_the_embedder_works(
             )
     assert {r["embedding_model"] for r in done} == {model}
     assert len(done) == result.chunks_written
+
+
+def offloads_seen(database_url: str, pk: uuid.UUID) -> int:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT count(*) FROM offload_events WHERE session_id = %s", (pk,))
+        return int(row.fetchone()[0])  # type: ignore[index]
+
+
+async def test_an_offload_deferred_behind_embeddings_waits_for_one_batch_not_all(
+    engine: AsyncEngine, settings: Settings, cache: Cache
+) -> None:
+    caller = await new_caller(engine)
+    sid = "embed-slices"
+    await configure(engine, caller, settings, cache, sid, **FLOOR_OF_TWO)
+    turns = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"Sliced {i}: " + "word " * 150}
+        for i in range(22)
+    ]
+    await append(engine, caller, settings, cache, sid, turns[:14])
+    pk = await session_pk(engine, caller.tenant_id, sid)
+    async with transaction(engine) as db:
+        first = await offload_session(db, settings, cache, pk, trigger="test", until_tokens=0)
+    assert first is not None and first.chunks_written > 2 * 4  # more than two batches of 4
+    n = first.chunks_written
+    # More turns, and a window that no longer holds them: the next offload is deferred behind
+    # the embedding of the first offload's chunks (one session, one job at a time).
+    await append(engine, caller, settings, cache, sid, turns[14:])
+    await configure(engine, caller, settings, cache, sid, context_limit=2000, reserve_tokens=500)
+    async with transaction(engine) as db:
+        await enqueue_offload(db, pk, trigger="test")  # unless the new limit enqueued it
+    # Each embedding request for this session's chunks notes how many offloads the session had
+    # when it arrived (the module's other tests may have left jobs of their own sessions).
+    seen: list[int] = []
+    state: dict[str, Any] = {"up": True, "dim": 8}
+    handler = embeddings_handler(state)
+
+    def handle(method: str, path: str, body: Any) -> tuple[int, Any]:
+        if any("Sliced " in t for t in body["input"]):
+            seen.append(offloads_seen(settings.database_url, pk))
+        return handler(method, path, body)
+
+    with loopback_server(handle) as provider:
+        model = f"loop-embed-8-{uuid.uuid4().hex[:8]}"
+        with worker_process(worker_env_for(settings, provider.url, model, 8)):
+            states = await wait_for(
+                lambda: chunk_states(engine, pk),
+                lambda rows: len(rows) > n and all(not r["missing"] for r in rows),
+                timeout=90,
+                what="both offloads' chunks to be embedded",
+            )
+    assert len(states) > n
+    first_batches = len(range(0, n, 4))
+    # One batch of the first offload's chunks, then the deferred offload, then the rest.
+    assert seen[0] == 1
+    assert seen[1:first_batches] == [2] * (first_batches - 1)

@@ -158,6 +158,42 @@ async def test_a_read_only_key_builds_without_side_effects(
     assert ghosts == 0
 
 
+async def test_the_system_prompt_size_is_written_only_when_it_changes_the_budget(
+    http: httpx.AsyncClient, engine: AsyncEngine, api_key: str
+) -> None:
+    """Until a build reports it, a session is budgeted with `session_defaults.c0_tokens` (0): a
+    build without system prompt or tools leaves the row as it is; a system prompt is stored,
+    and a later build without one stores 0."""
+    assert (await http.put("/v1/sessions/c0-store", json=SMALL)).status_code == 200
+    assert (await http.post("/v1/sessions/c0-store/turns", json={"turns": filler(2)})).is_success
+    pk = await session_of_key(engine, api_key, "c0-store")
+
+    async def stored() -> tuple[Any, str]:
+        async with engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    text("SELECT c0_tokens, xmin::text FROM sessions WHERE id = :pk"), {"pk": pk}
+                )
+            ).one()
+        return row[0], row[1]
+
+    before = await stored()
+    bare = await http.post("/v1/sessions/c0-store/build-prompt", json={"query": "Which order?"})
+    assert bare.status_code == 200, bare.text
+    assert bare.json()["usage"]["c0"] == 0
+    assert await stored() == before == (None, before[1])  # not even rewritten as it was
+
+    with_system = await build(http, "c0-store")
+    assert with_system.status_code == 200, with_system.text
+    c0 = with_system.json()["usage"]["c0"]
+    assert c0 > 0
+    assert (await stored())[0] == c0
+
+    again = await http.post("/v1/sessions/c0-store/build-prompt", json={"query": "And now?"})
+    assert again.status_code == 200, again.text
+    assert (await stored())[0] == 0
+
+
 def embedder_settings(settings: Settings, url: str, budget: float) -> Settings:
     return settings.model_copy(
         update={

@@ -118,3 +118,35 @@ def test_select_drops_in_window_and_duplicates():
         "same_text": "duplicate",
         "inside": "duplicate",
     }
+
+
+def test_a_range_is_a_duplicate_only_inside_one_kept_range():
+    scored = _scored(
+        _cand("early", "turns 1-5", 1, 5, first=1),
+        _cand("late", "turns 4-10", 2, 10, first=4),
+        _cand("inside_late", "turns 4-9", 3, 9, first=4),
+        _cand("across_both", "turns 3-7", 4, 7, first=3),
+        _cand("inside_early", "turns 2-3", 5, 3, first=2),
+    )
+    sel = select_within_budget(scored, k=10, budget_tokens=None)
+    # 3-7 lies in the union of 1-5 and 4-10, but inside neither: it is kept.
+    assert [s.id for s in sel.selected] == ["early", "late", "across_both"]
+    assert {s.id: r for s, r in sel.dropped} == {
+        "inside_late": "duplicate",
+        "inside_early": "duplicate",
+    }
+
+
+def test_a_key_inside_a_longer_word_is_not_found():
+    q = _query("x", entities=["Cal", "gpt-4"], numbers=["45"])
+    out = feature_rerank(
+        q,
+        [
+            _cand("inside", "Calgary trip, gpt-4o and 4521", 1, 1),
+            _cand("alone", "Cal said gpt-4 costs 45 dollars", 2, 2),
+        ],
+        now_seq=2,
+    )
+    by_id = {s.id: s.features for s in out}
+    assert by_id["inside"].entity == 0.0
+    assert by_id["alone"].entity == 1.0
