@@ -29,13 +29,16 @@ def count_tokens(text: str) -> int:
     return len(encoding().encode(text, disallowed_special=()))
 
 
-def truncate_to_tokens(text: str, max_tokens: int) -> str:
-    """The longest prefix of `text` within `max_tokens` tokens (cut on a token edge)."""
-    if max_tokens <= 0:
-        return ""
+def cut_to_tokens(text: str, max_tokens: int, mark: str) -> str:
+    """`text` if it fits in `max_tokens`, else its longest prefix within `max_tokens - 1` tokens
+    followed by `mark` (a one-token cut mark); the text is encoded once."""
     tokens = encoding().encode(text, disallowed_special=())
     if len(tokens) <= max_tokens:
         return text
+    return (_decoded_prefix(tokens, max_tokens - 1) if max_tokens > 1 else "") + mark
+
+
+def _decoded_prefix(tokens: list[int], max_tokens: int) -> str:
     # Decoding a cut in the middle of a multi-byte character yields U+FFFD; back off until clean.
     for cut in range(max_tokens, 0, -1):
         prefix = encoding().decode(tokens[:cut])

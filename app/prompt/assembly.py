@@ -44,8 +44,10 @@ from app.domain.budget import REPLY_PRIMING_TOKENS
 from app.domain.records import RecalledItem, TurnRecord
 from app.prompt.blocks import (
     SYSTEM_SEPARATOR,
+    about_user_block,
     anthropic_counting_view,
     anthropic_messages,
+    recalled_block,
     render_about_user_block,
     render_about_user_item,
     render_item,
@@ -221,22 +223,29 @@ def _choose(
     top_k: int,
     in_window: set[int],
     render_one: Callable[[RecalledItem], str],
-    render_block: Callable[[list[RecalledItem]], str],
+    frame: Callable[[list[str]], str],
     block_cost: Callable[[str], int],
     neighbours: bool = False,
 ) -> _Choice:
     """Items in rank order (with `neighbours`, each of the first few followed by its adjacent
-    candidates: `neighbour_order`) while the whole block (framing included) stays within
-    `limit`."""
+    candidates: `neighbour_order`) while the whole block (`frame` around the rendered items)
+    stays within `limit`."""
     choice = _Choice([], {})
     used = 0
-    # An item's own cost is asked up to three times (compact-first test, fit test, manifest):
-    # count it once, it is most of this function's tokenising.
+    # Every fit test renders the block with all items chosen so far, and an item's own cost is
+    # asked up to three times (compact-first test, fit test, manifest): render and count each
+    # item once, it is most of this function's work.
+    rendered: dict[int, str] = {}
     own_costs: dict[int, int] = {}
+
+    def render(option: RecalledItem) -> str:
+        if id(option) not in rendered:
+            rendered[id(option)] = render_one(option)
+        return rendered[id(option)]
 
     def own_cost(option: RecalledItem) -> int:
         if id(option) not in own_costs:
-            own_costs[id(option)] = count_tokens(render_one(option))
+            own_costs[id(option)] = count_tokens(render(option))
         return own_costs[id(option)]
 
     candidates: list[int] = []
@@ -272,7 +281,7 @@ def _choose(
             if used + alone > limit:
                 reason = ("over_budget", alone)
                 continue
-            cost = block_cost(render_block([*choice.chosen, option]))
+            cost = block_cost(frame([render(kept) for kept in [*choice.chosen, option]]))
             if cost > limit:
                 reason = ("over_budget", cost - used)
                 continue
@@ -324,10 +333,16 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     # In Anthropic format the blocks end the system string: charge what each adds to it.
     prefix = [c0_text, notes if keep_notes else ""]
 
+    prefix_costs: dict[tuple[str, ...], int] = {}
+
     def block_cost(block: str) -> int:
         if not anthropic:
             return message_tokens("system", block)
-        return _system_cost([*prefix, block]) - _system_cost(prefix)
+        # The prefix is the same for every fit test of one section: count it once.
+        key = tuple(prefix)
+        if key not in prefix_costs:
+            prefix_costs[key] = _system_cost(prefix)
+        return _system_cost([*prefix, block]) - prefix_costs[key]
 
     per_item = inp.per_item_max_tokens
     about = _choose(
@@ -336,7 +351,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         top_k=inp.about_user_top_k,
         in_window=set(),
         render_one=lambda item: render_about_user_item(item, per_item),
-        render_block=lambda items: render_about_user_block(items, per_item),
+        frame=about_user_block,
         block_cost=block_cost,
     )
     about_block = render_about_user_block(about.chosen, per_item)
@@ -350,7 +365,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         top_k=inp.top_k,
         in_window=in_window,
         render_one=lambda item: render_item(item, per_item),
-        render_block=lambda items: render_recalled_block(items, per_item),
+        frame=recalled_block,
         block_cost=block_cost,
         neighbours=True,
     )

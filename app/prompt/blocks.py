@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from app.core.tokens import truncate_to_tokens
+from app.core.tokens import cut_to_tokens
 from app.domain.records import RecalledItem, TurnRecord
 
 RECALL_OPEN = "<recalled_history>"
@@ -69,9 +69,7 @@ def item_header(item: RecalledItem) -> str:
 
 def cut_text(text: str, max_tokens: int) -> str:
     """`text` if it fits in `max_tokens`, else its longest prefix with room for "…", marked."""
-    if truncate_to_tokens(text, max_tokens) == text:
-        return text
-    return truncate_to_tokens(text, max_tokens - 1) + CUT_MARK
+    return cut_to_tokens(text, max_tokens, CUT_MARK)
 
 
 # Quoted text must not be able to close or reopen the frame, nor start what reads as another
@@ -98,11 +96,14 @@ def render_item(item: RecalledItem, per_item_max_tokens: int) -> str:
 
 def render_recalled_block(items: Sequence[RecalledItem], per_item_max_tokens: int) -> str:
     """The recalled-history block for `items` in the given order; "" when there are none."""
-    if not items:
+    return recalled_block([render_item(item, per_item_max_tokens) for item in items])
+
+
+def recalled_block(rendered: Sequence[str]) -> str:
+    """The recalled-history block around items already rendered by `render_item`."""
+    if not rendered:
         return ""
-    parts = [RECALL_OPEN, RECALL_FRAME]
-    parts.extend(render_item(item, per_item_max_tokens) for item in items)
-    return ITEM_SEPARATOR.join(parts) + "\n" + RECALL_CLOSE
+    return ITEM_SEPARATOR.join([RECALL_OPEN, RECALL_FRAME, *rendered]) + "\n" + RECALL_CLOSE
 
 
 def render_about_user_item(item: RecalledItem, per_item_max_tokens: int) -> str:
@@ -113,11 +114,14 @@ def render_about_user_item(item: RecalledItem, per_item_max_tokens: int) -> str:
 
 def render_about_user_block(items: Sequence[RecalledItem], per_item_max_tokens: int) -> str:
     """The "about this user" block for `items` in the given order; "" when there are none."""
-    if not items:
+    return about_user_block([render_about_user_item(item, per_item_max_tokens) for item in items])
+
+
+def about_user_block(rendered: Sequence[str]) -> str:
+    """The "about this user" block around lines already rendered by `render_about_user_item`."""
+    if not rendered:
         return ""
-    lines = [ABOUT_USER_OPEN, ABOUT_USER_FRAME]
-    lines.extend(render_about_user_item(item, per_item_max_tokens) for item in items)
-    return "\n".join([*lines, ABOUT_USER_CLOSE])
+    return "\n".join([ABOUT_USER_OPEN, ABOUT_USER_FRAME, *rendered, ABOUT_USER_CLOSE])
 
 
 def turn_message(turn: TurnRecord) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from app.prompt.blocks import (
     UNTRUSTED_LABEL,
     RecalledItem,
     anthropic_counting_view,
+    cut_text,
     render_recalled_block,
 )
 
@@ -247,6 +248,21 @@ def test_recalled_item_cut_to_per_item_limit() -> None:
     assert text.startswith(body[: -len(CUT_MARK)])
     assert count_tokens(body) <= 40
     assert render_recalled_block([item("ch_1", "short")], 40).count(CUT_MARK) == 0
+
+
+def test_cut_keeps_the_longest_clean_prefix_and_leaves_a_fitting_text_whole() -> None:
+    english = " ".join(f"word{i}" for i in range(200))
+    cut = cut_text(english, 40)
+    assert cut.endswith(CUT_MARK) and english.startswith(cut[: -len(CUT_MARK)])
+    assert count_tokens(cut[: -len(CUT_MARK)]) == 39
+    chinese = "我女儿对花生过敏，所以我们从不去那家店。" * 20
+    cut = cut_text(chinese, 25)
+    assert "\ufffd" not in cut and chinese.startswith(cut[: -len(CUT_MARK)])
+    assert count_tokens(cut) <= 25
+    exact = chinese[:12]
+    assert cut_text(exact, count_tokens(exact)) == exact
+    assert cut_text("", 0) == ""
+    assert cut_text("text", 0) == CUT_MARK
 
 
 def test_quoted_text_cannot_close_the_block() -> None:
