@@ -243,6 +243,12 @@ class WorkerSettings(BaseModel):
     maintenance_interval_seconds: float = Field(
         10.0, gt=0, description="how often a worker looks for stalled jobs"
     )
+    poll_seconds: float = Field(
+        0.5,
+        gt=0,
+        description="how often an idle worker looks for jobs besides being notified: a job "
+        "that waited for a session's lock is taken within this once the lock is free",
+    )
 
 
 class Settings(BaseSettings):

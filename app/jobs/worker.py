@@ -105,6 +105,10 @@ async def _run_until_stopped(settings: Settings, context: AppContext) -> None:
                 additional_context={"app": context},
                 install_signal_handlers=False,
                 update_heartbeat_interval=settings.worker.heartbeat_seconds,
+                # A job queued behind a session's lock is announced while the lock is held and
+                # the announcement is spent on a failed fetch; nothing wakes the worker when the
+                # lock is released, so only this poll takes it (procrastinate's default: 5 s).
+                fetch_job_polling_interval=settings.worker.poll_seconds,
                 stalled_worker_timeout=settings.worker.stalled_after_seconds,
                 delete_jobs="successful",
             )
