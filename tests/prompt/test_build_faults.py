@@ -301,17 +301,21 @@ async def test_queries_queued_behind_a_working_embedder_do_not_open_the_breaker(
         vectors = [[1.0] * DIM for _ in body["input"]]
         return 200, {"data": [{"index": i, "embedding": v} for i, v in enumerate(vectors)]}
 
-    with (
-        loopback_server(embeddings) as embedder,
-        run_server(embedder_settings(settings, embedder.url, budget=5.0)) as server,
-    ):
-        async with admin_client(server, admin_key) as http:
-            await offloaded_session(http, "queued")
-            answers = await asyncio.gather(
-                *(build(http, "queued", query=f"train to Lyon {i}?") for i in range(queued))
-            )
-            release.set()
-            after = await build(http, "queued", query="train to Lyon, once more?")
+    with loopback_server(embeddings) as embedder:
+        served = embedder_settings(settings, embedder.url, budget=5.0)
+        # The first build's connection idles while the others wait out their 5 s budget; at the
+        # default 5 s keep-alive the server could close it just as the next build reuses it.
+        served = served.model_copy(
+            update={"server": served.server.model_copy(update={"keep_alive_seconds": 60})}
+        )
+        with run_server(served) as server:
+            async with admin_client(server, admin_key) as http:
+                await offloaded_session(http, "queued")
+                answers = await asyncio.gather(
+                    *(build(http, "queued", query=f"train to Lyon {i}?") for i in range(queued))
+                )
+                release.set()
+                after = await build(http, "queued", query="train to Lyon, once more?")
     flags = [a.json()["fallbacks"] for a in answers]
     assert sorted("vector_timeout" in f for f in flags) == [False] + [True] * (queued - 1)
     assert not any("embedder_circuit_open" in f for f in flags)
