@@ -8,7 +8,7 @@ see identical terms.
 
 import re
 from collections.abc import Sequence
-from functools import lru_cache
+from itertools import chain
 
 _CJK_CLASS = (
     "\u3040-\u30ff"  # Hiragana, Katakana
@@ -18,8 +18,6 @@ _CJK_CLASS = (
     "\uac00-\ud7af"  # Hangul syllables
 )
 _WORD = rf"[^\W_{_CJK_CLASS}]+"  # letters/digits, but not CJK (they form their own runs)
-# A token is a run of CJK characters (group 1) or a word (group 2), joined across -_.@.
-_TOKEN_RE = re.compile(rf"([{_CJK_CLASS}]+)|({_WORD}(?:[-_.@]{_WORD})*)", re.UNICODE)
 _CJK_RUN_RE = re.compile(rf"^[{_CJK_CLASS}]+$")
 
 # Common English function words. Negations and limit words ("no", "not", "only", "more", "before",
@@ -46,24 +44,45 @@ def cjk_terms(run: str) -> list[str]:
     return terms
 
 
-SHORT_RUN = 8  # CJK runs up to this long (words, names) are common: their terms are cached
+# A run of CJK characters, or a word: what `terms` splits text into. Neither holds whitespace.
+_TERM_TOKEN_RE = re.compile(rf"[{_CJK_CLASS}]+|{_WORD}(?:[-_.@]{_WORD})*", re.UNICODE)
+_KEPT_PIECE_CHARS = 32  # longer pieces (CJK sentences, long IDs) are rarely seen twice
+_KEPT_PIECES = 65_536  # pieces kept before the table starts again
 
 
-@lru_cache(maxsize=16384)
-def _short_run_terms(run: str) -> tuple[str, ...]:
-    return tuple(cjk_terms(run))
+class _PieceTerms(dict[str, tuple[str, ...]]):
+    """The terms of each whitespace-free piece of lower-cased text that `terms` meets, computed
+    on first sight. Text repeats its words (with or without punctuation around them), so most
+    pieces are found here and a text's terms are looked up piece by piece in C."""
+
+    def __init__(self, stopwords: frozenset[str]) -> None:
+        super().__init__()
+        self.stopwords = stopwords
+
+    def __missing__(self, piece: str) -> tuple[str, ...]:
+        found: list[str] = []
+        for token in _TERM_TOKEN_RE.findall(piece):
+            if _CJK_RUN_RE.match(token):
+                found.extend(cjk_terms(token))
+            elif token not in self.stopwords:
+                found.append(token)
+        kept = tuple(found)
+        if len(piece) <= _KEPT_PIECE_CHARS:
+            if len(self) >= _KEPT_PIECES:
+                self.clear()
+            self[piece] = kept
+        return kept
+
+
+_PIECES = {True: _PieceTerms(ENGLISH_STOPWORDS), False: _PieceTerms(frozenset())}
 
 
 def terms(text: str, *, drop_stopwords: bool = True) -> list[str]:
-    """Index/search terms of `text`: lower-cased words, CJK runs as unigrams + bigrams."""
-    out: list[str] = []
-    stopwords = ENGLISH_STOPWORDS if drop_stopwords else frozenset()
-    for run, word in _TOKEN_RE.findall(text.lower()):  # one C pass; the group says which
-        if run:
-            out.extend(_short_run_terms(run) if len(run) <= SHORT_RUN else cjk_terms(run))
-        elif word not in stopwords:
-            out.append(word)
-    return out
+    """Index/search terms of `text`: lower-cased words, CJK runs as unigrams + bigrams.
+
+    No term spans whitespace, so the terms are those of the text's pieces between whitespace."""
+    pieces = text.lower().split()
+    return list(chain.from_iterable(map(_PIECES[drop_stopwords].__getitem__, pieces)))
 
 
 _PART_SEPARATOR_RE = re.compile(r"[-_.@]")
@@ -80,6 +99,9 @@ def terms_document(text_terms: Sequence[str]) -> str:
     Punctuation inside identifiers (AB-12345, a.b@c.d) would be split by the 'simple' parser, so
     such terms are kept whole and also contribute their parts (CJK terms hold no separator).
     """
+    joined = " ".join(text_terms)
+    if not _PART_SEPARATOR_RE.search(joined):
+        return joined  # the common case: no term holds a separator
     out: list[str] = []
     for term in text_terms:
         out.append(term)

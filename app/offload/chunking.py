@@ -22,11 +22,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from itertools import accumulate
+from itertools import accumulate, chain
 
 from app.core.dates import said_at
 from app.core.text import terms
-from app.core.tokens import count_tokens, encoding, tool_calls_text
+from app.core.tokens import (
+    count_tokens,
+    encoding,
+    framing_tokens,
+    short_tokens,
+    spaced_tokens,
+    tool_calls_text,
+)
 from app.domain.records import TurnRecord
 from app.offload.policy import atomic_units
 
@@ -197,21 +204,28 @@ def _newline_tokens(tail: str) -> int:
 def _prepare(turn: TurnRecord, label_terms: dict[str, list[str]]) -> _Prepared:
     text = render_turn(turn)
     content_terms = terms(turn.content)
+    tokens = None
     if turn.content:
         # `render_turn`: "label: content", then "\nrole → tool_calls: ..." for a tool call.
         # Terms never span the ": " nor the newline, so the text's terms are the parts' (the
         # label's computed once per label).
-        prefix = f"{turn_label(turn)}: "
+        label = turn_label(turn)
+        prefix = f"{label}: "
         if prefix not in label_terms:
             label_terms[prefix] = terms(prefix)
         rest = text[len(prefix) + len(turn.content) :]
         text_terms = [*label_terms[prefix], *content_terms, *(terms(rest) if rest else ())]
+        if not rest:
+            # cl100k always cuts after the label's colon (a space follows it), and the stored
+            # count holds the content's tokens: only the content's first word is counted again.
+            content = turn.token_count - framing_tokens(turn.role, turn.name, turn.tool_call_id)
+            tokens = short_tokens(f"{label}:") + spaced_tokens(turn.content, content)
     else:
         text_terms = terms(text)
     return _Prepared(
         turn=turn,
         text=text,
-        tokens=count_tokens(text),
+        tokens=count_tokens(text) if tokens is None else tokens,
         join=_join_tokens(text),
         terms=text_terms,
         content_terms=frozenset(content_terms),
@@ -234,8 +248,9 @@ def iter_chunks(
 ) -> Iterator[ChunkDraft]:
     """`chunk_turns`, chunk by chunk as the turns are read.
 
-    Each turn is rendered, tokenised and split into terms once; a chunk's token count and terms
-    are its turns' (`_join_tokens`), so the cost is linear in the text however turns group."""
+    Each turn is rendered and split into terms once, and its tokens come from its stored count
+    (`_prepare`); a chunk's token count and terms are its turns' (`_join_tokens`), so the cost is
+    linear in the text however turns group."""
     cfg = cfg or ChunkingConfig()
     label_terms: dict[str, list[str]] = {}
     current: list[_Prepared] = []
@@ -297,7 +312,7 @@ def _group_draft(group: Sequence[_Prepared], tokens: int) -> ChunkDraft:
         summary_hint=summary_hint(turns),
         token_count=tokens,
         trusted=all(t.trusted for t in turns),
-        terms=tuple(term for p in group for term in p.terms),
+        terms=tuple(chain.from_iterable(p.terms for p in group)),
     )
 
 

@@ -18,18 +18,18 @@ from app.embeddings.base import vector_literal
 
 INSERT_BATCH = 5000  # rows per insert statement
 
-# The chunk columns an offload writes, as `jsonb_to_recordset` reads them from one JSON array.
+# The chunk columns an offload writes, as `jsonb_to_recordset` reads them from one JSON array (the
+# tenant and session are the statement's parameters, the same for every row).
 _CHUNK_RECORD = (
-    "id uuid, tenant_id uuid, session_id uuid, turn_first bigint, turn_last bigint, part int, "
-    "parts int, overlap_tokens int, roles text[], ts_first timestamptz, ts_last timestamptz, "
-    "raw_text text, summary_hint text, token_count int, term_counts jsonb, term_total int, "
-    "lexical_source text, trusted boolean"
+    "id uuid, turn_first bigint, turn_last bigint, part int, parts int, overlap_tokens int, "
+    "roles text[], ts_first timestamptz, ts_last timestamptz, raw_text text, summary_hint text, "
+    "token_count int, term_counts jsonb, term_total int, lexical_source text, trusted boolean"
 )
 _CHUNK_COLUMNS = [c.split()[0] for c in _CHUNK_RECORD.split(", ")]
 _INSERT_CHUNKS = text(
-    "INSERT INTO chunks ("
+    "INSERT INTO chunks (tenant_id, session_id, "
     + ", ".join("lexical" if c == "lexical_source" else c for c in _CHUNK_COLUMNS)
-    + ") SELECT "
+    + ") SELECT CAST(:tenant AS uuid), CAST(:session AS uuid), "
     + ", ".join(
         "to_tsvector('simple', r.lexical_source)" if c == "lexical_source" else f"r.{c}"
         for c in _CHUNK_COLUMNS
@@ -41,18 +41,20 @@ _INSERT_CHUNKS = text(
 # --- write: offload, embeddings ------------------------------------------------------------------
 
 
-async def insert_chunks(db: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
-    """Insert chunks (rows with the keys of `_CHUNK_RECORD`); each row's `lexical_source`
-    becomes its `tsvector` ('simple' parser). `INSERT_BATCH` rows per statement, sent as one
-    JSON document: no per-row round trip nor per-row parameter handling in the driver."""
+async def insert_chunks(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, rows: Sequence[dict[str, Any]]
+) -> None:
+    """Insert chunks of one session (rows with the keys of `_CHUNK_RECORD`, ids and times as
+    strings); each row's `lexical_source` becomes its `tsvector` ('simple' parser).
+    `INSERT_BATCH` rows per statement, sent as one JSON document: no per-row round trip nor
+    per-row parameter handling in the driver."""
     for start in range(0, len(rows), INSERT_BATCH):
         document = json.dumps(
-            list(rows[start : start + INSERT_BATCH]),
-            ensure_ascii=False,
-            separators=(",", ":"),
-            default=str,  # ids and times: Postgres reads their str() forms
+            list(rows[start : start + INSERT_BATCH]), ensure_ascii=False, separators=(",", ":")
         )
-        await db.execute(_INSERT_CHUNKS, {"rows": document})
+        await db.execute(
+            _INSERT_CHUNKS, {"tenant": tenant_id, "session": session_pk, "rows": document}
+        )
 
 
 def active_chunk_count(session_pk: Any) -> Any:

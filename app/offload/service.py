@@ -54,9 +54,9 @@ def chunking_config(settings: Settings) -> ChunkingConfig:
     )
 
 
-def chunk_row(
-    draft: ChunkDraft, chunk_id: uuid.UUID, tenant_id: uuid.UUID, session_pk: uuid.UUID
-) -> dict[str, object]:
+def chunk_row(draft: ChunkDraft, chunk_id: uuid.UUID) -> dict[str, object]:
+    """The row `repository.insert_chunks` stores for `draft`: ids and times as strings, which is
+    how JSON carries them to PostgreSQL."""
     counts = Counter(draft.terms)
     # The tsvector holds each term once: it only serves matches (`@@`), which positions and
     # repeats do not change, and the parser's cost follows the text it reads.
@@ -65,22 +65,20 @@ def chunk_row(
     dates = date_terms(draft.ts_first, draft.ts_last)
     counts.update(dates)
     return {
-        "id": chunk_id,
-        "tenant_id": tenant_id,
-        "session_id": session_pk,
+        "id": str(chunk_id),
         "turn_first": draft.turn_first,
         "turn_last": draft.turn_last,
         "part": draft.part,
         "parts": draft.parts,
         "overlap_tokens": count_tokens(draft.overlap_prefix) if draft.overlap_prefix else 0,
         "roles": list(draft.roles),
-        "ts_first": draft.ts_first,
-        "ts_last": draft.ts_last,
+        "ts_first": draft.ts_first.isoformat(),
+        "ts_last": draft.ts_last.isoformat(),
         "raw_text": draft.raw_text,
         "summary_hint": draft.summary_hint[:200],
         "token_count": draft.token_count,
         "term_counts": dict(counts),
-        "term_total": sum(counts.values()),
+        "term_total": len(draft.terms) + len(dates),
         "lexical_source": " ".join([lexical, *dates]),
         "trusted": draft.trusted,
     }
@@ -101,14 +99,16 @@ async def write_chunks(
 
     def chunk(draft: ChunkDraft) -> tuple[ChunkDraft, uuid.UUID, dict[str, object]]:
         chunk_id = uuid.uuid4()
-        return draft, chunk_id, chunk_row(draft, chunk_id, session.tenant_id, session.id)
+        return draft, chunk_id, chunk_row(draft, chunk_id)
 
     drafts = iter_chunks(turns, chunking_config(settings))
     chars = sum(len(t.content) for t in turns)
     chunk_ids: list[uuid.UUID] = []
     marked = 0
     async for batch in batches_off_loop(map(chunk, drafts), WRITE_BATCH, chars=chars):
-        await repository.insert_chunks(db, [row for _, _, row in batch])
+        await repository.insert_chunks(
+            db, session.tenant_id, session.id, [row for _, _, row in batch]
+        )
         chunk_ids.extend(chunk_id for _, chunk_id, _ in batch)
         # Pieces of one split turn share its seq: the turn is covered by the first piece; the
         # others are marked copies (part > 1) that recall deduplicates.

@@ -1,0 +1,36 @@
+from app.core.text import terms, terms_document
+
+MIXED = (
+    'The ORD-4471 shipped to Berlin, alice@example.com said: "don\'t" e.g. 3.5%! '
+    "我们决定采用方案B，预算不超过五万。Ünïcode naïve"
+)
+MIXED_TERMS = [
+    "ord-4471", "shipped", "berlin", "alice@example.com", "said", "don", "t", "e.g", "3.5",
+    "我", "们", "决", "定", "采", "用", "方", "案",
+    "我们", "们决", "决定", "定采", "采用", "用方", "方案",
+    "b", "预", "算", "不", "超", "过", "五", "万", "预算", "算不", "不超", "超过", "过五", "五万",
+    "ünïcode", "naïve",
+]  # fmt: skip
+
+
+def test_terms_of_mixed_text_in_order() -> None:
+    assert terms(MIXED) == MIXED_TERMS
+    assert terms(MIXED) == MIXED_TERMS  # the second time from the table of pieces seen
+    assert terms("Is it THE one?", drop_stopwords=False) == ["is", "it", "the", "one"]
+    assert terms("Is it THE one?") == ["one"]
+
+
+def test_terms_do_not_depend_on_whitespace_between_pieces() -> None:
+    spaced = "budget\t火车\n\nLyon\u3000酒店\xa0price"
+    assert terms(spaced) == ["budget", "火", "车", "火车", "lyon", "酒", "店", "酒店", "price"]
+    sentence = "我们" * 20  # a long piece, not kept in the table: same terms each time
+    bigrams = (["我们", "们我"] * 20)[:-1]
+    assert terms(sentence) == terms(sentence) == [*sentence, *bigrams]
+
+
+def test_terms_document_splits_identifiers_only_when_present() -> None:
+    assert terms_document(["budget", "lyon"]) == "budget lyon"
+    assert terms_document(MIXED_TERMS[:9]) == (
+        "ord-4471 ord 4471 shipped berlin alice@example.com alice example com said don t "
+        "e.g e g 3.5 3 5"
+    )
