@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, func, or_, select, text, tuple_, update
+from sqlalchemy import ColumnElement, Row, any_, func, or_, select, text, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.core.text import lexical_document
 from app.db.models import Chunk, OffloadEvent
 from app.embeddings.base import vector_literal
+from app.sessions.repository import uuid_array
 
 INSERT_BATCH = 5000  # rows per insert statement
 
@@ -406,7 +407,7 @@ async def chunks_by_id(db: AsyncSession, ids: Sequence[str]) -> dict[str, ShownC
     """What recall shows of these chunks, as plain rows (no ORM objects on every build)."""
     if not ids:
         return {}
-    query = select(*_SHOWN_COLUMNS).where(Chunk.id.in_([uuid.UUID(i) for i in ids]))
+    query = select(*_SHOWN_COLUMNS).where(Chunk.id == any_(uuid_array([uuid.UUID(i) for i in ids])))
     return {str(row.id): row for row in await db.execute(query)}
 
 

@@ -43,15 +43,15 @@ from app.core.tokens import count_tokens, message_tokens
 from app.domain.budget import REPLY_PRIMING_TOKENS
 from app.domain.records import RecalledItem, TurnRecord
 from app.prompt.blocks import (
+    ABOUT_USER_SHAPE,
+    RECALL_SHAPE,
     SYSTEM_SEPARATOR,
-    about_user_block,
+    BlockShape,
     anthropic_counting_view,
     anthropic_messages,
-    recalled_block,
-    render_about_user_block,
+    counted_item,
     render_about_user_item,
-    render_item,
-    render_recalled_block,
+    starts_piece,
     tool_groups,
     turn_message,
 )
@@ -163,7 +163,9 @@ def _group_cost(group: list[TurnRecord], anthropic: bool) -> int:
 @dataclass(slots=True)
 class _Choice:
     chosen: list[RecalledItem]
+    rendered: list[str]  # the chosen items as rendered, in order
     outcome: dict[int, tuple[str | None, int]]  # candidate index -> (reason, marginal tokens)
+    used: int = 0  # what the block of the chosen items costs (0: no block)
 
 
 # An item whose whole text would take more than this share of its budget comes compact first.
@@ -216,37 +218,58 @@ def neighbour_order(
     return order
 
 
+def _tokens_with(rendered: str, tokens: int, suffix: str) -> int:
+    """`count_tokens(rendered + suffix)`, given `tokens` = `count_tokens(rendered)`: only the
+    last line that starts a token piece (`starts_piece`) is counted again with the suffix."""
+    end = len(rendered)
+    while (at := rendered.rfind("\n", 0, end) + 1) > 0:
+        if starts_piece(rendered, at):
+            last = rendered[at:]
+            return tokens - count_tokens(last) + count_tokens(last + suffix)
+        end = at - 1
+    return count_tokens(rendered + suffix)
+
+
+def _counted(rendered: str) -> tuple[str, int]:
+    return rendered, count_tokens(rendered)
+
+
 def _choose(
     items: Sequence[RecalledItem],
     *,
     limit: int,
     top_k: int,
     in_window: set[int],
-    render_one: Callable[[RecalledItem], str],
-    frame: Callable[[list[str]], str],
-    block_cost: Callable[[str], int],
+    render_one: Callable[[RecalledItem], tuple[str, int]],
+    shape: BlockShape,
+    overhead: int,
     neighbours: bool = False,
 ) -> _Choice:
     """Items in rank order (with `neighbours`, each of the first few followed by its adjacent
-    candidates: `neighbour_order`) while the whole block (`frame` around the rendered items)
-    stays within `limit`."""
-    choice = _Choice([], {})
-    used = 0
-    # Every fit test renders the block with all items chosen so far, and an item's own cost is
-    # asked up to three times (compact-first test, fit test, manifest): render and count each
-    # item once, it is most of this function's work.
-    rendered: dict[int, str] = {}
-    own_costs: dict[int, int] = {}
+    candidates: `neighbour_order`) while the whole block (`shape` around the rendered items,
+    costing `overhead` + its tokens) stays within `limit`."""
+    choice = _Choice([], [], {})
+    # Each item is rendered and counted once (`render_one`: text and tokens). Every item starts a
+    # token piece (`BlockShape`), so a block's tokens are its head's, each chosen item's with the
+    # separator after it, and the last one's with the tail: a fit test counts only the tested
+    # item's last line again, not the whole block.
+    counted: dict[int, tuple[str, int]] = {}
+    head = count_tokens(shape.head)
+    chosen_tokens = 0  # the chosen items', each with the separator after it
 
-    def render(option: RecalledItem) -> str:
-        if id(option) not in rendered:
-            rendered[id(option)] = render_one(option)
-        return rendered[id(option)]
+    def own(option: RecalledItem) -> tuple[str, int]:
+        if id(option) not in counted:
+            counted[id(option)] = render_one(option)
+        return counted[id(option)]
 
     def own_cost(option: RecalledItem) -> int:
-        if id(option) not in own_costs:
-            own_costs[id(option)] = count_tokens(render(option))
-        return own_costs[id(option)]
+        return own(option)[1]
+
+    def block_cost(option: RecalledItem) -> int:
+        text, tokens = own(option)
+        if not starts_piece(shape.separator + text, len(shape.separator)):
+            raise ValueError(f"a rendered item must start with a non-space: {text[:20]!r}")
+        return overhead + head + chosen_tokens + _tokens_with(text, tokens, shape.tail)
 
     candidates: list[int] = []
     for index, item in enumerate(items):
@@ -278,16 +301,19 @@ def _choose(
                 continue
             # What the option's own text costs: about what it adds to the block, cheap to count.
             alone = own_cost(option)
-            if used + alone > limit:
+            if choice.used + alone > limit:
                 reason = ("over_budget", alone)
                 continue
-            cost = block_cost(frame([render(kept) for kept in [*choice.chosen, option]]))
+            cost = block_cost(option)
             if cost > limit:
-                reason = ("over_budget", cost - used)
+                reason = ("over_budget", cost - choice.used)
                 continue
+            text, tokens = own(option)
             choice.chosen.append(option)
-            reason = (None, cost - used)
-            used = cost
+            choice.rendered.append(text)
+            chosen_tokens += _tokens_with(text, tokens, shape.separator)
+            reason = (None, cost - choice.used)
+            choice.used = cost
             break
         choice.outcome[index] = reason
     return choice
@@ -333,16 +359,14 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     # In Anthropic format the blocks end the system string: charge what each adds to it.
     prefix = [c0_text, notes if keep_notes else ""]
 
-    prefix_costs: dict[tuple[str, ...], int] = {}
-
-    def block_cost(block: str) -> int:
-        if not anthropic:
-            return message_tokens("system", block)
-        # The prefix is the same for every fit test of one section: count it once.
-        key = tuple(prefix)
-        if key not in prefix_costs:
-            prefix_costs[key] = _system_cost(prefix)
-        return _system_cost([*prefix, block]) - prefix_costs[key]
+    def block_overhead() -> int:
+        """What a block costs beyond its own tokens: its message's framing, or in Anthropic
+        format what the separator before it adds to the system string (a block starts with
+        "<" after a newline: a token piece of its own, `starts_piece`)."""
+        before = SYSTEM_SEPARATOR.join(p for p in prefix if p)
+        if not anthropic or not before:
+            return message_tokens("system", "")
+        return count_tokens(before + SYSTEM_SEPARATOR) - count_tokens(before)
 
     per_item = inp.per_item_max_tokens
     about = _choose(
@@ -350,12 +374,12 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         limit=min(inp.about_user_budget_tokens, left),
         top_k=inp.about_user_top_k,
         in_window=set(),
-        render_one=lambda item: render_about_user_item(item, per_item),
-        frame=about_user_block,
-        block_cost=block_cost,
+        render_one=lambda item: _counted(render_about_user_item(item, per_item)),
+        shape=ABOUT_USER_SHAPE,
+        overhead=block_overhead(),
     )
-    about_block = render_about_user_block(about.chosen, per_item)
-    about_cost = block_cost(about_block) if about_block else 0
+    about_block = ABOUT_USER_SHAPE.frame(about.rendered)
+    about_cost = about.used
     left -= about_cost
     prefix.append(about_block)
 
@@ -364,13 +388,13 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         limit=min(inp.recall_budget_tokens, left),
         top_k=inp.top_k,
         in_window=in_window,
-        render_one=lambda item: render_item(item, per_item),
-        frame=recalled_block,
-        block_cost=block_cost,
+        render_one=lambda item: counted_item(item, per_item),
+        shape=RECALL_SHAPE,
+        overhead=block_overhead(),
         neighbours=True,
     )
-    block = render_recalled_block(recall.chosen, per_item)
-    recall_cost = block_cost(block) if block else 0
+    block = RECALL_SHAPE.frame(recall.rendered)
+    recall_cost = recall.used
 
     flags: list[str] = []
     if len(window) < len(inp.turns):

@@ -12,10 +12,11 @@ import json
 import re
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from app.core.tokens import cut_to_tokens
+from app.core.tokens import count_tokens, cut_to_tokens
 from app.domain.records import RecalledItem, TurnRecord
 
 RECALL_OPEN = "<recalled_history>"
@@ -88,10 +89,53 @@ def neutralise_quoted(text: str) -> str:
     return _HEADER_LOOKALIKE_RE.sub(r"(\1)", text)
 
 
+def starts_piece(text: str, at: int) -> bool:
+    """Whether cl100k's pre-tokenizer starts a piece at `at` whatever comes before `at`: the
+    text before ends with a newline and the text from `at` starts with a non-space. No piece of
+    its pattern holds a newline followed by a non-space, and the pieces before a newline that
+    ends a run of spaces end there alike whether the text goes on or not, so then
+    `count_tokens(text) == count_tokens(text[:at]) + count_tokens(text[at:])` (what assembly
+    counts by; `tests/prompt/test_block_counting.py` checks it against tiktoken)."""
+    return 0 < at < len(text) and text[at - 1] == "\n" and not text[at].isspace()
+
+
 def render_item(item: RecalledItem, per_item_max_tokens: int) -> str:
     """`[ts | turn a-b | id]` then the item's text, neutralised and cut to the per-item limit."""
+    return counted_item(item, per_item_max_tokens)[0]
+
+
+def counted_item(item: RecalledItem, per_item_max_tokens: int) -> tuple[str, int]:
+    """`render_item` and its token count; the text is encoded once for both (the header's
+    newline starts a piece when the text starts with a non-space: `starts_piece`)."""
+    header = f"{item_header(item)}\n"
     text = neutralise_quoted(item.text)
-    return f"{item_header(item)}\n{cut_text(text, per_item_max_tokens)}"
+    tokens = count_tokens(text)
+    if tokens > per_item_max_tokens:
+        text = cut_text(text, per_item_max_tokens)
+        tokens = count_tokens(text)
+    rendered = header + text
+    if starts_piece(rendered, len(header)):
+        return rendered, count_tokens(header) + tokens
+    return rendered, count_tokens(rendered)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockShape:
+    """A block as `head`, then its rendered items joined by `separator`, then `tail` (nothing
+    at all without items). `head` and `separator` end with a newline and every rendered item
+    starts with a non-space, so each item starts a token piece (`starts_piece`)."""
+
+    head: str
+    separator: str
+    tail: str
+
+    def frame(self, rendered: Sequence[str]) -> str:
+        return self.head + self.separator.join(rendered) + self.tail if rendered else ""
+
+
+RECALL_SHAPE = BlockShape(
+    ITEM_SEPARATOR.join([RECALL_OPEN, RECALL_FRAME, ""]), ITEM_SEPARATOR, "\n" + RECALL_CLOSE
+)
 
 
 def render_recalled_block(items: Sequence[RecalledItem], per_item_max_tokens: int) -> str:
@@ -101,9 +145,7 @@ def render_recalled_block(items: Sequence[RecalledItem], per_item_max_tokens: in
 
 def recalled_block(rendered: Sequence[str]) -> str:
     """The recalled-history block around items already rendered by `render_item`."""
-    if not rendered:
-        return ""
-    return ITEM_SEPARATOR.join([RECALL_OPEN, RECALL_FRAME, *rendered]) + "\n" + RECALL_CLOSE
+    return RECALL_SHAPE.frame(rendered)
 
 
 def render_about_user_item(item: RecalledItem, per_item_max_tokens: int) -> str:
@@ -117,11 +159,14 @@ def render_about_user_block(items: Sequence[RecalledItem], per_item_max_tokens: 
     return about_user_block([render_about_user_item(item, per_item_max_tokens) for item in items])
 
 
+ABOUT_USER_SHAPE = BlockShape(
+    ABOUT_USER_OPEN + "\n" + ABOUT_USER_FRAME + "\n", "\n", "\n" + ABOUT_USER_CLOSE
+)
+
+
 def about_user_block(rendered: Sequence[str]) -> str:
     """The "about this user" block around lines already rendered by `render_about_user_item`."""
-    if not rendered:
-        return ""
-    return "\n".join([ABOUT_USER_OPEN, ABOUT_USER_FRAME, *rendered, ABOUT_USER_CLOSE])
+    return ABOUT_USER_SHAPE.frame(rendered)
 
 
 def turn_message(turn: TurnRecord) -> dict[str, Any]:

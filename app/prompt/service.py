@@ -317,13 +317,15 @@ async def build_prompt(
         fallbacks.append("cache_bypass")
 
     included = {item.chunk_id for item in assembled.recalled}
+    # The assembler's entries are already of the schema's types: built without validation (a
+    # recall build has one per window turn, ~300; validating them took ~2 ms).
     manifest = [
-        ManifestItem(
+        ManifestItem.model_construct(
             id=e.id,
             layer=e.layer,
             source=e.source,
             tokens=e.tokens,
-            score=e.score,
+            score=None if e.score is None else float(e.score),
             included=e.included,
             reason=e.reason,
         )

@@ -12,11 +12,13 @@ from sqlalchemy import (
     ColumnElement,
     Float,
     String,
+    any_,
     cast,
     column,
     delete,
     exists,
     func,
+    literal,
     or_,
     select,
     table,
@@ -24,7 +26,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import true as sa_true
-from sqlalchemy.dialects.postgresql import JSONB, insert
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import IdempotencyRecord, Session, Turn
@@ -242,6 +244,13 @@ async def live_turns(db: AsyncSession, session_pk: uuid.UUID, first: int, last: 
     return list((await db.execute(query)).scalars())
 
 
+def uuid_array(ids: Sequence[uuid.UUID]) -> ColumnElement[Any]:
+    """`ids` as one uuid[] parameter: `= ANY(...)` of it is the same statement whatever the
+    number of ids, so the driver prepares it once (an IN list is a new statement, parsed and
+    planned again, for each number of ids)."""
+    return literal(list(ids), ARRAY(Turn.chunk_id.type))
+
+
 async def turns_of_chunks(
     db: AsyncSession, session_pk: uuid.UUID, chunk_ids: Sequence[str]
 ) -> dict[str, list[Turn]]:
@@ -252,7 +261,7 @@ async def turns_of_chunks(
         select(Turn)
         .where(
             Turn.session_id == session_pk,
-            Turn.chunk_id.in_([uuid.UUID(c) for c in chunk_ids]),
+            Turn.chunk_id == any_(uuid_array([uuid.UUID(c) for c in chunk_ids])),
             Turn.forgotten_at.is_(None),
         )
         .order_by(Turn.seq)
