@@ -2,6 +2,7 @@
 unreachable database is a 503 the client may retry. Spoken over raw sockets, so the test sees
 exactly what the server does with the connection."""
 
+import asyncio
 import json
 import socket
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from urllib.parse import urlparse
 from fastapi import FastAPI
 
 from app.core.config import Settings, load_settings
+from app.core.server import OneSendTransport
 from app.main import create_app
 from tests.support.loopback import closed_port_url
 from tests.support.server import RunningServer, run_server, serve_app
@@ -138,3 +140,45 @@ def test_an_unreachable_database_is_a_503_with_retry_after(settings: Settings) -
         assert read_response(sock)[0] == 503
         sock.sendall(request("GET", "/healthz"))
         assert read_response(sock)[0] == 200
+
+
+class RecordingTransport:
+    def __init__(self) -> None:
+        self.sends: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.sends.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str) -> str:
+        return f"info:{name}"
+
+
+def test_a_response_written_in_parts_leaves_in_one_send() -> None:
+    async def scenario() -> tuple[list[bytes], list[bytes], list[bytes], str]:
+        loop = asyncio.get_running_loop()
+        socket_side = RecordingTransport()
+        transport = OneSendTransport(socket_side, loop)  # type: ignore[arg-type]
+        transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        transport.write(b"")
+        transport.write(b"body")
+        before_turn_ends = list(socket_side.sends)
+        turn_done = loop.create_future()
+        loop.call_soon(turn_done.set_result, None)  # runs after the send scheduled first
+        await turn_done
+        after_turn = list(socket_side.sends)
+        transport.write(b"last words")
+        transport.close()  # sends what is pending before closing
+        return before_turn_ends, after_turn, socket_side.sends, transport.get_extra_info("peer")
+
+    before, after, at_close, info = asyncio.run(scenario())
+    assert before == []
+    assert after == [b"HTTP/1.1 200 OK\r\n\r\nbody"]
+    assert at_close == [b"HTTP/1.1 200 OK\r\n\r\nbody", b"last words"]
+    assert info == "info:peer"

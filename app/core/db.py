@@ -15,6 +15,7 @@ import psycopg
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -74,6 +75,13 @@ def create_reader_engine(settings: Settings) -> AsyncEngine:
     )
 
 
+async def driver_connection(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:
+    """psycopg's own connection under SQLAlchemy's `conn`, for a statement run by the driver
+    itself (SQLAlchemy's statement machinery and result processing cost more than a read)."""
+    raw = await conn.get_raw_connection()
+    return raw.driver_connection  # type: ignore[return-value]
+
+
 async def read_once(
     reader: AsyncEngine, read: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]
 ) -> T:
@@ -85,8 +93,7 @@ async def read_once(
     SQLAlchemy's `OperationalError`, as any other statement's."""
     for attempt in (1, 2):
         async with reader.connect() as conn:
-            raw = await conn.get_raw_connection()
-            driver: psycopg.AsyncConnection[Any] = raw.driver_connection  # type: ignore[assignment]
+            driver = await driver_connection(conn)
             try:
                 return await read(driver)
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:

@@ -4,6 +4,8 @@
   connection opening or of the previous response, else the connection is closed
   (`guarded_h11_protocol`, uvicorn's h11 protocol with one more timer; uvicorn itself only times
   out idle keep-alive connections, and any byte, even of a half-sent head, stops that timer).
+- A response leaves in one send (`OneSendTransport`): uvicorn writes a response's head and body
+  separately, two system calls on the socket and two wake-ups of the client where one does.
 - A request body must arrive whole within `body_timeout_seconds` of the head (408) and stay
   within `limits.max_body_bytes` (413, refused from `Content-Length` before reading when it says
   so) — `RequestBodyGuard`, pure ASGI, raising `BodyError` where the application reads the body,
@@ -12,6 +14,7 @@
 """
 
 import asyncio
+from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -21,14 +24,54 @@ from app.core.config import Settings
 from app.core.errors import BodyError, PayloadTooLarge, RequestTimeout
 
 
+class OneSendTransport:
+    """A socket transport whose writes made in one turn of the event loop go out together, in
+    one send at the start of the next turn (a response's head, body and end are written in one
+    turn). Everything but writing and closing is the socket transport's own; closing sends what
+    is pending first, aborting drops it."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        if not self._pending:
+            self._loop.call_soon(self._send)
+        self._pending.append(data)
+
+    def _send(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self._send()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._pending.clear()
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 def guarded_h11_protocol(header_timeout: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol, closing a connection whose request head is not complete in time."""
+    """uvicorn's h11 protocol, closing a connection whose request head is not complete in time,
+    and sending each response in one write (`OneSendTransport`)."""
 
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            # After uvicorn read the peer's address and built its flow control from the socket's.
+            self.transport = OneSendTransport(transport, self.loop)  # type: ignore[assignment]
             self._watch_head()
 
         def data_received(self, data: bytes) -> None:

@@ -29,6 +29,7 @@ from sqlalchemy import true as sa_true
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.db import driver_connection
 from app.db.models import IdempotencyRecord, Session, Turn
 from app.domain.budget import REPLY_PRIMING_TOKENS, BudgetConfig
 from app.domain.records import TurnRecord
@@ -170,8 +171,7 @@ async def window_turns(db: AsyncSession, session_pk: uuid.UUID) -> list[TurnReco
     driver itself (every build that writes and every offload reads the whole window: SQLAlchemy's
     result processing cost more than the read, 10,000 turns ~0.3 s)."""
     await db.flush()  # what the ORM holds back is part of the transaction's state
-    raw = await (await db.connection()).get_raw_connection()
-    driver: psycopg.AsyncConnection[Any] = raw.driver_connection  # type: ignore[assignment]
+    driver = await driver_connection(await db.connection())
     cursor = await driver.execute(_WINDOW, {"session": session_pk})
     return [TurnRecord(*row) for row in await cursor.fetchall()]
 
@@ -207,7 +207,10 @@ async def session_with_window(
     row = await (await conn.execute(_SESSION_WITH_WINDOW, params)).fetchone()
     if row is None:
         return None
-    session = Session(**dict(zip(_SESSION_ATTRIBUTES, row[:-1], strict=True)))
+    # Filled as SQLAlchemy's loader fills an instance (the constructor records every attribute
+    # as a change to flush, ~15x the time; this row is never written through).
+    session = Session.__mapper__.class_manager.new_instance()
+    session.__dict__.update(zip(_SESSION_ATTRIBUTES, row[:-1], strict=True))
     window = [
         TurnRecord(seq, role, content, tokens, datetime.fromisoformat(at), name, calls, call, meta)
         for seq, role, content, tokens, at, name, calls, call, meta in row[-1]
