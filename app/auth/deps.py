@@ -15,6 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.auth import service
 from app.auth.schemas import Caller, Scope
+from app.core.db import unit_of_work
 from app.core.deps import ContextDep, DbDep
 
 # auto_error=False: our own 401 body, not FastAPI's 403; the scheme still appears in OpenAPI.
@@ -31,7 +32,10 @@ async def get_caller(
     if settings.auth_disabled:
         cached: Caller | None = getattr(request.app.state, "dev_caller", None)
         if cached is None:
-            cached = await service.dev_caller(db)
+            # Its own committed transaction: the request's may roll back (a 404, a read that
+            # never commits), and a cached caller must not name a tenant that was never stored.
+            async with unit_of_work(context.sessionmaker) as own:
+                cached = await service.dev_caller(own)
             request.app.state.dev_caller = cached
         caller = cached
     else:
