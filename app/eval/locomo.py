@@ -28,7 +28,7 @@ from typing import Any
 from app.core.text import terms
 from app.core.tokens import count_tokens, message_tokens
 from app.domain.records import RecalledItem
-from app.prompt.blocks import render_item, render_recalled_block
+from app.prompt.blocks import counted_item, render_recalled_block
 from app.recall.bm25 import BM25Index
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -268,7 +268,7 @@ def fill_budget_framed(
     used = 0
     for i in ranked:
         item = _framed_item(i, turns[i])
-        if used + count_tokens(render_item(item, per_item_max_tokens)) > budget:
+        if used + counted_item(item, per_item_max_tokens)[1] > budget:
             continue
         cost = message_tokens("system", render_recalled_block([*chosen, item], per_item_max_tokens))
         if cost <= budget:

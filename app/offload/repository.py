@@ -12,10 +12,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, Row, any_, func, or_, select, text, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from app.core.db import uuid_array
 from app.core.text import lexical_document
 from app.db.models import Chunk, OffloadEvent
 from app.embeddings.base import vector_literal
-from app.sessions.repository import uuid_array
 
 INSERT_BATCH = 5000  # rows per insert statement
 

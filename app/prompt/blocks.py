@@ -154,19 +154,9 @@ def render_about_user_item(item: RecalledItem, per_item_max_tokens: int) -> str:
     return f"- {cut_text(text, per_item_max_tokens)} [{short_id(item.chunk_id)}]{label}"
 
 
-def render_about_user_block(items: Sequence[RecalledItem], per_item_max_tokens: int) -> str:
-    """The "about this user" block for `items` in the given order; "" when there are none."""
-    return about_user_block([render_about_user_item(item, per_item_max_tokens) for item in items])
-
-
 ABOUT_USER_SHAPE = BlockShape(
     ABOUT_USER_OPEN + "\n" + ABOUT_USER_FRAME + "\n", "\n", "\n" + ABOUT_USER_CLOSE
 )
-
-
-def about_user_block(rendered: Sequence[str]) -> str:
-    """The "about this user" block around lines already rendered by `render_about_user_item`."""
-    return ABOUT_USER_SHAPE.frame(rendered)
 
 
 def turn_message(turn: TurnRecord) -> dict[str, Any]:

@@ -18,7 +18,6 @@ from sqlalchemy import (
     delete,
     exists,
     func,
-    literal,
     or_,
     select,
     table,
@@ -26,10 +25,10 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import true as sa_true
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
+from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.db import driver_connection
+from app.core.db import driver_connection, uuid_array
 from app.db.models import IdempotencyRecord, Session, Turn
 from app.domain.budget import REPLY_PRIMING_TOKENS, BudgetConfig
 from app.domain.records import TurnRecord
@@ -245,13 +244,6 @@ async def live_turns(db: AsyncSession, session_pk: uuid.UUID, first: int, last: 
         .order_by(Turn.seq)
     )
     return list((await db.execute(query)).scalars())
-
-
-def uuid_array(ids: Sequence[uuid.UUID]) -> ColumnElement[Any]:
-    """`ids` as one uuid[] parameter: `= ANY(...)` of it is the same statement whatever the
-    number of ids, so the driver prepares it once (an IN list is a new statement, parsed and
-    planned again, for each number of ids)."""
-    return literal(list(ids), ARRAY(Turn.chunk_id.type))
 
 
 async def turns_of_chunks(
