@@ -7,10 +7,11 @@ a smaller recall session, short enough to iterate on (a minute or two).
 A `contextd dev` (default settings, its own embedded stack) gets `floor_compare`'s recall session
 (the same configuration and turns, `--big-turns` of them) offloaded and embedded; then each round
 runs `floor_compare.after_append` (quiet recall builds, then builds each sent right after a
-100-turn append) and prints every build after an append: its time, the watermark level the
-append left and the one the build saw, and the server's stages (`timings_ms`); then the p95 of
-both phases and their ratio, and how many builds found the window at the emergency ratio (the
-figure that does not follow the machine's other load).
+100-turn append) and prints every append and the build after it: their times, the watermark
+level the append left and the one the build saw, and the build's stages (`timings_ms`); then the
+p95 of both phases of builds and their ratio, how many appends took the window to the emergency
+ratio (a count, which does not follow the machine's other load the way times do), and the median
+time of those appends and of the others.
 """
 
 import argparse
@@ -45,9 +46,16 @@ async def load(base: str, turns: int) -> int:
     return int(info["counts"]["chunks"])
 
 
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
 def stage_line(build: TimedBuild) -> str:
     stages = " ".join(f"{s} {build.timings_ms.get(s, 0.0):6.1f}" for s in STAGES)
-    return f"{build.ms:7.1f} ms  {build.appended_level or '-':9s} -> {build.level:9s} | {stages}"
+    return (
+        f"append {build.append_ms or 0:6.1f} ms {build.appended_level or '-':9s} | build "
+        f"{build.ms:6.1f} ms {build.level:9s} | {stages}"
+    )
 
 
 def main() -> None:
@@ -79,12 +87,14 @@ def main() -> None:
                 print("  " + stage_line(build))
             ratio = p95(loaded) / p95(quiet)
             ratios.append(ratio)
-            emergency = sum(1 for b in loaded if b.appended_level == "emergency")
+            emergency = [b.append_ms or 0 for b in loaded if b.appended_level == "emergency"]
+            others = [b.append_ms or 0 for b in loaded if b.appended_level != "emergency"]
             print(
                 f"  quiet p50 {statistics.median(b.ms for b in quiet):.1f} p95 {p95(quiet):.1f} ms"
                 f" | after an append p50 {statistics.median(b.ms for b in loaded):.1f} "
-                f"p95 {p95(loaded):.1f} ms | x{ratio:.2f} | {emergency} appends left the window "
-                "at emergency"
+                f"p95 {p95(loaded):.1f} ms | x{ratio:.2f} | {len(emergency)} appends took the "
+                f"window to emergency, append p50 {median(emergency):.1f} ms against "
+                f"{median(others):.1f} ms for the others"
             )
     end = os.getloadavg()
     print(

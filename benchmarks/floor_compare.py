@@ -392,6 +392,7 @@ class TimedBuild:
     timings_ms: dict[str, float]  # the server's stages
     level: str  # the watermark level the build reported
     appended_level: str | None  # the level the append before it reported (None: quiet)
+    append_ms: float | None  # the append before it, as the client saw it (None: quiet)
 
 
 async def after_append(
@@ -405,18 +406,24 @@ async def after_append(
     quiet: list[TimedBuild] = []
     loaded: list[TimedBuild] = []
 
-    async def build(query: str, appended_level: str | None) -> TimedBuild:
+    async def build(query: str, append: httpx.Response | None = None) -> TimedBuild:
         started = time.perf_counter()
         resp = await http.post(f"{path}/build-prompt", json={"query": query})
         resp.raise_for_status()
         ms = (time.perf_counter() - started) * 1000
         body = resp.json()
-        return TimedBuild(ms, body["timings_ms"], body["watermark"]["level"], appended_level)
+        return TimedBuild(
+            ms,
+            body["timings_ms"],
+            body["watermark"]["level"],
+            append.json()["watermark"]["level"] if append else None,
+            append.elapsed.total_seconds() * 1000 if append else None,
+        )
 
     async with httpx.AsyncClient(base_url=base, timeout=120) as http:
         await wait_offloaded(http, BIG_SESSION, True, 3600)  # quiet: the worker is idle
         for j in range(tries):
-            quiet.append(await build(queries[j], None))
+            quiet.append(await build(queries[j]))
         for j in range(tries):
             turns = [
                 {"role": "user" if i % 2 == 0 else "assistant", "content": turn_text(rng, i)}
@@ -424,7 +431,7 @@ async def after_append(
             ]
             appended = await http.post(f"{path}/turns", json={"turns": turns})
             appended.raise_for_status()
-            loaded.append(await build(queries[tries + j], appended.json()["watermark"]["level"]))
+            loaded.append(await build(queries[tries + j], appended))
     return quiet, loaded
 
 
@@ -578,7 +585,9 @@ def main() -> None:
             print(
                 f"after a {APPEND_TURNS}-turn append, {args.append_tries} builds: quiet p95 "
                 f"{quiet:.1f} ms, right after the append p95 {loaded:.1f} ms "
-                f"(x{loaded / quiet:.2f})"
+                f"(x{loaded / quiet:.2f}); "
+                f"{sum(b.appended_level == 'emergency' for b in loaded_builds)} appends took the "
+                "window to the emergency ratio"
             )
     rows = summary(rounds)
     print_summary(rows, len(rounds))
