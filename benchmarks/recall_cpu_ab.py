@@ -7,7 +7,9 @@ API process (`contextd serve`) from each tree against that stack and sends both 
 queries, alternating blocks of `--block` builds (A, B, B, A, ...) so both see the same machine
 load. Every query is embedded once before the measured blocks (the embedding cache then answers
 both sides): the figures are the build's own CPU, without the e5 query embedding both sides pay
-alike. The first pass also compares the two trees' responses field by field (all but
+alike; with `--embed` the cache is emptied before each block, so every build embeds its query
+(the wall time of a build as the floor measures it). The first pass also compares the two
+trees' responses field by field (all but
 `build_id` and `timings_ms`).
 
     .venv/bin/python -m benchmarks.recall_cpu_ab prepare --data-dir /tmp/rc/data --port 18900
@@ -31,7 +33,13 @@ import httpx
 
 from app.cli import running_dev
 from benchmarks.build_prompt_latency import ingest, percentile, wait_offloaded
-from benchmarks.floor_compare import BIG_CONFIG, BIG_SESSION, Stack, floor_module
+from benchmarks.floor_compare import (
+    BIG_CONFIG,
+    BIG_SESSION,
+    Stack,
+    floor_module,
+    forget_query_embeddings,
+)
 
 PATH = f"/v1/sessions/{BIG_SESSION}/build-prompt"
 
@@ -97,11 +105,16 @@ def _comparable(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k not in ("build_id", "timings_ms")}
 
 
-async def _builds(http: httpx.AsyncClient, queries: list[str]) -> list[dict[str, Any]]:
+async def _builds(
+    http: httpx.AsyncClient, queries: list[str], walls: list[float] | None = None
+) -> list[dict[str, Any]]:
     out = []
     for query in queries:
+        started = time.perf_counter()
         resp = await http.post(PATH, json={"query": query})
         resp.raise_for_status()
+        if walls is not None:
+            walls.append((time.perf_counter() - started) * 1000)
         out.append(resp.json())
     return out
 
@@ -133,6 +146,7 @@ async def compare(args: argparse.Namespace) -> None:
                 n: {"server": [], "postgres": []} for n in sides
             }
             totals: dict[str, list[float]] = {n: [] for n in sides}
+            walls: dict[str, list[float]] = {n: [] for n in sides}
             stacks = {n: Stack(pid, dev.database_url, dev.redis_url, os.getpid()) for n, (_, pid) in
                   sides.items()}  # fmt: skip
             for r in range(args.rounds):
@@ -140,9 +154,11 @@ async def compare(args: argparse.Namespace) -> None:
                     block = queries[start : start + args.block]
                     order = ("A", "B") if (r + start // args.block) % 2 == 0 else ("B", "A")
                     for name in order:
+                        if args.embed:
+                            forget_query_embeddings(dev.redis_url)
                         parts = stacks[name].parts()
                         before = stacks[name].cpu(parts)
-                        bodies = await _builds(clients[name], block)
+                        bodies = await _builds(clients[name], block, walls[name])
                         after = stacks[name].cpu(parts)
                         for part in ("server", "postgres"):
                             cpu[name][part].append((after[part] - before[part]) * 1000 / len(block))
@@ -151,14 +167,15 @@ async def compare(args: argparse.Namespace) -> None:
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {args.rounds} rounds x "
           f"{len(queries)} builds per side, blocks of {args.block}")  # fmt: skip
     print("| side | server CPU ms/build median (blocks) | PostgreSQL CPU ms/build median | "
-          "timings total p50 / p95 ms |")  # fmt: skip
-    print("|---|---|---|---|")
+          "timings total p50 / p95 ms | client wall p50 / p95 ms |")  # fmt: skip
+    print("|---|---|---|---|---|")
     for name in sides:
         s, p = cpu[name]["server"], cpu[name]["postgres"]
         print(
             f"| {name} {args.a if name == 'A' else args.b} | {statistics.median(s):.2f} "
             f"({min(s):.2f}-{max(s):.2f}) | {statistics.median(p):.2f} ({min(p):.2f}-{max(p):.2f})"
-            f" | {percentile(totals[name], 0.5):.2f} / {percentile(totals[name], 0.95):.2f} |"
+            f" | {percentile(totals[name], 0.5):.2f} / {percentile(totals[name], 0.95):.2f} | "
+            f"{percentile(walls[name], 0.5):.2f} / {percentile(walls[name], 0.95):.2f} |"
         )
 
 
@@ -178,6 +195,11 @@ def main() -> None:
     c.add_argument("--builds", type=int, default=120)
     c.add_argument("--block", type=int, default=40)
     c.add_argument("--rounds", type=int, default=3)
+    c.add_argument(
+        "--embed",
+        action="store_true",
+        help="empty the query-embedding cache before each block: every build embeds its query",
+    )
     args = parser.parse_args()
     if args.command == "prepare":
         prepare(args.data_dir, args.port, args.turns)
