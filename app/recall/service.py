@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import psycopg
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppContext
@@ -214,6 +214,23 @@ def _vector_index(context: AppContext, session: Session) -> repository.VectorInd
     if context.embedder is None or session.chunk_count < settings.vector_index_min_chunks:
         return None
     return repository.VectorIndexScan(context.embedder.dim, settings.vector_index_ef_search)
+
+
+async def _exact(
+    context: AppContext, session: Session, needles: Sequence[str], limit: int
+) -> list[str]:
+    """The exact arm (`repository.exact_hits`), one read on the reader pool (no transaction);
+    once more on a new connection when the one it got was dead (PostgreSQL restarted)."""
+    if not needles:
+        return []
+    for attempt in (1, 2):
+        try:
+            async with context.reader.connect() as conn:
+                return await repository.exact_hits(conn, session.id, needles, limit)
+        except DBAPIError as exc:
+            if attempt == 2 or not exc.connection_invalidated:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def _nearest_and_shown(
@@ -602,9 +619,7 @@ async def recall(
         )
     )
     try:
-        exact = await repository.exact_hits(
-            db, session.id, [*rewritten.ids, *rewritten.quoted], candidates
-        )
+        exact = await _exact(context, session, [*rewritten.ids, *rewritten.quoted], candidates)
         clock.lap("exact")
         lexical = await _lexical(db, context, session, query_terms, candidates)
         clock.lap("lexical")
