@@ -19,6 +19,7 @@ trees' responses field by field (all but
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -40,8 +41,6 @@ from benchmarks.floor_compare import (
     floor_module,
     forget_query_embeddings,
 )
-
-PATH = f"/v1/sessions/{BIG_SESSION}/build-prompt"
 
 
 def prepare(data_dir: Path, port: int, turns: int) -> None:
@@ -106,12 +105,12 @@ def _comparable(body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _builds(
-    http: httpx.AsyncClient, queries: list[str], walls: list[float] | None = None
+    http: httpx.AsyncClient, sid: str, queries: list[str], walls: list[float] | None = None
 ) -> list[dict[str, Any]]:
     out = []
     for query in queries:
         started = time.perf_counter()
-        resp = await http.post(PATH, json={"query": query})
+        resp = await http.post(f"/v1/sessions/{sid}/build-prompt", json={"query": query})
         resp.raise_for_status()
         if walls is not None:
             walls.append((time.perf_counter() - started) * 1000)
@@ -123,7 +122,12 @@ async def compare(args: argparse.Namespace) -> None:
     dev = running_dev(args.data_dir)
     if dev is None:
         raise SystemExit(f"no contextd dev running on {args.data_dir}: run `prepare` first")
-    queries = floor_module(args.floor_dir).queries(args.builds, 7)
+    if args.locomo:
+        samples = json.loads(args.locomo.read_text())
+        sample = next(s for s in samples if args.session.startswith(f"locomo-{s['sample_id']}-"))
+        queries = [str(q["question"]) for q in sample["qa"]][: args.builds]
+    else:
+        queries = floor_module(args.floor_dir).queries(args.builds, 7)
     async with AsyncExitStack() as http:
         with ExitStack() as stack:
             sides = {
@@ -135,7 +139,7 @@ async def compare(args: argparse.Namespace) -> None:
                 for name, (b, _) in sides.items()
             }
             # The first pass embeds every query (then cached for both) and holds the index caches.
-            first = {name: await _builds(clients[name], queries) for name in sides}
+            first = {name: await _builds(clients[name], args.session, queries) for name in sides}
             differ = [
                 i
                 for i, (a, b) in enumerate(zip(first["A"], first["B"], strict=True))
@@ -158,7 +162,7 @@ async def compare(args: argparse.Namespace) -> None:
                             forget_query_embeddings(dev.redis_url)
                         parts = stacks[name].parts()
                         before = stacks[name].cpu(parts)
-                        bodies = await _builds(clients[name], block, walls[name])
+                        bodies = await _builds(clients[name], args.session, block, walls[name])
                         after = stacks[name].cpu(parts)
                         for part in ("server", "postgres"):
                             cpu[name][part].append((after[part] - before[part]) * 1000 / len(block))
@@ -192,6 +196,13 @@ def main() -> None:
     c.add_argument("--b", type=Path, required=True, help="code tree B")
     c.add_argument("--port", type=int, default=18910)
     c.add_argument("--floor-dir", type=Path, default=Path("../shared/perf"))
+    c.add_argument("--session", default=BIG_SESSION, help="the session built for")
+    c.add_argument(
+        "--locomo",
+        type=Path,
+        help="ask a LoCoMo file's questions of the sample the session holds "
+        "(`locomo-<sample_id>-...`, as `contextd eval locomo` names it) instead of the floor's",
+    )
     c.add_argument("--builds", type=int, default=120)
     c.add_argument("--block", type=int, default=40)
     c.add_argument("--rounds", type=int, default=3)
