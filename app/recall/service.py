@@ -451,6 +451,11 @@ async def _query_vector(
     try:
         embedded = await embedder.embed_queries(views, timeout_s=timeout_s)
         vector: list[float] = l2_normalise(embedded.mean(axis=0, keepdims=True))[0].tolist()
+    except asyncio.CancelledError:
+        # The build stopped waiting (its other arms failed, or the client left): no verdict on
+        # the embedder, and a half-open trial call may be made again.
+        breaker.inconclusive()
+        raise
     except EmbedderUnavailable as exc:
         if isinstance(exc, EmbedderBusy):
             breaker.inconclusive()  # it answered other queries meanwhile: working, not failing
