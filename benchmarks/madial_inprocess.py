@@ -1,7 +1,8 @@
 """MADial-Bench remembered-item recall scored in process: the memory tool's ranking of a user's
 items (stemmed BM25 + e5 fused as `app.recall.service.recall` fuses them, the feature rerank,
 the tool's match gate) without a server, so a ranking change is measured in seconds instead of
-the ~10 minutes of `contextd eval madial` per language.
+the ~4 minutes of `contextd eval madial` per language (most of them storing the memories
+under `remember`'s rate limit).
 
 The e5 vectors (items embedded as the worker embeds them, each query view as recall embeds it)
 are cached in the pickle `--cache`, so only new texts are encoded (a first run of both languages
@@ -50,6 +51,7 @@ from app.recall.service import (
 from app.recall.stem import by_stem
 
 KS = (5, 10)
+SETTINGS = Settings()
 
 
 @dataclass
@@ -95,7 +97,7 @@ async def build_pools(memories: Sequence[MadialMemory], cache: VectorCache) -> d
         tags: dict[str, list[str]] = {}
         stands_for: dict[str, list[str]] = {}
         for m in pool:
-            same = near_duplicate(m.text, list(texts.items()), Settings().memory.dedup_jaccard)
+            same = near_duplicate(m.text, list(texts.items()), SETTINGS.memory.dedup_jaccard)
             if same is not None:
                 stands_for[same].append(m.id)
                 continue
@@ -114,11 +116,10 @@ def rank(
     recent_turns: Sequence[str],
     qvec: np.ndarray,
     *,
-    candidates: int = 30,
-    settings: Settings | None = None,
+    candidates: int = SETTINGS.session_defaults.recall_candidates,
 ) -> list[str]:
     """The memory tool's order of `pool`'s items for `query`, after its match gate."""
-    rs = (settings or Settings()).recall
+    rs = SETTINGS.recall
     rewritten = rewrite_query(query, recent_turns)
     query_terms = weighted_terms(query, rewritten)
     query_terms.update(dict.fromkeys(query_date_terms(query, datetime.now(UTC)), 1.0))
@@ -142,7 +143,7 @@ def rank(
     scored = feature_rerank(
         rewritten,
         [RerankCandidate(f.id, pool.texts[f.id], f.score, f.rank, 0, 0) for f in fused],
-        len(recent_turns),
+        0,  # items have no turns: the recency feature is the same for every one
     )
     wanted = terms(query) or terms(rewritten.rewritten)
     return [
