@@ -5,7 +5,8 @@
   (`guarded_h11_protocol`, uvicorn's h11 protocol with one more timer; uvicorn itself only times
   out idle keep-alive connections, and any byte, even of a half-sent head, stops that timer).
 - A response leaves in one send (`OneSendTransport`): uvicorn writes a response's head and body
-  separately, two system calls on the socket and two wake-ups of the client where one does.
+  separately, two system calls on the socket and two wake-ups of the client where one does. It
+  leaves as soon as it is complete, before the application's code after the send runs.
 - A request body must arrive whole within `body_timeout_seconds` of the head (408) and stay
   within `limits.max_body_bytes` (413, refused from `Content-Length` before reading when it says
   so) — `RequestBodyGuard`, pure ASGI, raising `BodyError` where the application reads the body,
@@ -27,8 +28,8 @@ from app.core.errors import BodyError, PayloadTooLarge, RequestTimeout
 class OneSendTransport:
     """A socket transport whose writes made in one turn of the event loop go out together, in
     one send at the start of the next turn (a response's head, body and end are written in one
-    turn). Everything but writing and closing is the socket transport's own; closing sends what
-    is pending first, aborting drops it."""
+    turn), or at `flush`. Everything but writing and closing is the socket transport's own;
+    closing sends what is pending first, aborting drops it."""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
@@ -41,6 +42,10 @@ class OneSendTransport:
         if not self._pending:
             self._loop.call_soon(self._send)
         self._pending.append(data)
+
+    def flush(self) -> None:
+        """Send what is pending now (a response is complete: nothing more joins it)."""
+        self._send()
 
     def _send(self) -> None:
         if self._pending:
@@ -67,11 +72,13 @@ def guarded_h11_protocol(header_timeout: float) -> type[H11Protocol]:
 
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
+        _one_send: OneSendTransport
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             # After uvicorn read the peer's address and built its flow control from the socket's.
-            self.transport = OneSendTransport(transport, self.loop)  # type: ignore[assignment]
+            self._one_send = OneSendTransport(transport, self.loop)
+            self.transport = self._one_send  # type: ignore[assignment]
             self._watch_head()
 
         def data_received(self, data: bytes) -> None:
@@ -79,6 +86,9 @@ def guarded_h11_protocol(header_timeout: float) -> type[H11Protocol]:
             self._watch_head()
 
         def on_response_complete(self) -> None:
+            # Called by the response's last send: the client gets it before the rest of the
+            # application's task (middleware bookkeeping, work deferred past the response) runs.
+            self._one_send.flush()
             super().on_response_complete()
             self._watch_head()
 
