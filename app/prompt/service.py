@@ -21,7 +21,7 @@ from app.core.cpu import off_loop
 from app.core.dates import said_at
 from app.core.db import local_time_limits, read_once, release
 from app.core.errors import BudgetExceeded, InvalidInput
-from app.core.observability import text_fields
+from app.core.observability import after_response, text_fields
 from app.core.tokens import message_tokens
 from app.db.models import Session
 from app.domain.budget import config_error_field
@@ -435,13 +435,18 @@ async def build_prompt(
         manifest=manifest,
         timings_ms=timings,
     )
-    _log_build(caller, session_id, response, with_text=settings.log_text)
-    context.metrics.observe_build(
-        stage_timings_ms=timings,
-        usage=assembled.usage,
-        fallbacks=fallbacks,
-        recall_hit=None if outcome is None else bool(items),
-    )
+    recall_hit = None if outcome is None else bool(items)
+
+    def report() -> None:
+        _log_build(caller, session_id, response, with_text=settings.log_text)
+        context.metrics.observe_build(
+            stage_timings_ms=timings,
+            usage=assembled.usage,
+            fallbacks=fallbacks,
+            recall_hit=recall_hit,
+        )
+
+    after_response(report)  # over HTTP once the answer is sent: the client does not wait for it
     if writes and (req.persist_manifest or settings.recall.persist_manifests):
         await repository.store_build(
             db,
