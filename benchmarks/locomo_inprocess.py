@@ -1,7 +1,7 @@
 """LoCoMo evidence recall scored in process over the sessions a `contextd eval locomo` run ingested.
 
     .venv/bin/python -m benchmarks.locomo_inprocess RUN_ID [--data F] [--conversations 0,1,2,3]
-        [--data-dir .contextd]
+        [--data-dir .contextd] [--misses B]
 
 The build-prompt path without HTTP: for each question one recall (the same chain and settings as
 build-prompt: window, notes, recent turns, `now`), the shown hits with their compact versions,
@@ -10,6 +10,10 @@ one recall, so a change of ranking or packing is measured in a fraction of the e
 with the `contextd dev` of that ingestion up (it reads its `dev.json` for the database and cache)
 and the server idle. Prints R@5, R@10 and evidence recall at B250-B2000 per category, tune split
 (conversations 0-3) and check split (4-6) apart, as `contextd eval locomo` counts them.
+
+With `--misses B` it also lists every evidence turn not injected at budget B: the question, the
+rank of the shown hit holding the turn (after rerank) and that hit's rank in the lexical and the
+vector arm (`-`: not among the arm's candidates), or "no candidate" when no hit holds it.
 """
 
 import argparse
@@ -30,7 +34,7 @@ from app.eval.locomo import CATEGORIES, SCORED_CATEGORIES, coverage, dia_ids_of_
 from app.notes.policy import render_notes_block
 from app.notes.service import current_notes
 from app.prompt.assembly import AssemblyInput, assemble_prompt
-from app.recall.service import recall, recalled_item, show_best_turns
+from app.recall.service import RecallHit, recall, recalled_item, show_best_turns
 from app.sessions import repository as sessions_repository
 from app.sessions.service import session_budget
 
@@ -50,7 +54,33 @@ def shown_dias(item: RecalledItem, seq_to_dia: dict[int, str]) -> set[str]:
     return dia_ids_of_range(item.turn_first, last, seq_to_dia)
 
 
-async def score(run_id: str, data: str, data_dir: Path, only: set[int] | None) -> list[dict]:
+def missed_turns(
+    evidence: Sequence[str],
+    got: set[str],
+    shown: Sequence[RecallHit],
+    seq_to_dia: dict[int, str],
+) -> list[str]:
+    """Each evidence turn not in `got`, with where the hits rank it (`--misses`)."""
+    out: list[str] = []
+    for dia in evidence:
+        if dia in got:
+            continue
+        where = "no candidate"
+        for rank, hit in enumerate(shown, start=1):
+            if hit.turn_first is None or hit.turn_last is None:
+                continue
+            if dia in dia_ids_of_range(hit.turn_first, hit.turn_last, seq_to_dia):
+                lexical = hit.fused.lexical_rank or "-"
+                vector = hit.fused.vector_rank or "-"
+                where = f"rank {rank} (lexical {lexical}, vector {vector})"
+                break
+        out.append(f"{dia}: {where}")
+    return out
+
+
+async def score(
+    run_id: str, data: str, data_dir: Path, only: set[int] | None, misses_at: int | None = None
+) -> list[dict]:
     dev = json.loads((data_dir / "dev.json").read_text())
     settings = Settings(database_url=dev["database_url"], redis_url=dev["redis_url"])
     context = AppContext.create(settings)
@@ -110,6 +140,13 @@ async def score(run_id: str, data: str, data_dir: Path, only: set[int] | None) -
                         )
                         got = set().union(*[shown_dias(i, seq_to_dia) for i in assembled.recalled])
                         row[f"B{b}"] = coverage(q.evidence, got | in_window)
+                        if b == misses_at:
+                            row["missed"] = [
+                                f"{index} {CATEGORIES[q.category]} {q.question!r} {miss}"
+                                for miss in missed_turns(
+                                    q.evidence, got | in_window, shown, seq_to_dia
+                                )
+                            ]
                     units = [
                         dia_ids_of_range(h.turn_first, h.turn_last, seq_to_dia)
                         for h in shown
@@ -149,9 +186,17 @@ def main() -> None:
     parser.add_argument("--data", default="../shared/eval/locomo/locomo_dev.json")
     parser.add_argument("--data-dir", default=".contextd", type=Path)
     parser.add_argument("--conversations", help="indexes, e.g. 0,1,2,3 (default: all)")
+    parser.add_argument(
+        "--misses", type=int, choices=BUDGETS, help="list the evidence turns missed at this budget"
+    )
     args = parser.parse_args()
     only = {int(i) for i in args.conversations.split(",")} if args.conversations else None
-    print(table(asyncio.run(score(args.run_id, args.data, args.data_dir, only))))
+    rows = asyncio.run(score(args.run_id, args.data, args.data_dir, only, args.misses))
+    if args.misses is not None:
+        for row in rows:
+            for line in row.get("missed", []):
+                print(line)
+    print(table(rows))
 
 
 if __name__ == "__main__":

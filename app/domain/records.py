@@ -49,3 +49,5 @@ class RecalledItem:
     seqs: tuple[int, ...] | None = None
     # A shorter version (the turns that answer the query), used when the whole does not fit.
     compact: "RecalledItem | None" = None
+    # `count_tokens(text)` when already known (a chunk's stored count): not encoded again.
+    text_tokens: int | None = None

@@ -7,12 +7,12 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, Row, any_, func, or_, select, text, tuple_, update
+import psycopg
+from sqlalchemy import ColumnElement, func, or_, select, text, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app.core.db import uuid_array
 from app.core.text import lexical_document
 from app.db.models import Chunk, OffloadEvent
 from app.embeddings.base import vector_literal
@@ -169,7 +169,7 @@ def _like_pattern(needle: str) -> str:
 
 
 async def exact_hits(
-    db: AsyncSession, session_pk: uuid.UUID, needles: Sequence[str], limit: int
+    db: AsyncSession | AsyncConnection, session_pk: uuid.UUID, needles: Sequence[str], limit: int
 ) -> list[str]:
     """Chunks holding any of the IDs / quoted strings verbatim (case-insensitive), newest first.
 
@@ -387,28 +387,81 @@ async def drop_stale_vector_indexes(conn: AsyncConnection, model: str) -> list[s
     return stale
 
 
-# A chunk as recall shows it: id, status, turn_first, turn_last, part, parts, ts_last, raw_text,
-# trusted.
-ShownChunk = Row[uuid.UUID, str, int, int, int, int, datetime, str, bool]
-_SHOWN_COLUMNS = (
-    Chunk.id,
-    Chunk.status,
-    Chunk.turn_first,
-    Chunk.turn_last,
-    Chunk.part,
-    Chunk.parts,
-    Chunk.ts_last,
-    Chunk.raw_text,
-    Chunk.trusted,
+class ShownChunk(NamedTuple):
+    """A chunk as recall shows it."""
+
+    id: str
+    status: str
+    turn_first: int
+    turn_last: int
+    part: int
+    parts: int
+    ts_last: datetime
+    raw_text: str
+    trusted: bool
+    token_count: int  # count_tokens(raw_text)
+
+
+_SHOWN = (
+    "c.id, c.status, c.turn_first, c.turn_last, c.part, c.parts, c.ts_last, c.raw_text, c.trusted, "
+    "c.token_count"
 )
+# The exact scan of one session's vectors (see `nearest_chunks`) and what recall shows of those
+# chunks and of the other arms' candidates (`ids`), in one statement: the vector arm and the
+# candidates' rows in one round trip. The nearest come first, in distance order, with their
+# distance; the others after them with none.
+_NEAREST_AND_SHOWN = (
+    "WITH near AS (SELECT id, embedding <=> CAST(%(vector)s AS vector) AS distance FROM chunks "
+    "WHERE session_id = %(session)s AND status = 'active' AND embedding_model = %(model)s "
+    "ORDER BY distance LIMIT %(limit)s), "
+    "ranked AS (SELECT id, distance, row_number() OVER (ORDER BY distance) AS place FROM near) "
+    f"SELECT {_SHOWN}, r.distance FROM chunks c LEFT JOIN ranked r ON r.id = c.id "
+    "WHERE c.id = ANY(ARRAY(SELECT id FROM ranked) || CAST(%(ids)s AS uuid[])) "
+    "ORDER BY r.place NULLS LAST"
+)  # run by the driver itself (`read_once`): psycopg's placeholders
+_SHOWN_BY_ID = f"SELECT {_SHOWN}, NULL FROM chunks c WHERE c.id = ANY(CAST(%(ids)s AS uuid[]))"
 
 
-async def chunks_by_id(db: AsyncSession, ids: Sequence[str]) -> dict[str, ShownChunk]:
-    """What recall shows of these chunks, as plain rows (no ORM objects on every build)."""
-    if not ids:
-        return {}
-    query = select(*_SHOWN_COLUMNS).where(Chunk.id == any_(uuid_array([uuid.UUID(i) for i in ids])))
-    return {str(row.id): row for row in await db.execute(query)}
+@dataclass(frozen=True)
+class RecallRows:
+    """The vector arm's result (cosine similarity by chunk id, best first; empty when no vector
+    was given) and what recall shows of those chunks and of the requested ones."""
+
+    nearest: dict[str, float]
+    shown: dict[str, ShownChunk]
+
+
+async def nearest_and_shown(
+    conn: psycopg.AsyncConnection[Any],
+    session_pk: uuid.UUID,
+    model: str,
+    vector: Sequence[float] | None,
+    limit: int,
+    ids: Sequence[str],
+) -> RecallRows:
+    """The exact scan of `nearest_chunks` (none without `vector`) and the shown rows of its
+    chunks and of `ids` (any status: the caller keeps the active ones), in one statement."""
+    if vector is None:
+        if not ids:
+            return RecallRows({}, {})
+        cursor = await conn.execute(_SHOWN_BY_ID, {"ids": list(ids)})
+    else:
+        params = {
+            "vector": vector_literal(vector),
+            "session": session_pk,
+            "model": model,
+            "limit": limit,
+            "ids": list(ids),
+        }
+        cursor = await conn.execute(_NEAREST_AND_SHOWN, params)
+    nearest: dict[str, float] = {}
+    shown: dict[str, ShownChunk] = {}
+    for *columns, distance in await cursor.fetchall():
+        chunk = ShownChunk(str(columns[0]), *columns[1:])
+        shown[chunk.id] = chunk
+        if distance is not None:
+            nearest[chunk.id] = 1.0 - float(distance)
+    return RecallRows(nearest, shown)
 
 
 # --- forget and erase ----------------------------------------------------------------------------

@@ -105,11 +105,16 @@ def render_item(item: RecalledItem, per_item_max_tokens: int) -> str:
 
 
 def counted_item(item: RecalledItem, per_item_max_tokens: int) -> tuple[str, int]:
-    """`render_item` and its token count; the text is encoded once for both (the header's
-    newline starts a piece when the text starts with a non-space: `starts_piece`)."""
+    """`render_item` and its token count; the text is encoded once for both, or not at all when
+    its count is known (`text_tokens`) and neutralising left it as it was (the header's newline
+    starts a piece when the text starts with a non-space: `starts_piece`)."""
     header = f"{item_header(item)}\n"
     text = neutralise_quoted(item.text)
-    tokens = count_tokens(text)
+    tokens = (
+        item.text_tokens
+        if item.text_tokens is not None and text == item.text
+        else count_tokens(text)
+    )
     if tokens > per_item_max_tokens:
         text = cut_text(text, per_item_max_tokens)
         tokens = count_tokens(text)

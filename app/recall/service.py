@@ -19,13 +19,14 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from sqlalchemy.exc import SQLAlchemyError
+import psycopg
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppContext
 from app.core.cpu import off_loop
 from app.core.dates import query_date_terms
-from app.core.db import release
+from app.core.db import read_once, release
 from app.core.text import terms
 from app.db.models import Memory, Session
 from app.domain.records import RecalledItem
@@ -53,7 +54,6 @@ from app.recall.rewrite import RewrittenQuery, content_term_count, rewrite_query
 from app.recall.stem import by_stem
 from app.recall.trim import trim_chunk
 from app.sessions import repository as sessions_repository
-from app.sessions.service import to_record
 
 logger = logging.getLogger("contextd.recall")
 
@@ -108,6 +108,7 @@ class RecallHit:
     compact_seqs: tuple[int, ...] | None = None
     part: int = 1
     parts: int = 1
+    text_tokens: int | None = None  # count_tokens(text), a chunk's stored count
 
 
 def recalled_item(hit: RecallHit, *, memory_source: str = "memory") -> RecalledItem:
@@ -122,10 +123,12 @@ def recalled_item(hit: RecallHit, *, memory_source: str = "memory") -> RecalledI
         trusted=hit.trusted,
         score=hit.score,
         source=memory_source if hit.source == "memory" else "chunk",
+        text_tokens=hit.text_tokens,
     )
     if hit.compact_text is None:
         return item
-    return replace(item, compact=replace(item, text=hit.compact_text, seqs=hit.compact_seqs))
+    compact = replace(item, text=hit.compact_text, seqs=hit.compact_seqs, text_tokens=None)
+    return replace(item, compact=compact)
 
 
 @dataclass
@@ -148,6 +151,7 @@ def _chunk_fields(chunk: repository.ShownChunk) -> dict[str, Any]:
         "ts": chunk.ts_last,
         "text": chunk.raw_text,
         "trusted": chunk.trusted,
+        "text_tokens": chunk.token_count,
     }
 
 
@@ -212,6 +216,65 @@ def _vector_index(context: AppContext, session: Session) -> repository.VectorInd
     return repository.VectorIndexScan(context.embedder.dim, settings.vector_index_ef_search)
 
 
+async def _exact(
+    context: AppContext, session: Session, needles: Sequence[str], limit: int
+) -> list[str]:
+    """The exact arm (`repository.exact_hits`), one read on the reader pool (no transaction);
+    once more on a new connection when the one it got was dead (PostgreSQL restarted)."""
+    if not needles:
+        return []
+    for attempt in (1, 2):
+        try:
+            async with context.reader.connect() as conn:
+                return await repository.exact_hits(conn, session.id, needles, limit)
+        except DBAPIError as exc:
+            if attempt == 2 or not exc.connection_invalidated:
+                raise
+    raise AssertionError("unreachable")
+
+
+async def _nearest_and_shown(
+    db: AsyncSession,
+    context: AppContext,
+    session: Session,
+    qvec: Sequence[float] | None,
+    limit: int,
+    ids: Sequence[str],
+    fallbacks: list[str],
+) -> repository.RecallRows:
+    """The vector arm (with a query vector) and the shown rows of its chunks and of the other
+    arms' `ids`, read on the reader pool: one statement when the session is searched by an exact
+    scan. A session with its own HNSW index is searched in a transaction (the index scan's
+    settings are local to one). A failing vector arm leaves lexical recall
+    (`vector_unavailable`)."""
+    embedder = context.embedder
+    found: dict[str, float] = {}
+    if qvec is not None and embedder is not None:
+        index = _vector_index(context, session)
+        try:
+            if index is None:
+                return await read_once(
+                    context.reader,
+                    lambda conn: repository.nearest_and_shown(
+                        conn, session.id, embedder.name, qvec, limit, ids
+                    ),
+                )
+            async with db.begin_nested():
+                found = await repository.nearest_chunks(
+                    db, session.id, embedder.name, qvec, limit, index
+                )
+        except (SQLAlchemyError, psycopg.Error) as exc:
+            logger.warning("vector recall unavailable, lexical only: %s", exc)
+            fallbacks.append("vector_unavailable")
+        await release(db)
+    wanted = [*found, *ids]
+    rows = await read_once(
+        context.reader,
+        lambda conn: repository.nearest_and_shown(conn, session.id, "", None, limit, wanted),
+    )
+    return repository.RecallRows(found, rows.shown)
+
+
 async def _lexical(
     db: AsyncSession,
     context: AppContext,
@@ -237,7 +300,10 @@ async def show_best_turns(
     fit; pieces of a split turn and remembered items have none."""
     hits = outcome.hits[:limit]
     wanted = [h.id for h in hits if h.source == "chunk" and h.parts == 1]
-    turns = await sessions_repository.turns_of_chunks(db, session.id, wanted)
+    turns = await read_once(
+        context.reader,
+        lambda conn: sessions_repository.turns_of_chunks(conn, session.id, wanted),
+    )
     index = await _chunk_index(db, context, session)
     n_docs = len(index)
 
@@ -250,7 +316,7 @@ async def show_best_turns(
         if not own:
             out.append(hit)
             continue
-        lines = [(t.seq, render_turn(to_record(t))) for t in own]
+        lines = [(t.seq, render_turn(t)) for t in own]
         trimmed = trim_chunk(lines, by_stem(outcome.query_terms), term_idf)
         if trimmed.trimmed:
             hit = replace(hit, compact_text=trimmed.text, compact_seqs=trimmed.seqs)
@@ -385,6 +451,11 @@ async def _query_vector(
     try:
         embedded = await embedder.embed_queries(views, timeout_s=timeout_s)
         vector: list[float] = l2_normalise(embedded.mean(axis=0, keepdims=True))[0].tolist()
+    except asyncio.CancelledError:
+        # The build stopped waiting (its other arms failed, or the client left): no verdict on
+        # the embedder, and a half-open trial call may be made again.
+        breaker.inconclusive()
+        raise
     except EmbedderUnavailable as exc:
         if isinstance(exc, EmbedderBusy):
             breaker.inconclusive()  # it answered other queries meanwhile: working, not failing
@@ -545,44 +616,47 @@ async def recall(
     query_terms.update(dict.fromkeys(dates, 1.0))
     if context.settings.recall.rewrite_llm_base_url:
         clock.lap("rewrite_llm")
-    qvec = await _query_vector(
-        context, llm_query or embedding_query(query, rewritten), fallbacks, query_timeout_s
+    # The query's embedding runs on its encoder lane while the arms that do not need it
+    # (exact, lexical, remembered items) run here.
+    embedding = asyncio.create_task(
+        _query_vector(
+            context, llm_query or embedding_query(query, rewritten), fallbacks, query_timeout_s
+        )
     )
+    try:
+        exact = await _exact(context, session, [*rewritten.ids, *rewritten.quoted], candidates)
+        clock.lap("exact")
+        lexical = await _lexical(db, context, session, query_terms, candidates)
+        clock.lap("lexical")
+        memories: dict[str, Memory] = {}
+        memory_lexical: dict[str, float] = {}
+        if include_memories:
+            memories = {
+                f"{MEMORY_PREFIX}{m.id}": m
+                for m in await memory_repository.active_visible_memories(db, session)
+            }
+            memory_lexical = _memory_lexical(context, memories, query_terms, candidates)
+            clock.lap("memories")
+        await release(db)  # the embedding may be a network wait
+        qvec = await embedding
+    finally:
+        embedding.cancel()  # only when an arm above failed: the embedding is not wanted then
     clock.lap("embed")
 
-    exact = await repository.exact_hits(
-        db, session.id, [*rewritten.ids, *rewritten.quoted], candidates
+    rows = await _nearest_and_shown(
+        db, context, session, qvec, candidates, [*exact, *lexical], fallbacks
     )
-    clock.lap("exact")
-    lexical = await _lexical(db, context, session, query_terms, candidates)
-    clock.lap("lexical")
-
-    vector: dict[str, float] = {}
-    memories: dict[str, Memory] = {}
-    memory_lexical: dict[str, float] = {}
+    vector = rows.nearest
     memory_vector: dict[str, float] = {}
-    if include_memories:
-        memories = {
-            f"{MEMORY_PREFIX}{m.id}": m
-            for m in await memory_repository.active_visible_memories(db, session)
-        }
-        memory_lexical = _memory_lexical(context, memories, query_terms, candidates)
-        clock.lap("memories")
-    if qvec is not None and context.embedder is not None:
+    if qvec is not None and memories:
         try:
             async with db.begin_nested():
-                vector = await repository.nearest_chunks(
-                    db,
-                    session.id,
-                    context.embedder.name,
-                    qvec,
-                    candidates,
-                    _vector_index(context, session),
-                )
                 memory_vector = await _memory_vector(db, context, memories, qvec, candidates)
         except (EmbedderUnavailable, SQLAlchemyError) as exc:
-            logger.warning("vector recall unavailable, lexical only: %s", exc)
-            fallbacks.append("vector_unavailable")
+            logger.warning("vector ranking of remembered items unavailable: %s", exc)
+            if "vector_unavailable" not in fallbacks:
+                fallbacks.append("vector_unavailable")
+    if qvec is not None:
         clock.lap("vector")
 
     weights = ArmWeights(
@@ -609,9 +683,7 @@ async def recall(
     vector_median = statistics.median(vector_all.values()) if vector_all else 0.0
     clock.lap("fuse")
 
-    chunks = await repository.chunks_by_id(
-        db, [f.id for f in fused if not f.id.startswith(MEMORY_PREFIX)]
-    )
+    chunks = rows.shown
     fields: dict[str, dict[str, Any]] = {}
     for f in fused:
         if f.id.startswith(MEMORY_PREFIX):
@@ -624,6 +696,7 @@ async def recall(
                 "trusted": m.trusted,
                 "part": 1,
                 "parts": 1,
+                "text_tokens": None,
             }
         elif f.id in chunks and chunks[f.id].status == "active":
             fields[f.id] = _chunk_fields(chunks[f.id])
@@ -676,6 +749,7 @@ async def recall(
             ),
             part=f["part"],
             parts=f["parts"],
+            text_tokens=f["text_tokens"],
         )
 
     clock.lap("select")

@@ -12,6 +12,7 @@ Pure: no I/O, no settings.
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from app.core.text import terms
 from app.recall.stem import stem
@@ -28,10 +29,16 @@ class TrimmedChunk:
     trimmed: bool  # False: the chunk is shown whole
 
 
+@lru_cache(maxsize=8192)
+def line_stems(text: str) -> frozenset[str]:
+    """The stems of `text`'s terms (a shown chunk's turns recur from build to build)."""
+    return frozenset(stem(t) for t in terms(text))
+
+
 def turn_score(text: str, query_weights: Mapping[str, float], idf: Callable[[str], float]) -> float:
     """Σ over the query's terms found in `text` (each once, compared by stem: `query_weights` are
     keyed by stems, `app.recall.stem`) of query weight × idf."""
-    found = {stem(t) for t in terms(text)} & query_weights.keys()
+    found = line_stems(text) & query_weights.keys()
     return sum(query_weights[t] * idf(t) for t in found)
 
 

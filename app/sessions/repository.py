@@ -12,7 +12,6 @@ from sqlalchemy import (
     ColumnElement,
     Float,
     String,
-    any_,
     cast,
     column,
     delete,
@@ -28,7 +27,7 @@ from sqlalchemy import true as sa_true
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.db import driver_connection, uuid_array
+from app.core.db import driver_connection
 from app.db.models import IdempotencyRecord, Session, Turn
 from app.domain.budget import REPLY_PRIMING_TOKENS, BudgetConfig
 from app.domain.records import TurnRecord
@@ -246,24 +245,27 @@ async def live_turns(db: AsyncSession, session_pk: uuid.UUID, first: int, last: 
     return list((await db.execute(query)).scalars())
 
 
+_TURNS_OF_CHUNKS = (
+    "SELECT chunk_id, "
+    + ", ".join(column.name for column in _RECORD_COLUMNS)
+    + " FROM turns WHERE session_id = %(session)s AND chunk_id = ANY(CAST(%(chunks)s AS uuid[])) "
+    "AND forgotten_at IS NULL ORDER BY seq"
+)  # run by the driver itself (`read_once`): psycopg's placeholders
+
+
 async def turns_of_chunks(
-    db: AsyncSession, session_pk: uuid.UUID, chunk_ids: Sequence[str]
-) -> dict[str, list[Turn]]:
-    """The live turns each chunk covers, in seq order (recall shows a chunk's best turns)."""
+    conn: psycopg.AsyncConnection[Any], session_pk: uuid.UUID, chunk_ids: Sequence[str]
+) -> dict[str, list[TurnRecord]]:
+    """The live turns each chunk covers, in seq order (recall shows a chunk's best turns), as
+    plain records."""
     if not chunk_ids:
         return {}
-    rows = await db.execute(
-        select(Turn)
-        .where(
-            Turn.session_id == session_pk,
-            Turn.chunk_id == any_(uuid_array([uuid.UUID(c) for c in chunk_ids])),
-            Turn.forgotten_at.is_(None),
-        )
-        .order_by(Turn.seq)
+    cursor = await conn.execute(
+        _TURNS_OF_CHUNKS, {"session": session_pk, "chunks": list(chunk_ids)}
     )
-    out: dict[str, list[Turn]] = {}
-    for turn in rows.scalars():
-        out.setdefault(str(turn.chunk_id), []).append(turn)
+    out: dict[str, list[TurnRecord]] = {}
+    for chunk_id, *record in await cursor.fetchall():
+        out.setdefault(str(chunk_id), []).append(TurnRecord(*record))
     return out
 
 

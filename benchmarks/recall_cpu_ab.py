@@ -1,0 +1,222 @@
+"""CPU per recall build, two code trees side by side on the same data: the server's and its
+PostgreSQL's CPU time per build from /proc, and whether both build the same prompts.
+
+A `contextd dev` runs on a data directory holding the floor's 5,000-turn session (`prepare`
+starts one and loads it as `floor_compare` does, then leaves it running). `compare` starts one
+API process (`contextd serve`) from each tree against that stack and sends both the floor's
+queries, alternating blocks of `--block` builds (A, B, B, A, ...) so both see the same machine
+load. Every query is embedded once before the measured blocks (the embedding cache then answers
+both sides): the figures are the build's own CPU, without the e5 query embedding both sides pay
+alike; with `--embed` the cache is emptied before each block, so every build embeds its query
+(the wall time of a build as the floor measures it). The first pass also compares the two
+trees' responses field by field (all but
+`build_id` and `timings_ms`).
+
+    .venv/bin/python -m benchmarks.recall_cpu_ab prepare --data-dir /tmp/rc/data --port 18900
+    .venv/bin/python -m benchmarks.recall_cpu_ab compare --data-dir /tmp/rc/data \\
+        --a /tmp/rc/main --b . --builds 120 --block 40 --rounds 3
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from app.cli import running_dev
+from benchmarks.build_prompt_latency import ingest, percentile, wait_offloaded
+from benchmarks.floor_compare import (
+    BIG_CONFIG,
+    BIG_SESSION,
+    Stack,
+    floor_module,
+    forget_query_embeddings,
+)
+
+
+def prepare(data_dir: Path, port: int, turns: int) -> None:
+    """Start `contextd dev` on `data_dir` (left running) and load the recall session."""
+    env = dict(os.environ, CONTEXTD_DATA_DIR=str(data_dir))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log = (data_dir.parent / "dev.log").open("a")
+    command = [sys.executable, "-m", "app.cli", "dev", "--port", str(port)]
+    server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    _wait_healthy(base, server)
+
+    async def load() -> None:
+        async with httpx.AsyncClient(base_url=base, timeout=120) as http:
+            await ingest(http, BIG_SESSION, turns, BIG_CONFIG)
+            info = await wait_offloaded(http, BIG_SESSION, True, 7200)
+            print(
+                f"{BIG_SESSION}: {info['counts']['chunks']} chunks embedded; dev pid {server.pid}"
+            )
+
+    asyncio.run(load())
+
+
+def _wait_healthy(base: str, server: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"server at {base} did not start")
+        time.sleep(0.5)
+
+
+@contextmanager
+def serve(tree: Path, data_dir: Path, port: int) -> Iterator[tuple[str, int]]:
+    """`contextd serve` (API only) run from `tree`'s sources against the running dev stack."""
+    env = dict(
+        os.environ,
+        CONTEXTD_DATA_DIR=str(data_dir.resolve()),
+        CONTEXTD_PORT=str(port),
+        CONTEXTD_AUTH_DISABLED="true",
+        PYTHONPATH=str(tree.resolve()),
+    )
+    log = (data_dir.parent / f"serve-{port}.log").open("w")
+    command = [sys.executable, "-m", "app.cli", "serve"]
+    server = subprocess.Popen(command, env=env, cwd=tree, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(base, server)
+        yield base, server.pid
+    finally:
+        server.terminate()
+        server.wait(30)
+        log.close()
+
+
+def _comparable(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k not in ("build_id", "timings_ms")}
+
+
+async def _builds(
+    http: httpx.AsyncClient, sid: str, queries: list[str], walls: list[float] | None = None
+) -> list[dict[str, Any]]:
+    out = []
+    for query in queries:
+        started = time.perf_counter()
+        resp = await http.post(f"/v1/sessions/{sid}/build-prompt", json={"query": query})
+        resp.raise_for_status()
+        if walls is not None:
+            walls.append((time.perf_counter() - started) * 1000)
+        out.append(resp.json())
+    return out
+
+
+async def compare(args: argparse.Namespace) -> None:
+    dev = running_dev(args.data_dir)
+    if dev is None:
+        raise SystemExit(f"no contextd dev running on {args.data_dir}: run `prepare` first")
+    if args.locomo:
+        samples = json.loads(args.locomo.read_text())
+        sample = next(s for s in samples if args.session.startswith(f"locomo-{s['sample_id']}-"))
+        queries = [str(q["question"]) for q in sample["qa"]][: args.builds]
+    else:
+        queries = floor_module(args.floor_dir).queries(args.builds, 7)
+    async with AsyncExitStack() as http:
+        with ExitStack() as stack:
+            sides = {
+                "A": stack.enter_context(serve(args.a, args.data_dir, args.port)),
+                "B": stack.enter_context(serve(args.b, args.data_dir, args.port + 1)),
+            }
+            clients = {
+                name: await http.enter_async_context(httpx.AsyncClient(base_url=b, timeout=120))
+                for name, (b, _) in sides.items()
+            }
+            # The first pass embeds every query (then cached for both) and holds the index caches.
+            first = {name: await _builds(clients[name], args.session, queries) for name in sides}
+            differ = [
+                i
+                for i, (a, b) in enumerate(zip(first["A"], first["B"], strict=True))
+                if _comparable(a) != _comparable(b)
+            ]
+            print(f"{len(queries)} builds compared: {len(differ)} differ {differ[:10]}")
+            cpu: dict[str, dict[str, list[float]]] = {
+                n: {"server": [], "postgres": []} for n in sides
+            }
+            totals: dict[str, list[float]] = {n: [] for n in sides}
+            walls: dict[str, list[float]] = {n: [] for n in sides}
+            stacks = {n: Stack(pid, dev.database_url, dev.redis_url, os.getpid()) for n, (_, pid) in
+                  sides.items()}  # fmt: skip
+            for r in range(args.rounds):
+                for start in range(0, len(queries), args.block):
+                    block = queries[start : start + args.block]
+                    order = ("A", "B") if (r + start // args.block) % 2 == 0 else ("B", "A")
+                    for name in order:
+                        if args.embed:
+                            forget_query_embeddings(dev.redis_url)
+                        parts = stacks[name].parts()
+                        before = stacks[name].cpu(parts)
+                        bodies = await _builds(clients[name], args.session, block, walls[name])
+                        after = stacks[name].cpu(parts)
+                        for part in ("server", "postgres"):
+                            cpu[name][part].append((after[part] - before[part]) * 1000 / len(block))
+                        totals[name].extend(float(b["timings_ms"]["total"]) for b in bodies)
+            load = os.getloadavg()
+    print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {args.rounds} rounds x "
+          f"{len(queries)} builds per side, blocks of {args.block}")  # fmt: skip
+    print("| side | server CPU ms/build median (blocks) | PostgreSQL CPU ms/build median | "
+          "timings total p50 / p95 ms | client wall p50 / p95 ms |")  # fmt: skip
+    print("|---|---|---|---|---|")
+    for name in sides:
+        s, p = cpu[name]["server"], cpu[name]["postgres"]
+        print(
+            f"| {name} {args.a if name == 'A' else args.b} | {statistics.median(s):.2f} "
+            f"({min(s):.2f}-{max(s):.2f}) | {statistics.median(p):.2f} ({min(p):.2f}-{max(p):.2f})"
+            f" | {percentile(totals[name], 0.5):.2f} / {percentile(totals[name], 0.95):.2f} | "
+            f"{percentile(walls[name], 0.5):.2f} / {percentile(walls[name], 0.95):.2f} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("--data-dir", type=Path, required=True)
+    p.add_argument("--port", type=int, default=18900)
+    p.add_argument("--turns", type=int, default=5000)
+    c = sub.add_parser("compare")
+    c.add_argument("--data-dir", type=Path, required=True)
+    c.add_argument("--a", type=Path, required=True, help="code tree A (e.g. main, unpacked)")
+    c.add_argument("--b", type=Path, required=True, help="code tree B")
+    c.add_argument("--port", type=int, default=18910)
+    c.add_argument("--floor-dir", type=Path, default=Path("../shared/perf"))
+    c.add_argument("--session", default=BIG_SESSION, help="the session built for")
+    c.add_argument(
+        "--locomo",
+        type=Path,
+        help="ask a LoCoMo file's questions of the sample the session holds "
+        "(`locomo-<sample_id>-...`, as `contextd eval locomo` names it) instead of the floor's",
+    )
+    c.add_argument("--builds", type=int, default=120)
+    c.add_argument("--block", type=int, default=40)
+    c.add_argument("--rounds", type=int, default=3)
+    c.add_argument(
+        "--embed",
+        action="store_true",
+        help="empty the query-embedding cache before each block: every build embeds its query",
+    )
+    args = parser.parse_args()
+    if args.command == "prepare":
+        prepare(args.data_dir, args.port, args.turns)
+    else:
+        asyncio.run(compare(args))
+
+
+if __name__ == "__main__":
+    main()

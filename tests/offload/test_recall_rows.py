@@ -1,0 +1,50 @@
+"""Recall's one statement for the vector arm and the candidates' rows returns what the exact scan
+and a read by id return (on a real PostgreSQL+pgvector)."""
+
+import uuid
+
+import numpy as np
+import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.core.cache import Cache
+from app.core.config import Settings
+from app.core.db import driver_connection
+from app.db.models import Chunk
+from app.offload import repository
+from tests.offload.test_vector_index import MODEL, add_session, clustered_vectors
+from tests.support.factories import transaction
+
+
+async def test_the_vector_arm_and_the_shown_rows_come_in_one_statement(
+    engine: AsyncEngine, settings: Settings, cache: Cache
+) -> None:
+    rng = np.random.default_rng(11)
+    pk = await add_session(engine, settings, cache, "rows", clustered_vectors(rng, 120))
+    query = [float(x) for x in clustered_vectors(rng, 1)[0]]
+    async with transaction(engine) as db:
+        exact = await repository.nearest_chunks(db, pk, MODEL, query, 10)
+        rows = (await db.execute(select(Chunk.id, Chunk.raw_text, Chunk.turn_first).where(
+            Chunk.session_id == pk))).all()  # fmt: skip
+        others = [str(cid) for cid, _, _ in rows if str(cid) not in exact][:2]
+        await repository.tombstone_chunks(db, [uuid.UUID(others[1])])
+    texts = {str(cid): (raw, turn) for cid, raw, turn in rows}
+
+    async with engine.connect() as conn:
+        driver = await driver_connection(conn)
+        found = await repository.nearest_and_shown(driver, pk, MODEL, query, 10, others)
+        by_id = await repository.nearest_and_shown(driver, pk, "", None, 10, [others[0]])
+        nothing = await repository.nearest_and_shown(driver, pk, "", None, 10, [])
+
+    assert list(found.nearest) == list(exact)  # the exact scan's order
+    assert found.nearest == pytest.approx(exact)
+    assert set(found.shown) == set(exact) | set(others)
+    for cid, chunk in found.shown.items():
+        assert chunk.id == cid
+        assert (chunk.raw_text, chunk.turn_first) == texts[cid]
+    assert found.shown[others[1]].status == "tombstoned"  # shown rows of any status
+    assert found.shown[others[0]].status == "active"
+    assert by_id.nearest == {} and list(by_id.shown) == [others[0]]
+    assert by_id.shown[others[0]] == found.shown[others[0]]
+    assert nothing.nearest == {} and nothing.shown == {}
