@@ -12,7 +12,7 @@ from app.core.context import AppContext
 from app.core.direct import DirectRoutes
 from app.core.errors import install_error_handlers
 from app.core.observability import Metrics, RequestContextMiddleware
-from app.core.server import RequestBodyGuard
+from app.core.server import RequestBodyGuard, settled_heap
 from app.core.tokens import encoding
 from app.erasure.endpoints import router as erasure_router
 from app.inspect.endpoints import router as inspect_router
@@ -40,8 +40,9 @@ def create_app(settings: Settings | None = None, metrics: Metrics | None = None)
         await context.start_embedder()  # queries are embedded on the request path
         app.state.context = context
         try:
-            async with mcp.running():
-                yield
+            with settled_heap():
+                async with mcp.running():
+                    yield
         finally:
             await context.aclose()
 

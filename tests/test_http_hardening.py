@@ -5,11 +5,14 @@ exactly what the server does with the connection."""
 import asyncio
 import json
 import socket
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlparse
 
 from fastapi import FastAPI
+from starlette.background import BackgroundTask
+from starlette.responses import Response
 
 from app.core.config import Settings, load_settings
 from app.core.server import OneSendTransport
@@ -100,6 +103,33 @@ def test_a_dripping_body_gets_a_408_and_the_connection_closes(
         assert json.loads(body)["error"]["code"] == "request_timeout"
         assert headers["connection"] == "close"
         assert closed_by_server(sock)
+
+
+def test_a_complete_response_leaves_before_the_code_after_its_send_runs(
+    settings: Settings,
+) -> None:
+    """What runs after a response's last send (here a background step that holds the event
+    loop until the client has the answer) does not delay the answer: had the response waited
+    for the next turn of the loop, the client would never get it while the loop is held."""
+    app: FastAPI = create_app(settings)
+    delivered = threading.Event()
+    held_until_delivered: list[bool] = []
+
+    async def hold_the_loop() -> None:
+        held_until_delivered.append(delivered.wait(DEADLINE))
+
+    @app.get("/then-hold")
+    async def then_hold() -> Response:
+        return Response(b"answered", background=BackgroundTask(hold_the_loop))
+
+    with serve_app(app, settings) as server, connect(server) as sock:
+        sock.sendall(request("GET", "/then-hold"))
+        status, _, body = read_response(sock)
+        delivered.set()
+        assert (status, body) == (200, b"answered")
+        sock.sendall(request("GET", "/healthz"))  # answered once the held step has finished
+        assert read_response(sock)[0] == 200
+    assert held_until_delivered == [True]
 
 
 def test_an_unexpected_error_is_a_json_500_on_a_connection_that_stays_open(

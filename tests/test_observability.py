@@ -16,7 +16,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.core.config import Settings
-from app.core.observability import JsonFormatter, Metrics, accept_request_id, request_id_var
+from app.core.observability import (
+    JsonFormatter,
+    Metrics,
+    accept_request_id,
+    after_response,
+    deferred_until_sent,
+    request_id_var,
+)
 from app.embeddings.base import Embedder
 from tests.offload.test_offload_service import SMALL
 from tests.offload.test_worker import worker_env
@@ -265,3 +272,17 @@ async def test_embedder_observer_and_build_api_feed_their_own_registry() -> None
     assert get("contextd_offload_tokens_freed_total") == 250
     assert get("contextd_notes_stale_writes_total") == 1
     assert get("contextd_notes_writes_total") == 0
+
+
+def test_actions_deferred_until_sent_run_when_the_block_ends_and_at_once_elsewhere() -> None:
+    done: list[str] = []
+    after_response(lambda: done.append("outside"))
+    assert done == ["outside"]
+    with deferred_until_sent():
+        after_response(lambda: done.append("build line"))
+        after_response(lambda: done.append("metrics"))
+        assert done == ["outside"]
+        done.append("response sent")
+    assert done == ["outside", "response sent", "build line", "metrics"]
+    after_response(lambda: done.append("after"))  # the block's deferral ended with it
+    assert done[-1] == "after"

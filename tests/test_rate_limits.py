@@ -43,6 +43,49 @@ async def test_each_key_has_its_own_per_minute_limit(
             assert other.status_code == 404
 
 
+@pytest.mark.parametrize("redis_up", [True, False], ids=["redis up", "redis down"])
+async def test_build_prompt_counts_against_the_keys_limit_before_it_builds(
+    settings: Settings, engine: AsyncEngine, tenant_name: str, redis_up: bool
+) -> None:
+    """build-prompt counts the request while it reads the session: within the limit every build
+    answers, above it a 429 (before anything is built), and a key without `sessions:read` is
+    counted too (429 once over the limit, 403 within it)."""
+    writer = await new_key(engine, tenant_name, ["sessions:read", "sessions:write"])
+    reader = await new_key(engine, tenant_name, ["sessions:read"])
+    no_read = await new_key(engine, tenant_name, ["sessions:write"])
+    limits = {"requests_per_minute_per_key": 3}
+    with run_server(with_redis(settings, redis_up, **limits)) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            made = await http.post(
+                "/v1/sessions/rl-build/turns",
+                json={"turns": [{"role": "user", "content": "订单号是 AB-12345"}]},
+                headers={"Authorization": f"Bearer {writer}"},
+            )
+            assert made.status_code == 201, made.text
+
+            async def builds(key: str, n: int) -> list[httpx.Response]:
+                return [
+                    await http.post(
+                        "/v1/sessions/rl-build/build-prompt",
+                        json={"query": "what was the order number? 订单号是多少?"},
+                        headers={"Authorization": f"Bearer {key}"},
+                    )
+                    for _ in range(n)
+                ]
+
+            answered = await builds(reader, 5)
+            refused = await builds(no_read, 4)
+    assert [r.status_code for r in answered] == [200] * 3 + [429] * 2
+    assert [m["content"] for m in answered[0].json()["messages"]] == [
+        "订单号是 AB-12345",
+        "what was the order number? 订单号是多少?",
+    ]
+    assert answered[1].json()["messages"] == answered[0].json()["messages"]
+    limited = answered[-1].json()["error"]
+    assert (limited["code"], limited["field"]) == ("rate_limited", "Authorization")
+    assert [r.status_code for r in refused] == [403] * 3 + [429]
+
+
 async def test_remember_limit_holds_with_redis_down(settings: Settings, api_key: str) -> None:
     with run_server(with_redis(settings, False)) as server:
         async with httpx.AsyncClient(

@@ -12,9 +12,11 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import service
 from app.auth.schemas import Caller, Scope
+from app.core.context import AppContext
 from app.core.db import unit_of_work
 from app.core.deps import ContextDep, DbDep
 
@@ -28,8 +30,16 @@ async def get_caller(
     context: ContextDep,
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
 ) -> Caller:
-    settings = context.settings
-    if settings.auth_disabled:
+    """The caller, its request counted against its per-minute limit (429 above it)."""
+    caller = await identify_caller(request, db, context)
+    await service.check_rate(context.rate_limiter, caller, context.settings.limits)
+    return caller
+
+
+async def identify_caller(request: Request, db: AsyncSession, context: AppContext) -> Caller:
+    """The caller of `request` (its API key; the dev tenant with auth disabled), its request not
+    counted yet: `get_caller` counts it at once, build-prompt while it reads the session."""
+    if context.settings.auth_disabled:
         cached: Caller | None = getattr(request.app.state, "dev_caller", None)
         if cached is None:
             # Its own committed transaction: the request's may roll back (a 404, a read that
@@ -41,7 +51,6 @@ async def get_caller(
     else:
         caller = await service.authenticate(db, request.headers.get("Authorization"))
     request.state.tenant = caller.tenant_name  # for the access log line
-    await service.check_rate(context.rate_limiter, caller, settings.limits)
     return caller
 
 

@@ -11,6 +11,8 @@ refusal (a body that does not validate, a malformed id) keeps FastAPI's exact an
 
 An exception the handler raises is answered by the application's exception handlers, as the
 full stack would answer it; one no handler takes propagates to `RequestContextMiddleware` (500).
+What the handler defers with `observability.after_response` (the build's log line and metrics)
+runs once its answer is sent.
 """
 
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,6 +23,8 @@ from fastapi.routing import APIRoute
 from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.core.observability import deferred_until_sent
 
 DirectHandler = Callable[[Request, bytes], Awaitable[Response | None]]
 
@@ -51,16 +55,17 @@ class DirectRoutes:
     async def _handle(
         self, direct: DirectRoute, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        request = Request(scope, receive)
-        try:
-            body = await request.body()
-            response = await direct.handler(request, body)
-        except Exception as exc:
-            response = await _handled(request, exc)
-        if response is None:
-            await self.app(scope, _replay(body, receive), send)
-            return
-        await response(scope, receive, send)
+        with deferred_until_sent():
+            request = Request(scope, receive)
+            try:
+                body = await request.body()
+                response = await direct.handler(request, body)
+            except Exception as exc:
+                response = await _handled(request, exc)
+            if response is None:
+                await self.app(scope, _replay(body, receive), send)
+                return
+            await response(scope, receive, send)
 
 
 async def _handled(request: Request, exc: Exception) -> Response:

@@ -21,7 +21,8 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -244,6 +245,36 @@ def logged_by_route(scope: Scope) -> None:
     """The route wrote its own line for this request (with the tenant, the request id and its
     duration): a successful answer gets no access line as well (one line per build-prompt)."""
     scope.setdefault("state", {})[_LOGGED_BY_ROUTE] = True
+
+
+_after_response: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar(
+    "contextd_after_response", default=None
+)
+
+
+def after_response(action: Callable[[], None]) -> None:
+    """`action` (a log line, metrics: nothing the answer depends on) once the response is sent,
+    in a request served inside `deferred_until_sent`; at once anywhere else."""
+    pending = _after_response.get()
+    if pending is None:
+        action()
+    else:
+        pending.append(action)
+
+
+@contextmanager
+def deferred_until_sent() -> Iterator[None]:
+    """The actions given to `after_response` inside the block run when it ends, after the
+    response sent in it (a complete response leaves from its last send, `OneSendTransport`):
+    the client does not wait for them."""
+    pending: list[Callable[[], None]] = []
+    token = _after_response.set(pending)
+    try:
+        yield
+    finally:
+        _after_response.reset(token)
+        for action in pending:
+            action()
 
 
 def accept_request_id(value: str | None) -> str:

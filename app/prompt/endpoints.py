@@ -1,5 +1,6 @@
 """HTTP endpoints of the read path: build-prompt and stored build manifests."""
 
+import asyncio
 import re
 import uuid
 from typing import Annotated, Any
@@ -8,9 +9,9 @@ from fastapi import APIRouter, Path, Request, Response
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
-from app.auth.deps import ReadCaller, get_caller
+from app.auth.deps import ReadCaller, identify_caller
 from app.auth.schemas import Scope
-from app.auth.service import require_scope
+from app.auth.service import check_rate, require_scope
 from app.core.deps import ContextDep, DbDep, get_context, request_db
 from app.core.direct import DirectRoute
 from app.core.errors import (
@@ -29,6 +30,7 @@ from app.core.input import BODY_RULES
 from app.core.observability import logged_by_route
 from app.prompt import repository
 from app.prompt.schemas import BuildPromptRequest, BuildPromptResponse
+from app.prompt.service import Prefetched, read_snapshot
 from app.prompt.service import build_prompt as build_prompt_service
 from app.sessions.endpoints import SessionIdPath
 from app.sessions.schemas import SESSION_ID_PATTERN
@@ -82,10 +84,10 @@ def _is_json(content_type: str | None) -> bool:
 
 
 async def build_prompt_direct(request: Request, raw: bytes) -> Response | None:
-    """`build_prompt` as FastAPI would run it, its dependencies resolved here in order (caller
-    with its rate limit, scope, database session) and the response encoded once
-    (`app.core.direct`). A body or session id that does not validate goes to the full stack
-    (None), which names the field exactly as before."""
+    """`build_prompt` as FastAPI would run it, its dependencies resolved here (database session,
+    caller with its rate limit, scope) and the response encoded once (`app.core.direct`). A
+    body or session id that does not validate goes to the full stack (None), which names the
+    field exactly as before."""
     session_id: str = request.path_params["session_id"]
     if not _is_json(request.headers.get("content-type")) or not _SESSION_ID.fullmatch(session_id):
         return None
@@ -95,9 +97,26 @@ async def build_prompt_direct(request: Request, raw: bytes) -> Response | None:
         return None
     context = await get_context(request)
     async with request_db(context) as db:
-        caller = await get_caller(request, db, context, None)
+        caller = await identify_caller(request, db, context)
+        # The request is counted against the caller's rate limit while the session is read: the
+        # Redis and PostgreSQL round trips overlap. Over the limit it is still refused (429)
+        # before anything is built or written; the read is dropped.
+        counted = asyncio.ensure_future(
+            check_rate(context.rate_limiter, caller, context.settings.limits)
+        )
+        try:
+            prefetched = (
+                Prefetched(await read_snapshot(context, caller, session_id))
+                if not body.append and caller.has(Scope.READ)
+                else None
+            )
+        finally:
+            await counted
         require_scope(caller, Scope.READ)
-        response = await build_prompt(session_id, body, caller, db, context)
+        if prefetched is None:
+            response = await build_prompt(session_id, body, caller, db, context)
+        else:
+            response = await build_prompt_service(db, context, caller, session_id, body, prefetched)
     logged_by_route(request.scope)  # the build line stands for the access line
     return Response(response.model_dump_json(), media_type="application/json")
 

@@ -8,9 +8,10 @@ Short sessions get exactly the baseline prompt and never touch the embedder or t
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -20,7 +21,7 @@ from app.core.cpu import off_loop
 from app.core.dates import said_at
 from app.core.db import local_time_limits, read_once, release
 from app.core.errors import BudgetExceeded, InvalidInput
-from app.core.observability import text_fields
+from app.core.observability import after_response, text_fields
 from app.core.tokens import message_tokens
 from app.db.models import Session
 from app.domain.budget import config_error_field
@@ -70,6 +71,7 @@ EMERGENCY_TOP_K = 2  # at the emergency ratio recall is tightened to this many i
 # the first ones do not fit (its top-k counts what it includes, not what it tries).
 SHOWN_PER_K = 3
 SHOWN_MIN = 20
+_MANIFEST_ITEMS = TypeAdapter(list[ManifestItem])
 
 
 def system_messages(system: BuildPromptRequest) -> list[dict[str, Any]]:
@@ -121,13 +123,27 @@ def _unsaved_session(tenant_id: uuid.UUID, session_id: str) -> Session:
     )
 
 
+@dataclass(frozen=True)
+class Prefetched:
+    """What `read_snapshot` found for a build without an append (None: no such session), read
+    by the caller of `build_prompt` before it (build-prompt's direct route reads it while the
+    request is counted against the rate limit)."""
+
+    found: sessions_repository.SessionWindow | None
+
+
 async def build_prompt(
-    db: AsyncSession, context: AppContext, caller: Caller, session_id: str, req: BuildPromptRequest
+    db: AsyncSession,
+    context: AppContext,
+    caller: Caller,
+    session_id: str,
+    req: BuildPromptRequest,
+    prefetched: Prefetched | None = None,
 ) -> BuildPromptResponse:
     """Two phases. Writes first, for keys with `sessions:write` (the appended query, the system
     prompt's size, an emergency offload), committed before anything waits on the network; a
     read-only key's build writes nothing (spec §10). Then reads, recall and assembly, holding no
-    lock."""
+    lock. `prefetched`: the session and its window already read (ignored with an append)."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
     settings = context.settings
@@ -152,7 +168,12 @@ async def build_prompt(
     # first build of a new session creates it, and only for a key that may write. Without an
     # append the row and its window come in one statement, outside the request's transaction;
     # a build that turns out to write reads the row again through it (`_attached`).
-    snapshot = None if req.append else await _read_snapshot(context, caller, session_id)
+    if req.append:
+        snapshot = None
+    elif prefetched is not None:
+        snapshot = prefetched.found
+    else:
+        snapshot = await read_snapshot(context, caller, session_id)
     session = (
         snapshot.session
         if snapshot is not None
@@ -299,20 +320,23 @@ async def build_prompt(
         fallbacks.append("cache_bypass")
 
     included = {item.chunk_id for item in assembled.recalled}
-    # The assembler's entries are already of the schema's types: built without validation (a
-    # recall build has one per window turn, ~300; validating them took ~2 ms).
-    manifest = [
-        ManifestItem.model_construct(
-            id=e.id,
-            layer=e.layer,
-            source=e.source,
-            tokens=e.tokens,
-            score=None if e.score is None else float(e.score),
-            included=e.included,
-            reason=e.reason,
-        )
-        for e in assembled.manifest
-    ]
+    # The assembler's entries in one validation of plain dicts (a recall build has one per window
+    # turn, ~300): pydantic-core builds the list ~3x faster than `model_construct` builds each
+    # item in Python (4.5 us an item), and ~25x faster than the constructor.
+    manifest = _MANIFEST_ITEMS.validate_python(
+        [
+            {
+                "id": e.id,
+                "layer": e.layer,
+                "source": e.source,
+                "tokens": e.tokens,
+                "score": None if e.score is None else float(e.score),
+                "included": e.included,
+                "reason": e.reason,
+            }
+            for e in assembled.manifest
+        ]
+    )
     # After the notes entry: each item the notes' token cap left out (no text, its turn has it).
     at = next((n + 1 for n, m in enumerate(manifest) if m.id == "notes"), len(manifest))
     manifest[at:at] = [
@@ -393,13 +417,18 @@ async def build_prompt(
         manifest=manifest,
         timings_ms=timings,
     )
-    _log_build(caller, session_id, response, with_text=settings.log_text)
-    context.metrics.observe_build(
-        stage_timings_ms=timings,
-        usage=assembled.usage,
-        fallbacks=fallbacks,
-        recall_hit=None if outcome is None else bool(items),
-    )
+    recall_hit = None if outcome is None else bool(items)
+
+    def report() -> None:
+        _log_build(caller, session_id, response, with_text=settings.log_text)
+        context.metrics.observe_build(
+            stage_timings_ms=timings,
+            usage=assembled.usage,
+            fallbacks=fallbacks,
+            recall_hit=recall_hit,
+        )
+
+    after_response(report)  # over HTTP once the answer is sent: the client does not wait for it
     if writes and (req.persist_manifest or settings.recall.persist_manifests):
         await repository.store_build(
             db,
@@ -411,7 +440,7 @@ async def build_prompt(
     return response
 
 
-async def _read_snapshot(
+async def read_snapshot(
     context: AppContext, caller: Caller, session_id: str
 ) -> sessions_repository.SessionWindow | None:
     """The session and its window in one statement on the reader pool: one round trip."""
