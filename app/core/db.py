@@ -7,14 +7,12 @@ and no row lock is held meanwhile. PostgreSQL bounds every statement, lock wait 
 transaction (`create_engine`).
 """
 
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import psycopg
-from sqlalchemy import ColumnElement, literal, text
-from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
@@ -82,13 +80,6 @@ async def driver_connection(conn: AsyncConnection) -> psycopg.AsyncConnection[An
     itself (SQLAlchemy's statement machinery and result processing cost more than a read)."""
     raw = await conn.get_raw_connection()
     return raw.driver_connection  # type: ignore[return-value]
-
-
-def uuid_array(ids: Sequence[uuid.UUID]) -> ColumnElement[Any]:
-    """`ids` as one uuid[] parameter: `= ANY(...)` of it is the same statement whatever the
-    number of ids, so the driver prepares it once (an IN list is a new statement, parsed and
-    planned again, for each number of ids)."""
-    return literal(list(ids), ARRAY(UUID(as_uuid=True)))
 
 
 async def read_once(

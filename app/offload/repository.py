@@ -169,7 +169,7 @@ def _like_pattern(needle: str) -> str:
 
 
 async def exact_hits(
-    db: AsyncSession | AsyncConnection, session_pk: uuid.UUID, needles: Sequence[str], limit: int
+    db: AsyncSession, session_pk: uuid.UUID, needles: Sequence[str], limit: int
 ) -> list[str]:
     """Chunks holding any of the IDs / quoted strings verbatim (case-insensitive), newest first.
 

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import psycopg
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppContext
@@ -217,20 +217,13 @@ def _vector_index(context: AppContext, session: Session) -> repository.VectorInd
 
 
 async def _exact(
-    context: AppContext, session: Session, needles: Sequence[str], limit: int
+    db: AsyncSession, session: Session, needles: Sequence[str], limit: int
 ) -> list[str]:
-    """The exact arm (`repository.exact_hits`), one read on the reader pool (no transaction);
-    once more on a new connection when the one it got was dead (PostgreSQL restarted)."""
+    """The exact arm (`repository.exact_hits`): only a query holding an ID or a quoted string
+    reads anything."""
     if not needles:
         return []
-    for attempt in (1, 2):
-        try:
-            async with context.reader.connect() as conn:
-                return await repository.exact_hits(conn, session.id, needles, limit)
-        except DBAPIError as exc:
-            if attempt == 2 or not exc.connection_invalidated:
-                raise
-    raise AssertionError("unreachable")
+    return await repository.exact_hits(db, session.id, needles, limit)
 
 
 async def _nearest_and_shown(
@@ -624,7 +617,7 @@ async def recall(
         )
     )
     try:
-        exact = await _exact(context, session, [*rewritten.ids, *rewritten.quoted], candidates)
+        exact = await _exact(db, session, [*rewritten.ids, *rewritten.quoted], candidates)
         clock.lap("exact")
         lexical = await _lexical(db, context, session, query_terms, candidates)
         clock.lap("lexical")
