@@ -30,7 +30,7 @@ from app.core.errors import Conflict, InvalidInput, NotFound
 from app.db.models import EraseReceipt, Session, Turn
 from app.erasure import repository
 from app.erasure.schemas import EraseReceiptOut
-from app.jobs.queue import TaskName, enqueue, session_lock
+from app.jobs.queue import TaskName, embedding_lock, enqueue, session_lock
 from app.memory import repository as memory_repository
 from app.memory.schemas import MemoryRequest
 from app.notes import repository as notes_repository
@@ -165,7 +165,7 @@ async def _forget_turns(
             db,
             TaskName.EMBED_CHUNKS,
             {"chunk_ids": [str(c) for c in new_ids]},
-            lock=session_lock(session.id),
+            lock=embedding_lock(session.id),
         )
     await drop_from_notes(db, settings, cache, session, seqs)
     receipt_id = await _schedule_erase(

@@ -77,8 +77,19 @@ async def enqueue(
 
 
 def session_lock(session_pk: uuid.UUID) -> str:
-    """The procrastinate lock shared by the jobs of one session: they run one at a time."""
+    """The procrastinate lock shared by the offload, notes and erase jobs of one session: they
+    run one at a time, in order."""
     return f"session:{session_pk}"
+
+
+def embedding_lock(session_pk: uuid.UUID) -> str:
+    """The lock of one session's chunk embedding jobs: they run one at a time, apart from its
+    other jobs. Procrastinate keeps a job behind every earlier job of its lock that is running
+    or waiting, a failed one waiting for its retry included: under the session lock, an embedder
+    that was down or hanging held the session's notes and offloads back for as long as the
+    embedding's retries lasted (`DEFAULT_RETRY`: 2, 4, ..., 256 s apart, 8.5 minutes in all).
+    Neither needs a vector."""
+    return f"embeddings:{session_pk}"
 
 
 async def enqueue_offload(db: AsyncSession, session_pk: uuid.UUID, *, trigger: str) -> bool:
@@ -92,13 +103,13 @@ async def enqueue_offload(db: AsyncSession, session_pk: uuid.UUID, *, trigger: s
     )
 
 
-async def pending_jobs(db: AsyncSession, lock: str) -> int:
-    """Jobs waiting or running for one lock (a session's jobs share the session lock)."""
+async def pending_jobs(db: AsyncSession, session_pk: uuid.UUID) -> int:
+    """Jobs of one session waiting or running (those under its lock and its embedding jobs)."""
     result = await db.execute(
         text(
-            "SELECT count(*) FROM procrastinate_jobs WHERE lock = :lock "
+            "SELECT count(*) FROM procrastinate_jobs WHERE lock IN (:session, :embeddings) "
             "AND status IN ('todo', 'doing')"
         ),
-        {"lock": lock},
+        {"session": session_lock(session_pk), "embeddings": embedding_lock(session_pk)},
     )
     return int(result.scalar_one())

@@ -310,7 +310,7 @@ async def _status(
     memories = await repository.count_memories(
         db, session.tenant_id, session.external_id, session.user_id
     )
-    jobs = await pending_jobs(db, session_lock(session.id))
+    jobs = await pending_jobs(db, session.id)
     data = {
         "watermark": watermark.model_dump(),
         "usage": usage.model_dump(),

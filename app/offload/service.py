@@ -28,7 +28,7 @@ from app.core.text import terms_document
 from app.core.tokens import count_tokens, message_tokens
 from app.db.models import Session
 from app.domain.records import TurnRecord
-from app.jobs.queue import TaskName, enqueue, session_lock
+from app.jobs.queue import TaskName, embedding_lock, enqueue, session_lock
 from app.offload import repository
 from app.offload.chunking import ChunkDraft, ChunkingConfig, iter_chunks
 from app.offload.policy import select_offload
@@ -180,13 +180,17 @@ async def offload_session(
         last_offload_at=now,
         offload_armed=after.armed_after_offload(),
     )
-    lock = session_lock(session.id)
-    await enqueue(db, TaskName.EMBED_CHUNKS, {"chunk_ids": [str(c) for c in chunk_ids]}, lock=lock)
+    await enqueue(
+        db,
+        TaskName.EMBED_CHUNKS,
+        {"chunk_ids": [str(c) for c in chunk_ids]},
+        lock=embedding_lock(session.id),
+    )
     await enqueue(
         db,
         TaskName.REFRESH_NOTES,
         {"session_pk": str(session.id)},
-        lock=lock,
+        lock=session_lock(session.id),
         queueing_lock=f"notes:{session.id}",
     )
     await repository.add_offload_event(

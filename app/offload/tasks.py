@@ -15,9 +15,9 @@ from app.jobs.queue import (
     DEFAULT_RETRY,
     TaskName,
     app_context,
+    embedding_lock,
     enqueue,
     enqueue_offload,
-    session_lock,
 )
 from app.offload import repository
 from app.offload.service import offload_session
@@ -53,10 +53,8 @@ async def run_offload(job_context: JobContext, session_pk: str, trigger: str = "
 
 async def embed_chunks(job_context: JobContext, chunk_ids: list[str]) -> int:
     """Embed chunks off the request path (see `app.embeddings.batches`), one batch per run: the
-    rest goes back to the queue as a new job under the same lock. A session's jobs run one at a
-    time, in order, so an offload deferred meanwhile (the next append crossed the watermark)
-    waits for one batch, not for every chunk of the last offload: while it waited, builds found
-    the window over the emergency ratio and offloaded inline."""
+    rest goes back to the queue as a new job under the same lock (the session's embedding lock,
+    `app.jobs.queue.embedding_lock`), behind the jobs other sessions queued meanwhile."""
     context = app_context(job_context)
     embedder = context.embedder
     if embedder is None:
@@ -101,12 +99,13 @@ async def sweep(job_context: JobContext, timestamp: int) -> dict[str, int]:
         for chunk in missing:
             by_session.setdefault(chunk.session_id, []).append(str(chunk.id))
         for session_pk, chunk_ids in by_session.items():
-            # Under the session's lock, like every job of a session: they run one at a time.
+            # Under the session's embedding lock, like the offload's: one at a time, and out of
+            # the way of the session's notes and offloads.
             await enqueue(
                 db,
                 TaskName.EMBED_CHUNKS,
                 {"chunk_ids": chunk_ids},
-                lock=session_lock(session_pk),
+                lock=embedding_lock(session_pk),
                 queueing_lock=f"embed:{session_pk}",
             )
     indexed = await index_large_sessions(context)

@@ -1,12 +1,14 @@
 """Chunk embedding runs in the worker, never in the offload: while the provider is down the chunks
-are written, found lexically and retried; once it is back they get their vectors."""
+are written, found lexically and retried; once it is back they get their vectors. Meanwhile the
+session's notes and offloads go on: they need no vector."""
 
 import asyncio
 import hashlib
+import threading
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import psycopg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -20,7 +22,7 @@ from tests.offload.test_worker import worker_env
 from tests.support.factories import append, configure, new_caller, transaction
 from tests.support.faults import DIM as FAULTY_DIM
 from tests.support.faults import faulty_server
-from tests.support.loopback import Handler, loopback_server
+from tests.support.loopback import Handler, closed_port_url, loopback_server
 from tests.support.waiting import wait_for
 from tests.support.workers import worker_process
 
@@ -246,56 +248,116 @@ async def test_no_transaction_stays_open_while_the_embedder_works(
     assert len(done) == result.chunks_written
 
 
-def offloads_seen(database_url: str, pk: uuid.UUID) -> int:
-    with psycopg.connect(database_url) as conn:
-        row = conn.execute("SELECT count(*) FROM offload_events WHERE session_id = %s", (pk,))
-        return int(row.fetchone()[0])  # type: ignore[index]
-
-
-async def test_an_offload_deferred_behind_embeddings_waits_for_one_batch_not_all(
-    engine: AsyncEngine, settings: Settings, cache: Cache
-) -> None:
-    caller = await new_caller(engine)
-    sid = "embed-slices"
-    await configure(engine, caller, settings, cache, sid, **FLOOR_OF_TWO)
-    turns = [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": f"Sliced {i}: " + "word " * 150}
-        for i in range(22)
+def tagged_turns(tag: str, first: int, count: int) -> list[dict[str, Any]]:
+    """Turns of 100-200 tokens, English and Chinese in turn, each holding `tag`."""
+    return [
+        {
+            "role": "user" if i % 2 == 0 else "assistant",
+            "content": f"{tag} {i}: the refund for order AB-{55800 + i} goes to finance, "
+            + "and the train leaves Lyon at nine. " * 12
+            if i % 2 == 0
+            else f"{tag} {i}：订单AB-{55800 + i}的退款交给财务部，" + "火车九点从里昂出发。" * 12,
+        }
+        for i in range(first, first + count)
     ]
-    await append(engine, caller, settings, cache, sid, turns[:14])
-    pk = await session_pk(engine, caller.tenant_id, sid)
+
+
+async def progress(engine: AsyncEngine, pk: uuid.UUID) -> dict[str, int]:
+    """The session's offloads so far, the last offloaded seq, and the seq its notes cover."""
+    async with engine.connect() as conn:
+        row = await conn.execute(
+            text(
+                "SELECT (SELECT count(*) FROM offload_events WHERE session_id = s.id) AS offloads,"
+                " s.offloaded_until_seq AS offloaded,"
+                " coalesce((SELECT covers_until_seq FROM scratchpads WHERE session_id = s.id), 0)"
+                " AS notes_cover FROM sessions s WHERE s.id = :s"
+            ),
+            {"s": pk},
+        )
+        return dict(row.one()._mapping)
+
+
+async def notes_and_offloads_without_vectors(
+    engine: AsyncEngine,
+    settings: Settings,
+    cache: Cache,
+    tag: str,
+    embedding_tried: Callable[[uuid.UUID], Awaitable[Any]],
+) -> None:
+    """An offload whose chunks cannot be embedded, then (once the worker has tried) an offload
+    job for more turns: both offloads and the notes covering them must be done while none of
+    the session's chunks has a vector."""
+    caller = await new_caller(engine)
+    await configure(engine, caller, settings, cache, tag, **FLOOR_OF_TWO)
+    await append(engine, caller, settings, cache, tag, tagged_turns(tag, 0, 14))
+    pk = await session_pk(engine, caller.tenant_id, tag)
     async with transaction(engine) as db:
         first = await offload_session(db, settings, cache, pk, trigger="test", until_tokens=0)
-    assert first is not None and first.chunks_written > 2 * 4  # more than two batches of 4
-    n = first.chunks_written
-    # More turns, and a window that no longer holds them: the next offload is deferred behind
-    # the embedding of the first offload's chunks (one session, one job at a time).
-    await append(engine, caller, settings, cache, sid, turns[14:])
-    await configure(engine, caller, settings, cache, sid, context_limit=2000, reserve_tokens=500)
+    assert first is not None and first.chunks_written >= 1
+    await embedding_tried(pk)
+    # More turns, and a window that no longer holds them: an offload job for the worker.
+    await append(engine, caller, settings, cache, tag, tagged_turns(tag, 14, 8))
+    await configure(engine, caller, settings, cache, tag, context_limit=2000, reserve_tokens=500)
     async with transaction(engine) as db:
         await enqueue_offload(db, pk, trigger="test")  # unless the new limit enqueued it
-    # Each embedding request for this session's chunks notes how many offloads the session had
-    # when it arrived (the module's other tests may have left jobs of their own sessions).
-    seen: list[int] = []
-    state: dict[str, Any] = {"up": True, "dim": 8}
-    handler = embeddings_handler(state)
+    done = await wait_for(
+        lambda: progress(engine, pk),
+        lambda p: p["offloads"] >= 2 and p["notes_cover"] == p["offloaded"],
+        timeout=60,
+        interval=0.2,
+        what="the offload job and the notes covering both offloads",
+    )
+    assert done["offloaded"] > first.turns_moved
+    chunks = await chunk_states(engine, pk)
+    assert len(chunks) > first.chunks_written
+    assert all(c["missing"] for c in chunks)
+
+
+async def test_notes_and_offloads_go_on_while_the_embedder_is_down(
+    engine: AsyncEngine, settings: Settings, cache: Cache
+) -> None:
+    """The embedding job fails and waits for its retry (seconds, then minutes): the session's
+    notes and offloads do not wait with it."""
+    model = f"down-embed-{uuid.uuid4().hex[:8]}"
+
+    async def failed_once(pk: uuid.UUID) -> None:
+        await wait_for(
+            lambda: chunk_states(engine, pk),
+            lambda rows: any(r["embed_attempts"] > 0 for r in rows),
+            timeout=60,
+            what="the worker to try (and fail) to embed the first batch of chunks",
+        )
+
+    with worker_process(worker_env_for(settings, closed_port_url(), model, 8)):
+        await notes_and_offloads_without_vectors(
+            engine, settings, cache, "vectors-down", failed_once
+        )
+
+
+async def test_notes_and_offloads_go_on_while_the_embedder_hangs(
+    engine: AsyncEngine, settings: Settings, cache: Cache
+) -> None:
+    """The embedding job waits on an embedder that holds the session's requests: the session's
+    notes and offloads do not wait with it."""
+    tag = "vectors-held"
+    arrived, release = threading.Event(), threading.Event()
+    answer = embeddings_handler({"up": True, "dim": 8})
 
     def handle(method: str, path: str, body: Any) -> tuple[int, Any]:
-        if any("Sliced " in t for t in body["input"]):
-            seen.append(offloads_seen(settings.database_url, pk))
-        return handler(method, path, body)
+        if any(tag in text for text in body["input"]):  # other sessions' chunks pass
+            arrived.set()
+            release.wait(120)
+        return answer(method, path, body)
+
+    async def request_held(pk: uuid.UUID) -> None:
+        assert await asyncio.to_thread(arrived.wait, 60)
 
     with loopback_server(handle) as provider:
-        model = f"loop-embed-8-{uuid.uuid4().hex[:8]}"
-        with worker_process(worker_env_for(settings, provider.url, model, 8)):
-            states = await wait_for(
-                lambda: chunk_states(engine, pk),
-                lambda rows: len(rows) > n and all(not r["missing"] for r in rows),
-                timeout=90,
-                what="both offloads' chunks to be embedded",
-            )
-    assert len(states) > n
-    first_batches = len(range(0, n, 4))
-    # One batch of the first offload's chunks, then the deferred offload, then the rest.
-    assert seen[0] == 1
-    assert seen[1:first_batches] == [2] * (first_batches - 1)
+        model = f"held-embed-{uuid.uuid4().hex[:8]}"
+        env = worker_env_for(settings, provider.url, model, 8)
+        env["CONTEXTD_EMBEDDING__TIMEOUT_SECONDS"] = "120"  # held until released, not timed out
+        with worker_process(env):
+            try:
+                await notes_and_offloads_without_vectors(engine, settings, cache, tag, request_held)
+            finally:
+                release.set()  # the worker stops once its running jobs end

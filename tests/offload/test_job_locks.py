@@ -1,5 +1,6 @@
-"""Every job of a session runs under the session's lock (one at a time), the chunk embedding
-jobs of an offload and of a forget's re-chunk included."""
+"""A session's offload, notes and erase jobs run under the session's lock (one at a time); the
+chunk embedding jobs of an offload and of a forget's re-chunk under its embedding lock, so that
+an embedder that is down or hanging holds back none of the others."""
 
 import uuid
 
@@ -8,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.jobs.queue import session_lock
+from app.jobs.queue import embedding_lock, session_lock
 from tests.erasure.test_erase_job import forget_turn
 from tests.notes.test_notes_service import ENGLISH, as_turns, offloaded_session
 
@@ -33,7 +34,7 @@ async def jobs_of(engine: AsyncEngine, pk: uuid.UUID) -> list[tuple[str, str | N
         return [(task, lock) for task, lock in rows]
 
 
-async def test_offload_and_forget_jobs_run_under_the_session_lock(
+async def test_embedding_jobs_run_under_their_own_lock_the_others_under_the_session_lock(
     engine: AsyncEngine, settings: Settings, cache: Cache
 ) -> None:
     _, pk = await offloaded_session(engine, settings, cache, as_turns(ENGLISH[:6]))
@@ -44,4 +45,6 @@ async def test_offload_and_forget_jobs_run_under_the_session_lock(
     jobs = await jobs_of(engine, pk)
     tasks = [task for task, _ in jobs]
     assert tasks.count("offload:embed_chunks") >= 2 and "memory:erase" in tasks
-    assert {lock for _, lock in jobs} == {session_lock(pk)}
+    assert embedding_lock(pk) != session_lock(pk)
+    for task, lock in jobs:
+        assert lock == (embedding_lock(pk) if task == "offload:embed_chunks" else session_lock(pk))
