@@ -386,31 +386,57 @@ async def measure_contextd(
     return figures, flags, cpu
 
 
-async def after_append(floor: ModuleType, base: str, tries: int, seed: int) -> tuple[float, float]:
-    """p95 of recall builds on a quiet server, then of builds each sent right after a
-    100-turn append to the same session (see the module docstring)."""
+@dataclass(frozen=True)
+class TimedBuild:
+    ms: float  # as the client saw it
+    timings_ms: dict[str, float]  # the server's stages
+    level: str  # the watermark level the build reported
+    appended_level: str | None  # the level the append before it reported (None: quiet)
+    append_ms: float | None  # the append before it, as the client saw it (None: quiet)
+
+
+async def after_append(
+    floor: ModuleType, base: str, tries: int, seed: int
+) -> tuple[list[TimedBuild], list[TimedBuild]]:
+    """Recall builds on a quiet server, then builds each sent right after a 100-turn append to
+    the same session (see the module docstring)."""
     rng = random.Random(seed)
     queries = floor.queries(2 * tries, seed)
     path = f"/v1/sessions/{BIG_SESSION}"
-    quiet: list[float] = []
-    loaded: list[float] = []
+    quiet: list[TimedBuild] = []
+    loaded: list[TimedBuild] = []
+
+    async def build(query: str, append: httpx.Response | None = None) -> TimedBuild:
+        started = time.perf_counter()
+        resp = await http.post(f"{path}/build-prompt", json={"query": query})
+        resp.raise_for_status()
+        ms = (time.perf_counter() - started) * 1000
+        body = resp.json()
+        return TimedBuild(
+            ms,
+            body["timings_ms"],
+            body["watermark"]["level"],
+            append.json()["watermark"]["level"] if append else None,
+            append.elapsed.total_seconds() * 1000 if append else None,
+        )
+
     async with httpx.AsyncClient(base_url=base, timeout=120) as http:
         await wait_offloaded(http, BIG_SESSION, True, 3600)  # quiet: the worker is idle
         for j in range(tries):
-            started = time.perf_counter()
-            (await http.post(f"{path}/build-prompt", json={"query": queries[j]})).raise_for_status()
-            quiet.append((time.perf_counter() - started) * 1000)
+            quiet.append(await build(queries[j]))
         for j in range(tries):
             turns = [
                 {"role": "user" if i % 2 == 0 else "assistant", "content": turn_text(rng, i)}
                 for i in range(APPEND_TURNS)
             ]
-            (await http.post(f"{path}/turns", json={"turns": turns})).raise_for_status()
-            started = time.perf_counter()
-            query = {"query": queries[tries + j]}
-            (await http.post(f"{path}/build-prompt", json=query)).raise_for_status()
-            loaded.append((time.perf_counter() - started) * 1000)
-    return percentile(quiet, 0.95), percentile(loaded, 0.95)
+            appended = await http.post(f"{path}/turns", json={"turns": turns})
+            appended.raise_for_status()
+            loaded.append(await build(queries[tries + j], appended))
+    return quiet, loaded
+
+
+def p95(builds: list[TimedBuild]) -> float:
+    return percentile([b.ms for b in builds], 0.95)
 
 
 def print_round(
@@ -551,12 +577,17 @@ def main() -> None:
             loads.append(load)
             print_round(n, floor_figures, ours, flags, (floor_cpu, cpu), load)
         for n in range(1, args.append_rounds + 1 if "recall" in scenarios else 1):
-            quiet, loaded = asyncio.run(after_append(floor, base, args.append_tries, n))
+            quiet_builds, loaded_builds = asyncio.run(
+                after_append(floor, base, args.append_tries, n)
+            )
+            quiet, loaded = p95(quiet_builds), p95(loaded_builds)
             appended.append((quiet, loaded))
             print(
                 f"after a {APPEND_TURNS}-turn append, {args.append_tries} builds: quiet p95 "
                 f"{quiet:.1f} ms, right after the append p95 {loaded:.1f} ms "
-                f"(x{loaded / quiet:.2f})"
+                f"(x{loaded / quiet:.2f}); "
+                f"{sum(b.appended_level == 'emergency' for b in loaded_builds)} appends took the "
+                "window to the emergency ratio"
             )
     rows = summary(rounds)
     print_summary(rows, len(rounds))

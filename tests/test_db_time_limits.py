@@ -115,9 +115,13 @@ async def test_a_build_on_a_held_row_answers_without_its_writes(
 ) -> None:
     """The build would store a new system prompt size and offload inline; both need the row."""
     async with await client(long_locks, api_key) as http:
+        # A window shrunk under its turns: past the emergency ratio (an append that took it
+        # there would have offloaded itself).
+        large = {**SMALL, "context_limit": 100_000}
+        assert (await http.put("/v1/sessions/busy", json=large)).status_code == 200
+        assert (await http.post("/v1/sessions/busy/turns", json={"turns": turns(40)})).is_success
         assert (await http.put("/v1/sessions/busy", json=SMALL)).status_code == 200
-        appended = await http.post("/v1/sessions/busy/turns", json={"turns": turns(40)})
-        assert appended.json()["watermark"]["level"] == "emergency"
+        assert (await http.get("/v1/sessions/busy")).json()["watermark"]["level"] == "emergency"
         pk = await session_of_key(engine, api_key, "busy")
         await lock_row(held, pk)
         body = {"system": "You are a careful travel agent.", "query": "Which train to Lyon?"}

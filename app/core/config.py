@@ -158,8 +158,9 @@ class RecallSettings(BaseModel):
     emergency_offload_timeout_seconds: float = Field(
         2.0,
         gt=0,
-        description="an inline offload in build-prompt waits at most this for the session lock "
-        "and for each statement, then gives up (`emergency_offload_failed`)",
+        description="an inline offload (build-prompt's, an append's past the emergency ratio) "
+        "waits at most this for the session lock and for each statement, then gives up "
+        "(build-prompt: `emergency_offload_failed`; an append: the worker's job moves the turns)",
     )
     embedder_breaker_failures: int = Field(
         3, gt=0, description="consecutive query-embedding failures that open the circuit breaker"

@@ -6,6 +6,7 @@ the session as it was, and a rerun (the job is retried) computes the plan afresh
 moved twice.
 """
 
+import logging
 import time
 import uuid
 from collections import Counter
@@ -13,12 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth.schemas import Caller
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.cpu import batches_off_loop
 from app.core.dates import date_terms
+from app.core.db import after_commit, local_time_limits, release
+from app.core.observability import Metrics
 from app.core.text import terms_document
 from app.core.tokens import count_tokens, message_tokens
 from app.db.models import Session
@@ -28,7 +33,11 @@ from app.offload import repository
 from app.offload.chunking import ChunkDraft, ChunkingConfig, iter_chunks
 from app.offload.policy import select_offload
 from app.sessions import repository as sessions_repository
-from app.sessions.service import session_budget, write_session
+from app.sessions import service as sessions_service
+from app.sessions.schemas import AppendTurnsRequest
+from app.sessions.service import AppendOutcome, session_budget, write_session
+
+logger = logging.getLogger("contextd.offload")
 
 
 @dataclass(frozen=True)
@@ -204,3 +213,62 @@ async def offload_session(
         floor_limited=plan.floor_limited,
         chunk_ids=tuple(chunk_ids),
     )
+
+
+async def inline_offload(
+    db: AsyncSession,
+    settings: Settings,
+    cache: Cache,
+    session_pk: uuid.UUID,
+    *,
+    trigger: str,
+    until_tokens: int | None = None,
+) -> int | None:
+    """An offload a request runs itself instead of leaving it to the worker (a build at the
+    emergency ratio, an append that took the window there), in a savepoint of the caller's
+    transaction, its lock wait and statements bounded by PostgreSQL
+    (`recall.emergency_offload_timeout_seconds`): on failure or timeout nothing of it remains
+    and the transaction goes on. Returns the tokens freed (0: nothing could move), None on
+    failure."""
+    try:
+        async with db.begin_nested():
+            await local_time_limits(db, settings.recall.emergency_offload_timeout_seconds)
+            result = await offload_session(
+                db, settings, cache, session_pk, trigger=trigger, until_tokens=until_tokens
+            )
+    except SQLAlchemyError as exc:
+        logger.warning("inline offload failed: %s", type(exc).__name__, extra={"trigger": trigger})
+        return None
+    return result.tokens_freed if result is not None else 0
+
+
+async def append_turns_and_offload(
+    db: AsyncSession,
+    caller: Caller,
+    settings: Settings,
+    cache: Cache,
+    metrics: Metrics,
+    session_id: str,
+    request: AppendTurnsRequest,
+    idempotency_key: str | None,
+) -> AppendOutcome:
+    """An append (`app.sessions.service.append_turns`) and, when its turns took the window to
+    the emergency ratio, the offload too, before the answer: the worker's job, enqueued with the
+    turns, would come after the build that usually follows at once, and that build would
+    offload inline itself. The turns commit first, on their own: an offload that fails or times
+    out loses none of them (the job moves them later), and the answer, stored for a replay of
+    its `Idempotency-Key` with the turns, says what the turns did to the window."""
+    outcome = await sessions_service.append_turns(
+        db, caller, settings, cache, session_id, request, idempotency_key
+    )
+    if outcome.replayed or outcome.response.watermark.level != "emergency":
+        return outcome
+    await release(db)
+    freed = await inline_offload(db, settings, cache, outcome.session_pk, trigger="append")
+    if freed:
+
+        async def count() -> None:
+            metrics.observe_offload("append", freed)
+
+        after_commit(db, count)
+    return outcome

@@ -30,7 +30,7 @@ from app.memory.policy import normalise
 from app.notes.policy import render_notes_block
 from app.notes.schemas import Notes
 from app.notes.service import current_notes
-from app.offload.service import offload_session
+from app.offload.service import inline_offload
 from app.prompt import repository
 from app.prompt.assembly import (
     AssembledPrompt,
@@ -78,29 +78,6 @@ def system_messages(system: BuildPromptRequest) -> list[dict[str, Any]]:
     if isinstance(system.system, str):
         return [{"role": "system", "content": system.system}] if system.system else []
     return [m.model_dump() for m in system.system]
-
-
-async def _inline_offload(
-    db: AsyncSession, context: AppContext, session_pk: uuid.UUID, until_tokens: int
-) -> int | None:
-    """The emergency offload, in a savepoint of this transaction, its lock wait and statements
-    bounded by PostgreSQL (`local_time_limits`): on failure or timeout nothing of it remains and
-    the transaction goes on. Returns the tokens freed (0: nothing could move), None on failure."""
-    try:
-        async with db.begin_nested():
-            await local_time_limits(db, context.settings.recall.emergency_offload_timeout_seconds)
-            result = await offload_session(
-                db,
-                context.settings,
-                context.cache,
-                session_pk,
-                trigger="emergency",
-                until_tokens=until_tokens,
-            )
-    except SQLAlchemyError as exc:
-        logger.warning("emergency offload failed: %s", type(exc).__name__)
-        return None
-    return result.tokens_freed if result is not None else 0
 
 
 async def _remember_c0(db: AsyncSession, context: AppContext, session: Session, c0: int) -> None:
@@ -270,8 +247,13 @@ async def build_prompt(
         else:
             if snapshot is not None:
                 session, snapshot = await _attached(db, caller, session_id), None
-            freed = await _inline_offload(
-                db, context, session.id, max(budget.offload_goal(extra=query_tokens), 0)
+            freed = await inline_offload(
+                db,
+                settings,
+                context.cache,
+                session.id,
+                trigger="emergency",
+                until_tokens=max(budget.offload_goal(extra=query_tokens), 0),
             )
             if freed is None:
                 fallbacks.append("emergency_offload_failed")

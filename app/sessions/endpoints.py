@@ -5,7 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 
 from app.auth.deps import ReadCaller, WriteCaller
-from app.core.deps import CacheDep, DbDep, SettingsDep
+from app.core.deps import CacheDep, ContextDep, DbDep, SettingsDep
 from app.core.errors import (
     COMMON_ERRORS,
     Conflict,
@@ -21,6 +21,7 @@ from app.core.errors import (
 )
 from app.core.input import BODY_RULES
 from app.core.pagination import BIGINT_KEY, CURSOR_VALUE_MAX, Page, page_params
+from app.offload.service import append_turns_and_offload
 from app.sessions import service
 from app.sessions.schemas import (
     SESSION_ID_PATTERN,
@@ -53,6 +54,8 @@ SessionIdPath = Annotated[
     **with_rules(
         "Append one or more OpenAI-style messages. The session is created on first use. "
         "Returns each turn's `seq` and token count, the session's usage and watermark. "
+        "Turns that take the window to the emergency ratio are followed by an offload before "
+        "the answer (the usage and watermark are still those the turns reached). "
         "With `Idempotency-Key`, a replay returns the first response and writes nothing.",
         Rule(
             InvalidInput,
@@ -90,13 +93,19 @@ async def append_turns(
     body: AppendTurnsRequest,
     caller: WriteCaller,
     db: DbDep,
-    settings: SettingsDep,
-    cache: CacheDep,
+    context: ContextDep,
     response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
 ) -> AppendTurnsResponse:
-    outcome = await service.append_turns(
-        db, caller, settings, cache, session_id, body, idempotency_key
+    outcome = await append_turns_and_offload(
+        db,
+        caller,
+        context.settings,
+        context.cache,
+        context.metrics,
+        session_id,
+        body,
+        idempotency_key,
     )
     if outcome.replayed:
         response.headers["Idempotent-Replayed"] = "true"

@@ -216,6 +216,7 @@ def _prepare_turns(request: AppendTurnsRequest, *, hashed: bool) -> PreparedTurn
 class AppendOutcome:
     response: AppendTurnsResponse
     replayed: bool
+    session_pk: uuid.UUID  # the session's primary key
 
 
 async def append_turns(
@@ -246,7 +247,9 @@ async def append_turns(
                     "this Idempotency-Key was used for a different request",
                     field="Idempotency-Key",
                 )
-            return AppendOutcome(AppendTurnsResponse.model_validate(earlier.response), True)
+            return AppendOutcome(
+                AppendTurnsResponse.model_validate(earlier.response), True, session.id
+            )
 
     results = [t.tool_call_id for t in request.turns if t.role == "tool" and t.tool_call_id]
     stored_results = await repository.answered_tool_call_ids(db, session.id, results)
@@ -303,7 +306,7 @@ async def append_turns(
         await repository.store_idempotent_response(
             db, caller.tenant_id, session.id, idempotency_key, 201, response.model_dump(mode="json")
         )
-    return AppendOutcome(response, False)
+    return AppendOutcome(response, False, session.id)
 
 
 def session_cache_key(cache: Cache, tenant_id: uuid.UUID, session_id: str) -> str:

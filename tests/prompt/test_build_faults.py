@@ -25,10 +25,11 @@ SMALL = {
     "min_recent_turns": 2,
     "min_recent_tokens": 50,
 }
+LARGE = {**SMALL, "context_limit": 100_000}
 SYSTEM = "You are a careful travel agent."
 
 
-def filler(n: int, start: int = 0) -> list[dict[str, Any]]:
+def filler(n: int) -> list[dict[str, Any]]:
     """Turns of about 60 tokens, with words recall can find."""
     return [
         {
@@ -36,7 +37,7 @@ def filler(n: int, start: int = 0) -> list[dict[str, Any]]:
             "content": f"Turn {i}: order AB-{10000 + i} goes to Lyon by train, window seat, "
             "budget at most 120 EUR, invoice to finance@example.com. " * 2,
         }
-        for i in range(start, start + n)
+        for i in range(n)
     ]
 
 
@@ -64,22 +65,28 @@ async def build(http: httpx.AsyncClient, sid: str, **extra: Any) -> httpx.Respon
     return await http.post(f"/v1/sessions/{sid}/build-prompt", json=body)
 
 
-async def emergency_session(http: httpx.AsyncClient, sid: str) -> None:
-    """A small-window session whose window alone is past the emergency ratio (no worker runs)."""
+async def shrink_to_emergency(http: httpx.AsyncClient, sid: str) -> None:
+    """Make the window small (`SMALL`) under turns already stored: the window alone is past the
+    emergency ratio (no worker runs). An append that took it there would have offloaded."""
     assert (await http.put(f"/v1/sessions/{sid}", json=SMALL)).status_code == 200
+    assert (await http.get(f"/v1/sessions/{sid}")).json()["watermark"]["level"] == "emergency"
+
+
+async def emergency_session(http: httpx.AsyncClient, sid: str) -> None:
+    """A small-window session whose window alone is past the emergency ratio."""
+    assert (await http.put(f"/v1/sessions/{sid}", json=LARGE)).status_code == 200
     resp = await http.post(f"/v1/sessions/{sid}/turns", json={"turns": filler(30)})
     assert resp.status_code == 201
-    assert resp.json()["watermark"]["level"] == "emergency"
+    await shrink_to_emergency(http, sid)
 
 
 async def test_an_inline_offload_kept_from_the_session_lock_is_the_documented_fallback(
     http: httpx.AsyncClient, engine: AsyncEngine, api_key: str
 ) -> None:
-    assert (await http.put("/v1/sessions/locked", json=SMALL)).status_code == 200
-    assert (await http.post("/v1/sessions/locked/turns", json={"turns": filler(2)})).is_success
+    assert (await http.put("/v1/sessions/locked", json=LARGE)).status_code == 200
+    assert (await http.post("/v1/sessions/locked/turns", json={"turns": filler(30)})).is_success
     assert (await build(http, "locked")).status_code == 200  # c0 stored: no write below
-    resp = await http.post("/v1/sessions/locked/turns", json={"turns": filler(28, start=2)})
-    assert resp.json()["watermark"]["level"] == "emergency"
+    await shrink_to_emergency(http, "locked")
     pk = await session_of_key(engine, api_key, "locked")
 
     async with engine.connect() as holder:  # another transaction holds the session row
