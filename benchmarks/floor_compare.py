@@ -294,6 +294,20 @@ class DevServer:
     pid: int
 
 
+def wait_healthy(base: str, server: subprocess.Popen[bytes], failure: str) -> None:
+    """Until `base` answers its health check; `failure` when the server exits or 300 s pass."""
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(failure)
+        time.sleep(0.5)
+
+
 @contextmanager
 def contextd_dev(
     workdir: Path, port: int, serve_args: list[str], redis_port: int | None = None
@@ -312,16 +326,7 @@ def contextd_dev(
     server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"contextd did not start; see {workdir / 'contextd.log'}")
-            time.sleep(0.5)
+        wait_healthy(base, server, f"contextd did not start; see {workdir / 'contextd.log'}")
         yield DevServer(base, stack.redis_url, stack.database_url, server.pid)
     finally:
         server.terminate()

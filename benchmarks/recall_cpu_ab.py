@@ -40,6 +40,7 @@ from benchmarks.floor_compare import (
     Stack,
     floor_module,
     forget_query_embeddings,
+    wait_healthy,
 )
 
 
@@ -51,7 +52,7 @@ def prepare(data_dir: Path, port: int, turns: int) -> None:
     command = [sys.executable, "-m", "app.cli", "dev", "--port", str(port)]
     server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    _wait_healthy(base, server)
+    wait_healthy(base, server, f"server at {base} did not start")
 
     async def load() -> None:
         async with httpx.AsyncClient(base_url=base, timeout=120) as http:
@@ -62,19 +63,6 @@ def prepare(data_dir: Path, port: int, turns: int) -> None:
             )
 
     asyncio.run(load())
-
-
-def _wait_healthy(base: str, server: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if server.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"server at {base} did not start")
-        time.sleep(0.5)
 
 
 @contextmanager
@@ -92,7 +80,7 @@ def serve(tree: Path, data_dir: Path, port: int) -> Iterator[tuple[str, int]]:
     server = subprocess.Popen(command, env=env, cwd=tree, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_healthy(base, server)
+        wait_healthy(base, server, f"server at {base} did not start")
         yield base, server.pid
     finally:
         server.terminate()
