@@ -13,6 +13,7 @@ import errno
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 import time
@@ -175,11 +176,30 @@ async def _when_started(server: "uvicorn.Server", action: Callable[[], None]) ->
     action()
 
 
-def _serve_process(settings: Settings, sock: socket.socket) -> None:
+def _serve_process(settings: Settings, sock: socket.socket | None) -> None:
     """One API process of `serve --workers N` (a spawned child: it sets up its own logging)."""
     _configure_logging(settings)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C reaches the whole process group
         asyncio.run(_serve(settings, with_worker=False, sock=sock))
+
+
+def _dev_worker_process(settings: Settings, sock: socket.socket | None) -> None:
+    """The worker of `contextd dev` (a spawned child, `CONTEXTD_WORKER__NICE` steps nicer).
+
+    The terminal's Ctrl-C reaches the whole process group: this process ignores it and stops on
+    the SIGTERM its parent sends once the API has stopped, so it is never taken for a crash."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.nice(settings.worker.nice)
+    _configure_logging(settings)
+    asyncio.run(_work_until_terminated(settings))
+
+
+async def _work_until_terminated(settings: Settings) -> None:
+    main = asyncio.current_task()
+    assert main is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await _serve(settings, with_worker=True, with_api=False)
 
 
 def cmd_serve(settings: Settings, workers: int) -> None:
@@ -187,9 +207,10 @@ def cmd_serve(settings: Settings, workers: int) -> None:
     if workers == 1:
         asyncio.run(_serve(settings, with_worker=False, sock=sock))
         return
-    from app.processes import Supervisor
+    from app.processes import Child, Supervisor
 
-    Supervisor(settings, workers, _serve_process).run(sock)
+    api = Child("API", _serve_process)
+    Supervisor(settings, [api] * workers, api_processes=workers).run(sock)
 
 
 def cmd_dev(args: argparse.Namespace) -> None:
@@ -215,26 +236,36 @@ def cmd_dev(args: argparse.Namespace) -> None:
         overrides["database_url"] = base.database_url or stack.database_url
         overrides["redis_url"] = base.redis_url or stack.redis_url
     settings = load_settings(**overrides)
-    _configure_logging(settings)
+    from app.processes import Child, Supervisor
+
+    # The worker runs in a process of its own: its offloads, notes and passage embeddings do not
+    # take the API's GIL or event loop while it builds prompts (docs/BENCHMARKS.md, round 8).
+    worker = Supervisor(settings, [Child("worker", _dev_worker_process)], api_processes=1)
+    # SIGTERM stops dev as Ctrl-C does (uvicorn re-raises it after its graceful shutdown): the
+    # worker and the embedded stack are stopped below, not left running.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     state_file = base.data_dir / DEV_STATE_FILE
+    url = f"http://{settings.host}:{settings.port}"
+
+    def banner() -> None:
+        print(f"contextd dev ready in {time.monotonic() - started:.1f}s")
+        print(f"  API   {url}/v1   docs {url}/docs   data {base.data_dir.resolve()}")
+        print(f"  see   {url}/inspect (sessions, watermark, notes, chunks)   MCP {url}/mcp")
+        if settings.auth_disabled:
+            print("  auth  DISABLED (dev on loopback): no Authorization header needed")
+        else:
+            print("  auth  'Authorization: Bearer <key>' (create one: contextd keys create)")
+        sys.stdout.flush()
+
     try:
-        cmd_migrate(settings)
-        url = f"http://{settings.host}:{settings.port}"
-        if stack is not None:  # other commands of this directory join this stack
-            urls = (settings.database_url or "", settings.redis_url or "")
-            state_file.write_text(json.dumps(DevState(os.getpid(), url, *urls).__dict__))
-
-        def banner() -> None:
-            print(f"contextd dev ready in {time.monotonic() - started:.1f}s")
-            print(f"  API   {url}/v1   docs {url}/docs   data {base.data_dir.resolve()}")
-            print(f"  see   {url}/inspect (sessions, watermark, notes, chunks)   MCP {url}/mcp")
-            if settings.auth_disabled:
-                print("  auth  DISABLED (dev on loopback): no Authorization header needed")
-            else:
-                print("  auth  'Authorization: Bearer <key>' (create one: contextd keys create)")
-            sys.stdout.flush()
-
-        asyncio.run(_serve(settings, with_worker=True, sock=sock, on_ready=banner))
+        with worker.environment():
+            _configure_logging(settings)
+            cmd_migrate(settings)
+            if stack is not None:  # other commands of this directory join this stack
+                urls = (settings.database_url or "", settings.redis_url or "")
+                state_file.write_text(json.dumps(DevState(os.getpid(), url, *urls).__dict__))
+            with worker.alongside():
+                asyncio.run(_serve(settings, with_worker=False, sock=sock, on_ready=banner))
     except KeyboardInterrupt:
         pass
     finally:
@@ -363,6 +394,7 @@ def _run(args: argparse.Namespace) -> int:
         elif args.command == "serve":
             cmd_serve(settings, args.workers)
         elif args.command == "worker":
+            os.nice(settings.worker.nice)
             asyncio.run(_serve(settings, with_worker=True, with_api=False))
         elif args.command == "keys":
             cmd_keys_create(settings, args.tenant, args.scope)

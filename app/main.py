@@ -29,7 +29,7 @@ window, recall offloaded history. Authenticate with `Authorization: Bearer <key>
 
 
 def create_app(settings: Settings | None = None, metrics: Metrics | None = None) -> FastAPI:
-    """`metrics`: share one registry with a worker running in this process (`contextd dev`)."""
+    """`metrics`: share one registry with a worker running in this process."""
     settings = settings or load_settings()
     mcp = McpEndpoint(settings)
 

@@ -1,12 +1,12 @@
-"""`contextd serve --workers N`: N API processes on one listening socket, sharing nothing but
-PostgreSQL and Redis.
+"""Child processes that share nothing but PostgreSQL and Redis: `contextd serve --workers N` (N API
+processes on one listening socket) and the worker of `contextd dev` (beside the API it serves).
 
-The parent binds the socket, starts N children (spawned: a fresh interpreter each) that serve the
-API on it, restarts a child that dies, and on SIGINT/SIGTERM stops them all (gracefully, then
-killed after a grace period). Each child is a plain `contextd serve` process: its own event loop,
-connection pools, query encoder and caches. The per-process caches stay correct because each
-value is keyed by the version of what it was built from (the BM25 index by the session's
-`chunks_version`), and the shared state lives in Postgres and Redis.
+The parent binds the socket, starts the children (spawned: a fresh interpreter each), restarts a
+child that dies, and when stopped (`serve`: SIGINT/SIGTERM; `dev`: when its API stops) stops them
+all (gracefully, then killed after a grace period). Each API child is a plain `contextd serve`
+process: its own event loop, connection pools, query encoder and caches. The per-process caches
+stay correct because each value is keyed by the version of what it was built from (the BM25 index
+by the session's `chunks_version`), and the shared state lives in Postgres and Redis.
 
 Prometheus metrics are written per process to files in one directory (prometheus_client's
 multiprocess mode: `PROMETHEUS_MULTIPROC_DIR` when the deployment sets it, else a temporary one),
@@ -25,7 +25,9 @@ import signal
 import socket
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
 
@@ -34,71 +36,64 @@ from app.core.observability import MULTIPROCESS_DIR_ENV
 
 logger = logging.getLogger("contextd.processes")
 STOP_GRACE_SECONDS = 30.0
-# What a child runs: serve the API with `settings` on the inherited socket until SIGTERM. A
-# module-level function (a spawned child imports it by name).
-ChildTarget = Callable[[Settings, socket.socket], None]
+# What a child runs until SIGTERM: `contextd serve` with `settings` on the inherited socket, or
+# a worker (no socket). A module-level function (a spawned child imports it by name).
+ChildTarget = Callable[[Settings, socket.socket | None], None]
 
 
-def child_environment(workers: int) -> dict[str, str]:
+def child_environment(api_processes: int) -> dict[str, str]:
     """What the children add to the environment: the metrics directory is set by the caller."""
     if "OMP_NUM_THREADS" in os.environ:
         return {}
-    return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // workers))}
+    return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // api_processes))}
+
+
+@dataclass(frozen=True)
+class Child:
+    """One child process to keep running: `name` for the log, `target(settings, sock)`."""
+
+    name: str
+    target: ChildTarget
 
 
 class Supervisor:
-    """Runs `workers` API children on one socket until stopped (see the module docstring)."""
+    """Keeps `children` running until stopped (see the module docstring). `api_processes`: how
+    many processes serve the API (this one included under `dev`), to share the cores out."""
 
-    def __init__(self, settings: Settings, workers: int, target: ChildTarget) -> None:
-        if workers < 1:
+    def __init__(self, settings: Settings, children: list[Child], api_processes: int) -> None:
+        if api_processes < 1:
             raise ValueError("--workers must be at least 1")
         self.settings = settings
-        self.workers = workers
-        self.target = target
+        self.children = children
+        self.api_processes = api_processes
         self.stopping = threading.Event()
         self._context = multiprocessing.get_context("spawn")
-        self._children: list[SpawnProcess] = []
+        self._running: list[SpawnProcess] = []
 
-    def _start_child(self, sock: socket.socket) -> SpawnProcess:
-        child = self._context.Process(
-            target=self.target, args=(self.settings, sock), name="contextd-api"
+    def _start_child(self, child: Child, sock: socket.socket | None) -> SpawnProcess:
+        process = self._context.Process(
+            target=child.target, args=(self.settings, sock), name=f"contextd-{child.name}"
         )
-        child.start()
-        return child
+        process.start()
+        return process
 
-    def run(self, sock: socket.socket) -> None:
-        """Serve on `sock` (bound by the caller, so a busy port fails before anything starts)."""
-        multiprocessing.allow_connection_pickling()
+    @contextmanager
+    def environment(self) -> Iterator[None]:
+        """The children's environment, in this process too while it lasts: one metrics directory
+        (prometheus_client reads it when imported: enter this before anything imports it, so
+        this process's `/metrics` reports every process) and the OpenMP threads per process."""
         metrics_dir = os.environ.get(MULTIPROCESS_DIR_ENV) or tempfile.mkdtemp(
             prefix="contextd-metrics-"
         )
         owned = metrics_dir != os.environ.get(MULTIPROCESS_DIR_ENV)
         for stale in Path(metrics_dir).glob("*.db"):  # a previous run's series
             stale.unlink()
-        added = {MULTIPROCESS_DIR_ENV: metrics_dir, **child_environment(self.workers)}
+        added = {MULTIPROCESS_DIR_ENV: metrics_dir, **child_environment(self.api_processes)}
         previous = {key: os.environ.get(key) for key in added}
         os.environ.update(added)  # spawned children inherit the environment at start
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: self.stopping.set())
         try:
-            self._children = [self._start_child(sock) for _ in range(self.workers)]
-            logger.info(
-                "serving on %s:%d with %d processes",
-                self.settings.host,
-                self.settings.port,
-                self.workers,
-                extra={"pids": [c.pid for c in self._children]},
-            )
-            while not self.stopping.wait(0.5):
-                for i, child in enumerate(self._children):
-                    if not child.is_alive():
-                        logger.error(
-                            "API process %s exited (%s); restarting", child.pid, child.exitcode
-                        )
-                        self._children[i] = self._start_child(sock)
+            yield
         finally:
-            self._stop_children()
-            sock.close()
             if owned:
                 shutil.rmtree(metrics_dir, ignore_errors=True)
             for key, value in previous.items():
@@ -107,12 +102,61 @@ class Supervisor:
                 else:
                     os.environ[key] = value
 
+    def run(self, sock: socket.socket) -> None:
+        """`serve --workers N`: supervise until SIGINT/SIGTERM (`sock` bound by the caller, so a
+        busy port fails before anything starts)."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: self.stopping.set())
+        with self.environment():
+            try:
+                self._start(sock)
+                self._watch(sock)
+            finally:
+                self._stop_children()
+                sock.close()
+
+    @contextmanager
+    def alongside(self) -> Iterator[None]:
+        """`dev`: the children run (watched from a thread) while this process does its own work
+        in the body; they are stopped when it ends. Enter inside `environment()`."""
+        self._start(None)
+        watcher = threading.Thread(target=self._watch, args=(None,), daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            self.stopping.set()
+            watcher.join()
+            self._stop_children()
+
+    def _start(self, sock: socket.socket | None) -> None:
+        multiprocessing.allow_connection_pickling()
+        self._running = [self._start_child(child, sock) for child in self.children]
+        logger.info(
+            "started %s",
+            ", ".join(child.name for child in self.children),
+            extra={"pids": [p.pid for p in self._running]},
+        )
+
+    def _watch(self, sock: socket.socket | None) -> None:
+        while not self.stopping.wait(0.5):
+            for i, process in enumerate(self._running):
+                if not process.is_alive() and not self.stopping.is_set():
+                    child = self.children[i]
+                    logger.error(
+                        "%s process %s exited (%s); restarting",
+                        child.name,
+                        process.pid,
+                        process.exitcode,
+                    )
+                    self._running[i] = self._start_child(child, sock)
+
     def _stop_children(self) -> None:
-        for child in self._children:
-            if child.is_alive() and child.pid is not None:
-                os.kill(child.pid, signal.SIGTERM)
-        for child in self._children:
-            child.join(STOP_GRACE_SECONDS)
-            if child.is_alive():
-                child.kill()
-                child.join()
+        for process in self._running:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+        for process in self._running:
+            process.join(STOP_GRACE_SECONDS)
+            if process.is_alive():
+                process.kill()
+                process.join()

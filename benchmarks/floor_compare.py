@@ -6,10 +6,10 @@
 The floor (`floor_bench.py` + `floor_app.py` in `--floor-dir`, not part of this repository) is the
 least work any build-prompt must do here: one Redis read, one indexed read of the recent turns,
 tokenising the query; with recall also one e5 query embedding, a pgvector top-30 and a full-text
-top-30. This command runs it as it is, and drives a `contextd dev` (API and worker in one process,
-default settings, its own embedded Postgres and Valkey) with the floor's own load function and
-query generator, imported from `floor_bench.py`: the same httpx client, the same distinct
-queries, the same concurrency (1 and 16 clients) and number of requests.
+top-30. This command runs it as it is, and drives a `contextd dev` (the API, its worker in a
+child process, default settings, its own embedded Postgres and Valkey) with the floor's own load
+function and query generator, imported from `floor_bench.py`: the same httpx client, the same
+distinct queries, the same concurrency (1 and 16 clients) and number of requests.
 
 contextd holds what the floor holds: 200 sessions of 50 turns (no recall: never offloaded, so no
 search runs) and one session of 5,000 turns offloaded into chunks and embedded with e5 (recall);
@@ -74,7 +74,7 @@ BIG_CONFIG = {"context_limit": 16000, "reserve_tokens": 2000, "min_recent_tokens
 APPEND_TURNS = 100
 
 Figures = dict[tuple[str, int], tuple[float, float, float]]  # (scenario, clients) -> p50, p95, rps
-PartsCpu = dict[str, float]  # part (server, postgres, valkey, client) -> CPU ms per request
+PartsCpu = dict[str, float]  # part (server, worker, postgres, valkey, client) -> CPU ms per request
 CpuPerRequest = dict[tuple[str, int], PartsCpu]  # (scenario, clients) -> CPU of each part
 
 
@@ -121,9 +121,9 @@ class Stack:
     client: int
 
     def parts(self) -> dict[str, list[int]]:
-        """The processes of each part: server, postgres (every backend, and the postmaster
-        with the time of the backends that exited, written as its negated pid), valkey,
-        client."""
+        """The processes of each part: server, worker (the server's spawned children: the
+        worker process of `contextd dev`), postgres (every backend, and the postmaster with the
+        time of the backends that exited, written as its negated pid), valkey, client."""
         socket_dir = parse_qs(urlsplit(self.database_url).query).get("host", [""])[0]
         valkey = f"127.0.0.1:{urlsplit(self.redis_url).port}"
         table = list(_processes())
@@ -132,6 +132,11 @@ class Stack:
         }
         return {
             "server": [self.server],
+            "worker": [
+                p
+                for p, parent, command in table
+                if parent == self.server and "spawn_main" in command
+            ],
             "postgres": [-p for p in postmasters]
             + [p for p, parent, _ in table if parent in postmasters],
             "valkey": [
@@ -368,8 +373,8 @@ async def measure_contextd(
 ) -> tuple[Figures, dict[str, Counter[str]], CpuPerRequest]:
     """The floor's own measurement loop (warm-up, then 1 and 16 clients) against contextd;
     also the fallback flags of the measured builds, per scenario, and the CPU time per request
-    of contextd (API and worker: one process under `contextd dev`), its PostgreSQL, its Valkey
-    and this client."""
+    of contextd's API and its worker (a child process under `contextd dev`), its PostgreSQL, its
+    Valkey and this client."""
     stack = Stack(server.pid, server.database_url, server.redis_url, os.getpid())
     figures: Figures = {}
     cpu: CpuPerRequest = {}

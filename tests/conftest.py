@@ -83,8 +83,9 @@ def server(shared_settings: Settings) -> Iterator[RunningServer]:
 
 @pytest.fixture(scope="module")
 def contextd(settings: Settings) -> Iterator[RunningServer]:
-    """API and worker in one process, as `contextd dev` runs them, on the module's database (the
-    module declares `OWN_DATABASE = True`)."""
+    """API and worker in one process, on the module's database (the module declares
+    `OWN_DATABASE = True`); `contextd dev` runs its worker in a child process
+    (tests/test_dev_worker.py)."""
     with run_server(settings, with_worker=True) as running:
         yield running
 

@@ -250,6 +250,13 @@ class WorkerSettings(BaseModel):
         description="how often an idle worker looks for jobs besides being notified: a job "
         "that waited for a session's lock is taken within this once the lock is free",
     )
+    nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="steps the worker process lowers its CPU priority by (`contextd worker` and "
+        "the worker process of `contextd dev`): on shared cores the API's builds go first",
+    )
 
 
 class Settings(BaseSettings):

@@ -31,7 +31,7 @@ class AppContext:
     http: httpx.AsyncClient  # outbound calls: LLM notes, rerank, query rewrite
     # Recall's per-session BM25 indexes (`app.recall.bm25.BM25Index`) of this process.
     lexical_indexes: VersionedLRU[Any]
-    metrics: Metrics  # this instance's Prometheus registry (shared by API and worker in `dev`)
+    metrics: Metrics  # this instance's Prometheus registry (shared with a worker in this process)
     rate_limiter: RateLimiter  # per-minute limits: Redis, else counted in this process
     query_embedder: CircuitBreaker  # skips the embedder in recall while it keeps failing
     embedder: Embedder | None = None  # set by `start_embedder`; None means lexical recall only

@@ -1,7 +1,7 @@
 """CPU-bound work off the event loop.
 
-One event loop serves every request of a process (and, under `contextd dev`, the worker's jobs
-too), so tokenising or scanning a long text on it stalls everyone. Pure work on more than
+One event loop serves every request of a process (and, in a worker process, its jobs), so
+tokenising or scanning a long text on it stalls everyone. Pure work on more than
 `INLINE_CHARS` characters of text runs in a worker thread instead (tiktoken releases the GIL while
 it encodes; Python code yields it every few milliseconds); smaller work runs inline, where a
 thread hop would cost more than the work.
