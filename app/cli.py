@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -247,7 +248,12 @@ def cmd_dev(args: argparse.Namespace) -> None:
     state_file = base.data_dir / DEV_STATE_FILE
     url = f"http://{settings.host}:{settings.port}"
 
+    # The worker starts once the API answers: its start-up (a fresh interpreter, the encoder)
+    # does not compete with the API's for the cores before "ready".
+    api_ready = threading.Event()
+
     def banner() -> None:
+        api_ready.set()
         print(f"contextd dev ready in {time.monotonic() - started:.1f}s")
         print(f"  API   {url}/v1   docs {url}/docs   data {base.data_dir.resolve()}")
         print(f"  see   {url}/inspect (sessions, watermark, notes, chunks)   MCP {url}/mcp")
@@ -264,7 +270,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
             if stack is not None:  # other commands of this directory join this stack
                 urls = (settings.database_url or "", settings.redis_url or "")
                 state_file.write_text(json.dumps(DevState(os.getpid(), url, *urls).__dict__))
-            with worker.alongside():
+            with worker.alongside(start=api_ready):
                 asyncio.run(_serve(settings, with_worker=False, sock=sock, on_ready=banner))
     except KeyboardInterrupt:
         pass

@@ -116,11 +116,19 @@ class Supervisor:
                 sock.close()
 
     @contextmanager
-    def alongside(self) -> Iterator[None]:
-        """`dev`: the children run (watched from a thread) while this process does its own work
-        in the body; they are stopped when it ends. Enter inside `environment()`."""
-        self._start(None)
-        watcher = threading.Thread(target=self._watch, args=(None,), daemon=True)
+    def alongside(self, start: threading.Event) -> Iterator[None]:
+        """`dev`: once `start` is set, the children run (started and watched from a thread)
+        while this process does its own work in the body; they are stopped when it ends. Enter
+        inside `environment()`."""
+
+        def start_and_watch() -> None:
+            while not start.wait(0.1):
+                if self.stopping.is_set():
+                    return
+            self._start(None)
+            self._watch(None)
+
+        watcher = threading.Thread(target=start_and_watch, daemon=True)
         watcher.start()
         try:
             yield

@@ -83,19 +83,18 @@ async def offloaded_by_the_worker(http: httpx.AsyncClient, sid: str, marker: str
 
 def test_dev_runs_the_worker_in_a_process_of_its_own(tmp_path: Path) -> None:
     with dev_server(tmp_path, free_port()) as dev:
-        workers = worker_processes(dev)
-        assert len(workers) == 1
-        first = workers.pop()
 
-        async def scenario() -> int:
+        async def scenario() -> tuple[int, int]:
             async with httpx.AsyncClient(base_url=dev.url, timeout=60) as http:
 
                 async def ready() -> dict[str, Any]:
                     body: dict[str, Any] = (await http.get("/readyz")).json()
                     return body
 
-                # The API's process runs no worker: the one /readyz counts is the child's.
+                # The worker starts once the API answers, in a child process; the API's process
+                # runs none, so the one /readyz counts is the child's.
                 await wait_for(ready, lambda r: r["worker"]["live_workers"] == 1, what="the worker")
+                (first,) = worker_processes(dev)
                 await offloaded_by_the_worker(http, "dev-worker-a", "kx4417")
                 # The worker's series reach the API's /metrics (one metrics directory).
                 assert await offloads_counted(http) >= 1
@@ -109,9 +108,9 @@ def test_dev_runs_the_worker_in_a_process_of_its_own(tmp_path: Path) -> None:
                 )
                 await offloaded_by_the_worker(http, "dev-worker-b", "qz9052")
                 assert await offloads_counted(http) >= 2  # the dead worker's count is kept
-                return replaced.pop()
+                return first, replaced.pop()
 
-        second = asyncio.run(scenario())
+        first, second = asyncio.run(scenario())
     printed = "".join(dev.lines)
     assert dev.process.returncode == 0
     assert f"worker process {first} exited (-9); restarting" in printed  # the crash is reported
