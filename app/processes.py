@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
 
-from app.core.config import Settings
-from app.core.observability import MULTIPROCESS_DIR_ENV
+from app.core.config import MULTIPROCESS_DIR_ENV, Settings
 
 logger = logging.getLogger("contextd.processes")
 STOP_GRACE_SECONDS = 30.0

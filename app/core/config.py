@@ -16,6 +16,13 @@ from app.domain.budget import BudgetConfig
 MAX_PAGE_SIZE = 10_000  # the largest `max_page_size` a deployment may set
 
 
+# prometheus_client's multiprocess directory, set by `serve --workers N` and `dev` for their
+# processes. Named here, not next to the metrics: prometheus_client decides when it is imported
+# whether this process writes its series to that directory, so the process that sets the
+# variable must not import it first (app.processes).
+MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
 class Limits(BaseModel):
     max_body_bytes: int = Field(
         4_194_304, gt=0, description="largest request body, bytes (413 above)"

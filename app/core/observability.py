@@ -38,6 +38,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import text
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.core.config import MULTIPROCESS_DIR_ENV
 from app.core.errors import InternalError
 
 if TYPE_CHECKING:
@@ -56,7 +57,6 @@ request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 TOKEN_BUCKETS = (0, 64, 256, 1_024, 4_096, 16_384, 65_536, 262_144, 1_048_576)
 QUEUE_QUERY_TIMEOUT_SECONDS = 2.0
-MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"  # set by `serve --workers N` for its processes
 DEFAULT_JOB_QUEUE = "contextd"  # app.jobs.queue.DEFAULT_QUEUE; not imported to keep core light
 
 # Pending jobs per queue and the age of the oldest one (same definition as /readyz's worker lag).
@@ -86,6 +86,22 @@ class _QueueCollector(Collector):
             depth.add_metric([queue], count)
             oldest.add_metric([queue], age)
         return [depth, oldest]
+
+
+class _EveryProcess(Collector):
+    """Every process's series (prometheus_client's multiprocess files) and the job queue; a
+    family no process has observed yet is listed as one process lists it (help and type, no
+    samples), so a scrape shows the same families with one process or several."""
+
+    def __init__(self, own: CollectorRegistry, queue: _QueueCollector) -> None:
+        self._own = own
+        self._queue = queue
+
+    def collect(self) -> Iterable[Metric]:
+        files = MultiProcessCollector(None)  # type: ignore[no-untyped-call]
+        found = [*files.collect(), *self._queue.collect()]  # type: ignore[no-untyped-call]
+        named = {family.name for family in found}
+        return found + [f for f in self._own.collect() if not f.samples and f.name not in named]
 
 
 class Metrics:
@@ -225,13 +241,12 @@ class Metrics:
         self._queue.snapshot = snapshot
 
     def render(self) -> bytes:
-        """This registry's series; under `serve --workers N` (prometheus_client's multiprocess
-        mode, `PROMETHEUS_MULTIPROC_DIR`) those of every API process, summed."""
+        """This registry's series; under `serve --workers N` and `dev` (prometheus_client's
+        multiprocess mode, `PROMETHEUS_MULTIPROC_DIR`) those of every process, summed."""
         if not os.environ.get(MULTIPROCESS_DIR_ENV):
             return generate_latest(self.registry)
         combined = CollectorRegistry()
-        MultiProcessCollector(combined)  # type: ignore[no-untyped-call]
-        combined.register(self._queue)
+        combined.register(_EveryProcess(self.registry, self._queue))
         return generate_latest(combined)
 
 
