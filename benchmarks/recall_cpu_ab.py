@@ -150,6 +150,7 @@ async def compare(args: argparse.Namespace) -> None:
             totals: dict[str, list[float]] = {n: [] for n in sides}
             walls: dict[str, list[float]] = {n: [] for n in sides}
             spent: dict[str, float] = dict.fromkeys(sides, 0.0)  # seconds sending measured blocks
+            lexical_only: dict[str, int] = dict.fromkeys(sides, 0)  # builds without a query vector
             stacks = {n: Stack(pid, dev.database_url, dev.redis_url, os.getpid()) for n, (_, pid) in
                   sides.items()}  # fmt: skip
             for r in range(args.rounds):
@@ -170,13 +171,17 @@ async def compare(args: argparse.Namespace) -> None:
                         for part in ("server", "postgres"):
                             cpu[name][part].append((after[part] - before[part]) * 1000 / len(block))
                         totals[name].extend(float(b["timings_ms"]["total"]) for b in bodies)
+                        lexical_only[name] += sum(
+                            "vector_unavailable" in b["fallbacks"] for b in bodies
+                        )
             load = os.getloadavg()
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {args.rounds} rounds x "
           f"{len(queries)} builds per side, blocks of {args.block}, "
           f"{args.clients} client(s)")  # fmt: skip
     print("| side | server CPU ms/build median (blocks) | PostgreSQL CPU ms/build median | "
-          "timings total p50 / p95 ms | client wall p50 / p95 ms | builds/s |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
+          "timings total p50 / p95 ms | client wall p50 / p95 ms | builds/s | "
+          "lexical only |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     for name in sides:
         s, p = cpu[name]["server"], cpu[name]["postgres"]
         print(
@@ -184,7 +189,7 @@ async def compare(args: argparse.Namespace) -> None:
             f"({min(s):.2f}-{max(s):.2f}) | {statistics.median(p):.2f} ({min(p):.2f}-{max(p):.2f})"
             f" | {percentile(totals[name], 0.5):.2f} / {percentile(totals[name], 0.95):.2f} | "
             f"{percentile(walls[name], 0.5):.2f} / {percentile(walls[name], 0.95):.2f} | "
-            f"{len(walls[name]) / spent[name]:.1f} |"
+            f"{len(walls[name]) / spent[name]:.1f} | {lexical_only[name]} |"
         )
 
 
