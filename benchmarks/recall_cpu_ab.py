@@ -106,6 +106,16 @@ async def _builds(
     return out
 
 
+async def _concurrent_builds(
+    http: httpx.AsyncClient, sid: str, queries: list[str], clients: int, walls: list[float]
+) -> list[dict[str, Any]]:
+    """`queries` sent by `clients` concurrent clients (client k sends queries k, k+clients, ...)."""
+    parts = await asyncio.gather(
+        *(_builds(http, sid, queries[k::clients], walls) for k in range(clients))
+    )
+    return [body for part in parts for body in part]
+
+
 async def compare(args: argparse.Namespace) -> None:
     dev = running_dev(args.data_dir)
     if dev is None:
@@ -139,6 +149,8 @@ async def compare(args: argparse.Namespace) -> None:
             }
             totals: dict[str, list[float]] = {n: [] for n in sides}
             walls: dict[str, list[float]] = {n: [] for n in sides}
+            spent: dict[str, float] = dict.fromkeys(sides, 0.0)  # seconds sending measured blocks
+            lexical_only: dict[str, int] = dict.fromkeys(sides, 0)  # builds without a query vector
             stacks = {n: Stack(pid, dev.database_url, dev.redis_url, os.getpid()) for n, (_, pid) in
                   sides.items()}  # fmt: skip
             for r in range(args.rounds):
@@ -150,24 +162,34 @@ async def compare(args: argparse.Namespace) -> None:
                             forget_query_embeddings(dev.redis_url)
                         parts = stacks[name].parts()
                         before = stacks[name].cpu(parts)
-                        bodies = await _builds(clients[name], args.session, block, walls[name])
+                        sent = time.perf_counter()
+                        bodies = await _concurrent_builds(
+                            clients[name], args.session, block, args.clients, walls[name]
+                        )
+                        spent[name] += time.perf_counter() - sent
                         after = stacks[name].cpu(parts)
                         for part in ("server", "postgres"):
                             cpu[name][part].append((after[part] - before[part]) * 1000 / len(block))
                         totals[name].extend(float(b["timings_ms"]["total"]) for b in bodies)
+                        lexical_only[name] += sum(
+                            "vector_unavailable" in b["fallbacks"] for b in bodies
+                        )
             load = os.getloadavg()
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {args.rounds} rounds x "
-          f"{len(queries)} builds per side, blocks of {args.block}")  # fmt: skip
+          f"{len(queries)} builds per side, blocks of {args.block}, "
+          f"{args.clients} client(s)")  # fmt: skip
     print("| side | server CPU ms/build median (blocks) | PostgreSQL CPU ms/build median | "
-          "timings total p50 / p95 ms | client wall p50 / p95 ms |")  # fmt: skip
-    print("|---|---|---|---|---|")
+          "timings total p50 / p95 ms | client wall p50 / p95 ms | builds/s | "
+          "lexical only |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     for name in sides:
         s, p = cpu[name]["server"], cpu[name]["postgres"]
         print(
             f"| {name} {args.a if name == 'A' else args.b} | {statistics.median(s):.2f} "
             f"({min(s):.2f}-{max(s):.2f}) | {statistics.median(p):.2f} ({min(p):.2f}-{max(p):.2f})"
             f" | {percentile(totals[name], 0.5):.2f} / {percentile(totals[name], 0.95):.2f} | "
-            f"{percentile(walls[name], 0.5):.2f} / {percentile(walls[name], 0.95):.2f} |"
+            f"{percentile(walls[name], 0.5):.2f} / {percentile(walls[name], 0.95):.2f} | "
+            f"{len(walls[name]) / spent[name]:.1f} | {lexical_only[name]} |"
         )
 
 
@@ -192,6 +214,9 @@ def main() -> None:
         "(`locomo-<sample_id>-...`, as `contextd eval locomo` names it) instead of the floor's",
     )
     c.add_argument("--builds", type=int, default=120)
+    c.add_argument(
+        "--clients", type=int, default=1, help="concurrent clients sending a measured block"
+    )
     c.add_argument("--block", type=int, default=40)
     c.add_argument("--rounds", type=int, default=3)
     c.add_argument(

@@ -33,7 +33,7 @@ class EmbedderTimeout(EmbedderUnavailable):
 
 class EmbedderBusy(EmbedderTimeout):
     """A timeout while the embedder kept answering other calls of the same kind: it is healthy
-    but queued (a local encoder serving concurrent queries one after another), not hung."""
+    but queued (a local encoder serving concurrent queries batch after batch), not hung."""
 
 
 def prepare_text(text: str, max_chars: int) -> str:

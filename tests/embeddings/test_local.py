@@ -11,7 +11,7 @@ import pytest
 
 from app.embeddings.base import EmbedderTimeout, EmbedderUnavailable
 from app.embeddings.factory import create_embedder
-from app.embeddings.local import PASSAGE_NICENESS, E5Embedder, UseEmbedder
+from app.embeddings.local import PASSAGE_NICENESS, QUERY_BATCH_MAX, E5Embedder, UseEmbedder
 
 PASSAGES_EN = [
     "We deployed the billing service to eu-west-1 on Friday; the database is Postgres 16.",
@@ -199,3 +199,144 @@ async def test_warm_up_is_not_bounded_by_the_query_timeout() -> None:
     await embedder.warm_up()
     with pytest.raises(EmbedderTimeout):
         await embedder.embed_queries(["a real query is bounded"])
+
+
+QUERIES_MIXED = [
+    "what did we say about the hotel and the visa 1234?",
+    "账单服务部署在哪个区域？",
+    "and that one?",
+    "做这道菜要几个鸡蛋",
+    "Which region did the billing service go to, and what database does it run on? " * 30,
+    "",
+]
+
+
+class HeldLane:
+    """Keeps a lane's thread busy until released, so calls made meanwhile queue up."""
+
+    def __init__(self, lane: Any) -> None:
+        self.lane = lane
+        self.started, self.release = threading.Event(), threading.Event()
+        self.task: asyncio.Task[bool] | None = None
+
+    async def __aenter__(self) -> "HeldLane":
+        def hold(_model: Any) -> bool:
+            self.started.set()
+            return self.release.wait(60)
+
+        self.task = asyncio.create_task(self.lane.run(hold))
+        assert await asyncio.to_thread(self.started.wait, 60)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release.set()
+        assert self.task is not None and await self.task
+
+
+def recording(calls: list[list[str]], fail_on: str | None = None) -> Any:
+    """A query encoder (the real model) that records the texts of each call it gets."""
+
+    def encode(model: Any, texts: list[str]) -> np.ndarray:
+        calls.append(list(texts))
+        if fail_on is not None and fail_on in texts:
+            raise ValueError(f"cannot encode {fail_on!r}")
+        return np.asarray(model.query(texts), dtype=np.float32).reshape(len(texts), 384)
+
+    return encode
+
+
+async def test_queued_queries_are_encoded_together_and_equal_single_calls(
+    e5: E5Embedder,
+) -> None:
+    alone = [await e5.embed_queries([q]) for q in QUERIES_MIXED]
+    pair = await e5.embed_queries(QUERIES_MIXED[:2])
+    calls: list[list[str]] = []
+    encode = recording(calls)
+    lane = e5._lanes["query"]
+    raw_alone = [await lane.encode_together(encode, [q]) for q in QUERIES_MIXED]
+    calls.clear()
+    async with HeldLane(lane):
+        waiting = [asyncio.create_task(lane.encode_together(encode, [q])) for q in QUERIES_MIXED]
+        through_embedder = [asyncio.create_task(e5.embed_queries([q])) for q in QUERIES_MIXED]
+        pair_waiting = asyncio.create_task(e5.embed_queries(QUERIES_MIXED[:2]))
+        await asyncio.sleep(0)  # every call is queued before the lane is free
+    rows = await asyncio.gather(*waiting)
+    assert calls == [QUERIES_MIXED]  # one engine call for all six callers
+    for got, single in zip(rows, raw_alone, strict=True):
+        assert got.shape == (1, 384)
+        assert got.tobytes() == single.tobytes()
+    # Through the embedder (normalised, every query embedded together): byte-identical.
+    for got, single in zip(await asyncio.gather(*through_embedder), alone, strict=True):
+        assert got.tobytes() == single.tobytes()
+    assert (await pair_waiting).tobytes() == pair.tobytes()
+
+
+async def test_a_waiter_that_leaves_does_not_break_the_batch(e5: E5Embedder) -> None:
+    lane = e5._lanes["query"]
+    calls: list[list[str]] = []
+    encode = recording(calls)
+    texts = ["first question about the invoice", "second, 第二个问题", "third about the refund"]
+    alone = [await lane.encode_together(encode, [t]) for t in texts]
+    calls.clear()
+    async with HeldLane(lane):
+        tasks = [asyncio.create_task(lane.encode_together(encode, [t])) for t in texts]
+        await asyncio.sleep(0)
+        tasks[1].cancel()  # its caller timed out while the lane was busy
+    assert np.array_equal(await tasks[0], alone[0])
+    assert np.array_equal(await tasks[2], alone[2])
+    with pytest.raises(asyncio.CancelledError):
+        await tasks[1]
+    assert calls == [[texts[0], texts[2]]]  # the leaver's text was not encoded
+
+    # A caller that leaves once its batch is running: the batch still answers the others.
+    running, finish = threading.Event(), threading.Event()
+
+    def slow(model: Any, batch: list[str]) -> np.ndarray:
+        running.set()
+        finish.wait(60)
+        return encode(model, batch)
+
+    calls.clear()
+    async with HeldLane(lane):
+        tasks = [asyncio.create_task(lane.encode_together(slow, [t])) for t in texts]
+        await asyncio.sleep(0)
+    assert await asyncio.to_thread(running.wait, 60)
+    tasks[0].cancel()
+    finish.set()
+    assert np.array_equal(await tasks[1], alone[1])
+    assert np.array_equal(await tasks[2], alone[2])
+    with pytest.raises(asyncio.CancelledError):
+        await tasks[0]
+    assert calls == [texts]
+
+
+async def test_one_failing_query_in_a_batch_fails_only_its_caller(e5: E5Embedder) -> None:
+    lane = e5._lanes["query"]
+    calls: list[list[str]] = []
+    encode = recording(calls, fail_on="odd one")
+    async with HeldLane(lane):
+        tasks = [
+            asyncio.create_task(lane.encode_together(encode, [t]))
+            for t in ["fine question", "odd one", "另一个问题"]
+        ]
+        await asyncio.sleep(0)
+    good = await tasks[0]
+    with pytest.raises(ValueError, match="cannot encode 'odd one'"):
+        await tasks[1]
+    other = await tasks[2]
+    assert calls[0] == ["fine question", "odd one", "另一个问题"]  # tried together first
+    assert sorted(map(tuple, calls[1:])) == [("fine question",), ("odd one",), ("另一个问题",)]
+    assert np.array_equal(good, await lane.encode_together(encode, ["fine question"]))
+    assert np.array_equal(other, await lane.encode_together(encode, ["另一个问题"]))
+
+
+async def test_a_lane_call_takes_at_most_the_batch_cap(e5: E5Embedder) -> None:
+    lane = e5._lanes["query"]
+    calls: list[list[str]] = []
+    encode = recording(calls)
+    texts = [f"question number {i}" for i in range(QUERY_BATCH_MAX + 3)]
+    async with HeldLane(lane):
+        tasks = [asyncio.create_task(lane.encode_together(encode, [t])) for t in texts]
+        await asyncio.sleep(0)
+    await asyncio.gather(*tasks)
+    assert calls == [texts[:QUERY_BATCH_MAX], texts[QUERY_BATCH_MAX:]]
