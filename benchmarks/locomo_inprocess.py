@@ -21,6 +21,7 @@ import asyncio
 import json
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import text
@@ -29,7 +30,7 @@ from app.auth.service import dev_caller
 from app.core.config import Settings
 from app.core.context import AppContext
 from app.core.dates import said_at
-from app.domain.records import RecalledItem
+from app.domain.records import RecalledItem, TurnRecord
 from app.eval.locomo import CATEGORIES, SCORED_CATEGORIES, coverage, dia_ids_of_range, load_locomo
 from app.notes.policy import render_notes_block
 from app.notes.service import current_notes
@@ -78,14 +79,33 @@ def missed_turns(
     return out
 
 
-async def score(
-    run_id: str, data: str, data_dir: Path, only: set[int] | None, misses_at: int | None = None
-) -> list[dict]:
+@dataclass
+class Asked:
+    """One scored question with its recall's shown hits and what the prompt around them holds."""
+
+    conversation: int
+    category: int
+    question: str
+    evidence: list[str]
+    shown: list[RecallHit]
+    seq_to_dia: dict[int, str]
+    window: list[TurnRecord]
+    notes_block: str
+    available: int
+    per_item_max_tokens: int
+
+    @property
+    def in_window(self) -> set[str]:
+        return {self.seq_to_dia[t.seq] for t in self.window if t.seq in self.seq_to_dia}
+
+
+async def ask(run_id: str, data: str, data_dir: Path, only: set[int] | None) -> list[Asked]:
+    """One recall per scored question (categories 1-4 with evidence), as build-prompt asks it."""
     dev = json.loads((data_dir / "dev.json").read_text())
     settings = Settings(database_url=dev["database_url"], redis_url=dev["redis_url"])
     context = AppContext.create(settings)
     await context.start_embedder()
-    rows: list[dict] = []
+    out: list[Asked] = []
     try:
         for index, conv in enumerate(load_locomo(data)):
             if only is not None and index not in only:
@@ -106,7 +126,6 @@ async def score(
                     (await current_notes(db, context.cache, session)).notes
                 )
                 budget = session_budget(settings, session)
-                in_window = {seq_to_dia[t.seq] for t in window if t.seq in seq_to_dia}
                 for q in conv.questions:
                     if not q.evidence or q.category not in SCORED_CATEGORIES:
                         continue
@@ -122,42 +141,65 @@ async def score(
                         now=said_at(window[-1].metadata, window[-1].created_at) if window else None,
                     )
                     shown = await show_best_turns(db, context, session, outcome, SHOWN)
-                    items = [recalled_item(h) for h in shown]
-                    row: dict = {"conversation": index, "category": q.category}
-                    for b in BUDGETS:
-                        assembled = assemble_prompt(
-                            AssemblyInput(
-                                system=[],
-                                turns=window,
-                                query=q.question,
-                                budget=budget.available,
-                                recall_budget_tokens=b,
-                                top_k=50,
-                                per_item_max_tokens=settings.recall.per_item_max_tokens,
-                                notes_block=notes_block,
-                                recalled=items,
-                            )
+                    out.append(
+                        Asked(
+                            conversation=index,
+                            category=q.category,
+                            question=q.question,
+                            evidence=list(q.evidence),
+                            shown=shown,
+                            seq_to_dia=seq_to_dia,
+                            window=list(window),
+                            notes_block=notes_block,
+                            available=budget.available,
+                            per_item_max_tokens=settings.recall.per_item_max_tokens,
                         )
-                        got = set().union(*[shown_dias(i, seq_to_dia) for i in assembled.recalled])
-                        row[f"B{b}"] = coverage(q.evidence, got | in_window)
-                        if b == misses_at:
-                            row["missed"] = [
-                                f"{index} {CATEGORIES[q.category]} {q.question!r} {miss}"
-                                for miss in missed_turns(
-                                    q.evidence, got | in_window, shown, seq_to_dia
-                                )
-                            ]
-                    units = [
-                        dia_ids_of_range(h.turn_first, h.turn_last, seq_to_dia)
-                        for h in shown
-                        if h.turn_first is not None and h.turn_last is not None
-                    ]
-                    for k in KS:
-                        row[f"R@{k}"] = coverage(q.evidence, set().union(*units[:k]))
-                    rows.append(row)
+                    )
     finally:
         await context.aclose()
-    return rows
+    return out
+
+
+def score_one(asked: Asked, shown: Sequence[RecallHit], misses_at: int | None = None) -> dict:
+    """R@k and the evidence recall at each budget of `shown` (the hits in the order to offer)."""
+    items = [recalled_item(h) for h in shown]
+    in_window = asked.in_window
+    row: dict = {"conversation": asked.conversation, "category": asked.category}
+    for b in BUDGETS:
+        assembled = assemble_prompt(
+            AssemblyInput(
+                system=[],
+                turns=asked.window,
+                query=asked.question,
+                budget=asked.available,
+                recall_budget_tokens=b,
+                top_k=50,
+                per_item_max_tokens=asked.per_item_max_tokens,
+                notes_block=asked.notes_block,
+                recalled=items,
+            )
+        )
+        got = set().union(*[shown_dias(i, asked.seq_to_dia) for i in assembled.recalled])
+        row[f"B{b}"] = coverage(asked.evidence, got | in_window)
+        if b == misses_at:
+            row["missed"] = [
+                f"{asked.conversation} {CATEGORIES[asked.category]} {asked.question!r} {miss}"
+                for miss in missed_turns(asked.evidence, got | in_window, shown, asked.seq_to_dia)
+            ]
+    units = [
+        dia_ids_of_range(h.turn_first, h.turn_last, asked.seq_to_dia)
+        for h in shown
+        if h.turn_first is not None and h.turn_last is not None
+    ]
+    for k in KS:
+        row[f"R@{k}"] = coverage(asked.evidence, set().union(*units[:k]))
+    return row
+
+
+async def score(
+    run_id: str, data: str, data_dir: Path, only: set[int] | None, misses_at: int | None = None
+) -> list[dict]:
+    return [score_one(a, a.shown, misses_at) for a in await ask(run_id, data, data_dir, only)]
 
 
 def table(rows: Sequence[dict]) -> str:

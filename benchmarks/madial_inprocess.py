@@ -142,7 +142,10 @@ def rank(
     median = statistics.median(vector.values()) if vector else 0.0
     scored = feature_rerank(
         rewritten,
-        [RerankCandidate(f.id, pool.texts[f.id], f.score, f.rank, 0, 0) for f in fused],
+        [
+            RerankCandidate(f.id, pool.texts[f.id], f.score, f.rank, 0, 0, ranged=False)
+            for f in fused
+        ],
         0,  # items have no turns: the recency feature is the same for every one
     )
     wanted = terms(query) or terms(rewritten.rewritten)

@@ -22,9 +22,10 @@ Precedence when the budget is short (`budget` = C - r):
    chunk comes whole when it fits, else as its compact version (the turns that answer the
    query); one whose whole text would take over `COMPACT_FIRST_SHARE` of the budget comes compact
    first, so a small budget holds more distinct pieces of evidence. The items adjacent to one of
-   the first `NEIGHBOUR_OF_FIRST` (the turns just before or after it) are tried right after it
-   when they ranked among the first B / `NEIGHBOUR_TOKENS` too (`neighbour_order`): evidence
-   often sits next to the best hit, and both scoring says the stretch is about the question.
+   the first B / `NEIGHBOUR_OF_FIRST_TOKENS` (the turns just before or after it) are tried right
+   after it when they ranked among the first B / `NEIGHBOUR_TOKENS` too (`neighbour_order`):
+   evidence often sits next to the best hit, and both scoring says the stretch is about the
+   question.
 
 Counting: OpenAI messages are counted by `app.core.tokens.messages_tokens` (reply priming
 included); an Anthropic prompt by `messages_tokens` on `blocks.anthropic_counting_view` (the system
@@ -174,12 +175,15 @@ class _Choice:
 COMPACT_FIRST_SHARE = 0.4
 
 
-# Neighbour expansion: the items adjacent to one of the first NEIGHBOUR_OF_FIRST candidates are
-# tried right after it when they rank among the first B / NEIGHBOUR_TOKENS candidates themselves
-# (a wider reach for a larger budget). LoCoMo B250 / B500 / B1000 / B2000, tune split .555 / .681
-# / .775 / .835 -> .563 / .695 / .790 / .854, check .540 / .701 / .783 / .832 -> .552 / .716 /
-# .804 / .849; the grid and what lost are in the README's tuning decisions.
-NEIGHBOUR_OF_FIRST = 2
+# Neighbour expansion: the items adjacent to one of the first B / NEIGHBOUR_OF_FIRST_TOKENS
+# candidates are tried right after it when they rank among the first B / NEIGHBOUR_TOKENS
+# candidates themselves (a wider reach for a larger budget). The rerank's adjacency feature
+# already ranks a stretch of conversation up together, so a small budget (below 1000 tokens)
+# takes its items in rank order: with the fitted rerank, LoCoMo B250 / B500 / B1000 / B2000 tune
+# .555 / .704 / .795 / .867 with the first two expanded at every budget, .571 / .711 / .798 / .867
+# with this rule (check .549 / .725 / .813 / .851 and .579 / .727 / .813 / .851); the grid is in
+# the README's tuning decisions.
+NEIGHBOUR_OF_FIRST_TOKENS = 1000
 NEIGHBOUR_TOKENS = 33
 
 
@@ -281,7 +285,7 @@ def _choose(
     if neighbours:
         order = neighbour_order(
             [_turn_range(items[i]) for i in candidates],
-            first=NEIGHBOUR_OF_FIRST,
+            first=limit // NEIGHBOUR_OF_FIRST_TOKENS,
             within=-(-limit // NEIGHBOUR_TOKENS),
         )
         candidates = [candidates[position] for position in order]

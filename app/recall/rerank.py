@@ -3,34 +3,52 @@
 `feature_rerank` is used when no cross-encoder is configured (and its order is what a failed
 cross-encoder falls back from). score = Σ weight · feature, every feature in [0, 1]:
 
-- fused   (`FUSED_WEIGHT` 1.0): fused RRF score / best fused score. The retrieval evidence; the
+- fused    (`FUSED_WEIGHT` 1.0): fused score / best fused score. The retrieval evidence; the
   scale every other weight is set against.
-- exact   (`EXACT_WEIGHT` 2.0): share of the query's IDs and quoted strings found verbatim
-  (case-insensitive) in the text. 2.0 exceeds the sum of all other weights (1.65), so a candidate
+- rank     (`RANK_WEIGHT` 1.0): 1 / √(fused rank). Where the fused score is flat (many
+  candidates near the best), the order the arms agreed on still counts.
+- adjacent (`ADJACENT_WEIGHT` 1.0): the better `fused` of the candidates whose turns end just
+  before or start just after this one's (0 without turns). Evidence often sits next to the best
+  hit: a stretch of conversation about the question ranks up together.
+- coverage (`COVERAGE_WEIGHT` 0.9): share of the query's term stems in the text, each weighted
+  by its IDF over the candidates (a stem most candidates hold counts little). Stems compare
+  English inflections alike; CJK terms are their own stems, so both languages count the same way.
+- exact    (`EXACT_WEIGHT` 6.0): share of the query's IDs and quoted strings found verbatim
+  (case-insensitive) in the text. 6.0 exceeds the sum of all other weights (5.25), so a candidate
   containing every exact key outranks any candidate containing none: an order number or a quoted
   phrase found verbatim is almost certainly the turn asked about.
-- entity  (`ENTITY_WEIGHT` 0.3): share of the query's names and numbers found verbatim. Names are
-  extracted heuristically and numbers recur, so this only breaks near-ties.
-- cjk     (`CJK_WEIGHT` 0.3): share of the query's CJK bigrams present in the text. Chinese words
+- entity   (`ENTITY_WEIGHT` 1.0): share of the query's names and numbers found verbatim.
+- cjk      (`CJK_WEIGHT` 0.3): share of the query's CJK bigrams present in the text. Chinese words
   are mostly two characters; this restores word matching that unigram-heavy lexical scores blur.
-- recency (`RECENCY_WEIGHT` 0.05, half-life `RECENCY_HALF_LIFE_TURNS`): 0.5 ** (age / half-life).
+- recency  (`RECENCY_WEIGHT` 0.05, half-life `RECENCY_HALF_LIFE_TURNS`): 0.5 ** (age / half-life).
   Small on purpose: only a tiebreak between equally relevant fragments, preferring the newer
   (more likely still valid) one.
+
+The fused, rank, adjacent, coverage and entity weights were fitted together on the
+LoCoMo tune split (conversations 0-3) by pairwise logistic regression (each evidence chunk
+against every other candidate of its question), then checked on the packed budgets through the
+assembler (README, tuning decisions: "Rerank fitted for what the budget packs").
 
 Pure: no I/O, no settings.
 """
 
+import math
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from app.core.tokens import count_tokens
+from app.recall.bm25 import idf
 from app.recall.rewrite import RewrittenQuery
+from app.recall.trim import line_stems
 
 FUSED_WEIGHT = 1.0
-EXACT_WEIGHT = 2.0
-ENTITY_WEIGHT = 0.3
+RANK_WEIGHT = 1.0
+ADJACENT_WEIGHT = 1.0
+COVERAGE_WEIGHT = 0.9
+EXACT_WEIGHT = 6.0
+ENTITY_WEIGHT = 1.0
 CJK_WEIGHT = 0.3
 RECENCY_WEIGHT = 0.05
 RECENCY_HALF_LIFE_TURNS = 50.0
@@ -49,6 +67,7 @@ class RerankCandidate:
     fused_rank: int
     turn_last: int
     turn_first: int | None = None  # None: the candidate covers turn_last only
+    ranged: bool = True  # False: no turns (a remembered item), never adjacent to a candidate
 
     @property
     def turn_range(self) -> tuple[int, int]:
@@ -63,6 +82,9 @@ class RerankFeatures:
     entity: float
     cjk: float
     recency: float
+    rank: float = 0.0
+    adjacent: float = 0.0
+    coverage: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -130,19 +152,55 @@ def recency(turn_last: int, now_seq: int, half_life: float = RECENCY_HALF_LIFE_T
     return float(0.5 ** (age / half_life)) if half_life > 0 else 0.0
 
 
+def _adjacent_fused(candidates: Sequence[RerankCandidate], fused: Sequence[float]) -> list[float]:
+    """Per candidate, the better `fused` of the candidates whose turns end just before or start
+    just after its own (0 when none does; candidates without turns have no neighbours)."""
+    ends: dict[int, float] = {}
+    starts: dict[int, float] = {}
+    for cand, value in zip(candidates, fused, strict=True):
+        if cand.ranged:
+            first, last = cand.turn_range
+            ends[last] = max(ends.get(last, 0.0), value)
+            starts[first] = max(starts.get(first, 0.0), value)
+    out: list[float] = []
+    for cand in candidates:
+        if not cand.ranged:
+            out.append(0.0)
+            continue
+        first, last = cand.turn_range
+        out.append(max(ends.get(first - 1, 0.0), starts.get(last + 1, 0.0)))
+    return out
+
+
+def _coverage(query: str, texts: Sequence[str]) -> list[float]:
+    """Per text, the share of the query's term stems it holds, each stem weighted by its IDF
+    over `texts`."""
+    wanted = line_stems(query)
+    if not wanted:
+        return [0.0] * len(texts)
+    found = [line_stems(text) & wanted for text in texts]
+    df = {stem: sum(1 for held in found if stem in held) for stem in wanted}
+    weight = {stem: idf(len(texts), df[stem]) for stem in wanted}
+    total = sum(weight.values())
+    return [sum(weight[stem] for stem in held) / total for held in found]
+
+
 def feature_rerank(
     query: RewrittenQuery,
     candidates: Sequence[RerankCandidate],
     now_seq: int,
     *,
     fused_weight: float = FUSED_WEIGHT,
+    rank_weight: float = RANK_WEIGHT,
+    adjacent_weight: float = ADJACENT_WEIGHT,
+    coverage_weight: float = COVERAGE_WEIGHT,
     exact_weight: float = EXACT_WEIGHT,
     entity_weight: float = ENTITY_WEIGHT,
     cjk_weight: float = CJK_WEIGHT,
     recency_weight: float = RECENCY_WEIGHT,
     half_life_turns: float = RECENCY_HALF_LIFE_TURNS,
 ) -> list[ScoredCandidate]:
-    """Score candidates by fused score, exact-key, entity and CJK overlap, and recency; best first.
+    """Score candidates by the weighted features of the module docstring; best first.
 
     Ties keep fused order (fused_rank, then input order).
     """
@@ -150,11 +208,14 @@ def feature_rerank(
     entity_keys = _matchers([*query.entities, *query.numbers])
     query_bigrams = cjk_bigrams(query.rewritten)
     top_fused = max((c.fused_score for c in candidates), default=0.0)
+    fused = [c.fused_score / top_fused if top_fused > 0 else 0.0 for c in candidates]
+    adjacent = _adjacent_fused(candidates, fused)
+    coverage = _coverage(query.raw, [c.text for c in candidates])
     scored: list[tuple[tuple[float, int, int], ScoredCandidate]] = []
     for position, cand in enumerate(candidates):
         folded = cand.text.casefold()
         features = RerankFeatures(
-            fused=cand.fused_score / top_fused if top_fused > 0 else 0.0,
+            fused=fused[position],
             exact=_share_found(exact_keys, folded),
             entity=_share_found(entity_keys, folded),
             cjk=(
@@ -163,9 +224,15 @@ def feature_rerank(
                 else 0.0
             ),
             recency=recency(cand.turn_last, now_seq, half_life_turns),
+            rank=1 / math.sqrt(max(1, cand.fused_rank)),
+            adjacent=adjacent[position],
+            coverage=coverage[position],
         )
         score = (
             fused_weight * features.fused
+            + rank_weight * features.rank
+            + adjacent_weight * features.adjacent
+            + coverage_weight * features.coverage
             + exact_weight * features.exact
             + entity_weight * features.entity
             + cjk_weight * features.cjk

@@ -756,6 +756,7 @@ async def recall(
             fused_rank=f.rank,
             turn_last=fields[f.id]["turn_last"] or 0,
             turn_first=fields[f.id]["turn_first"] or 0,
+            ranged=not f.id.startswith(MEMORY_PREFIX),
         )
         for f in fused
         if f.id in fields

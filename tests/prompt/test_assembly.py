@@ -355,10 +355,21 @@ def test_recall_tries_the_best_hits_neighbour_before_the_next_ranked_item() -> N
     best = item("a", "user: We painted the fence green on Saturday.", 10, 14)
     other = item("b", "user: The train to Lyon leaves at nine.", 40, 44)
     after = item("c", "assistant: And the gate? The gate is blue.", 15, 19)
+    # A budget of 1000 tokens expands the first hit (B / NEIGHBOUR_OF_FIRST_TOKENS); two items.
+    prompt = assemble_prompt(build(recalled=[best, other, after], top_k=2))
+    assert prompt.recalled == [best, after]
+    reasons = {e.id: e.reason for e in prompt.manifest if e.layer == "c3"}
+    assert reasons == {"a": None, "b": "below_k", "c": None}
+
+
+def test_below_a_thousand_tokens_recall_keeps_the_rank_order() -> None:
+    best = item("a", "user: We painted the fence green on Saturday.", 10, 14)
+    other = item("b", "user: The train to Lyon leaves at nine.", 40, 44)
+    after = item("c", "assistant: And the gate? The gate is blue.", 15, 19)
     fits_two = message_tokens("system", render_recalled_block([best, after], 200))
     assert message_tokens("system", render_recalled_block([best, other], 200)) <= fits_two
     prompt = assemble_prompt(build(recalled=[best, other, after], recall_budget_tokens=fits_two))
-    assert prompt.recalled == [best, after]
+    assert prompt.recalled == [best, other]
     reasons = {e.id: e.reason for e in prompt.manifest if e.layer == "c3"}
-    assert reasons == {"a": None, "b": "over_budget", "c": None}
+    assert reasons == {"a": None, "b": None, "c": "over_budget"}
     assert prompt.usage["recall"] <= fits_two

@@ -1,6 +1,7 @@
 from app.core.tokens import count_tokens
 from app.recall.rerank import (
     RerankCandidate,
+    RerankFeatures,
     ScoredCandidate,
     feature_rerank,
     recency,
@@ -48,14 +49,16 @@ def test_cjk_bigram_overlap_and_features_reported():
     ranked = feature_rerank(query, cands, now_seq=1)
     assert ranked[0].id == "b"
     assert ranked[0].features.cjk == 1.0
-    assert set(ranked[0].features.as_dict()) == {"fused", "exact", "entity", "cjk", "recency"}
+    assert set(ranked[0].features.as_dict()) == {
+        "fused", "exact", "entity", "cjk", "recency", "rank", "adjacent", "coverage",
+    }  # fmt: skip
 
 
 def test_recency_only_breaks_ties():
     query = _query("plain")
     tied = [
         RerankCandidate("old", "x", fused_score=0.5, fused_rank=1, turn_last=10),
-        RerankCandidate("new", "y", fused_score=0.5, fused_rank=2, turn_last=90),
+        RerankCandidate("new", "y", fused_score=0.5, fused_rank=1, turn_last=90),
     ]
     assert [s.id for s in feature_rerank(query, tied, now_seq=100)] == ["new", "old"]
     apart = [_cand("old", "x", 1, 10), _cand("new", "y", 5, 99)]
@@ -65,7 +68,11 @@ def test_recency_only_breaks_ties():
 
 
 def _scored(*cands: RerankCandidate) -> list[ScoredCandidate]:
-    return feature_rerank(_query("q"), list(cands), now_seq=100)
+    """The candidates as a rerank would return them, best first in the given order."""
+    return [
+        ScoredCandidate(c, 1.0 / (i + 1), RerankFeatures(c.fused_score, 0, 0, 0, 0))
+        for i, c in enumerate(cands)
+    ]
 
 
 def test_select_respects_k():
@@ -150,3 +157,37 @@ def test_a_key_inside_a_longer_word_is_not_found():
     by_id = {s.id: s.features for s in out}
     assert by_id["inside"].entity == 0.0
     assert by_id["alone"].entity == 1.0
+
+
+def test_a_candidate_next_to_the_best_hit_ranks_above_an_equal_one_elsewhere():
+    query = _query("plain")
+    cands = [
+        RerankCandidate("best", "x", fused_score=1.0, fused_rank=1, turn_first=10, turn_last=14),
+        RerankCandidate("far", "y", fused_score=0.4, fused_rank=2, turn_first=40, turn_last=44),
+        RerankCandidate("after", "z", fused_score=0.4, fused_rank=3, turn_first=15, turn_last=19),
+        RerankCandidate("item", "w", fused_score=0.4, fused_rank=4, turn_last=9, ranged=False),
+    ]
+    by_id = {s.id: s for s in feature_rerank(query, cands, now_seq=50)}
+    assert by_id["after"].features.adjacent == 1.0  # the best hit ends at 14, it starts at 15
+    assert by_id["best"].features.adjacent == 0.4  # and the best hit has it as its neighbour
+    assert by_id["far"].features.adjacent == 0.0
+    assert by_id["item"].features.adjacent == 0.0  # no turns: never anyone's neighbour
+    assert [s.id for s in feature_rerank(query, cands, now_seq=50)][:2] == ["best", "after"]
+    assert by_id["far"].features.rank == 1 / 2**0.5
+
+
+def test_coverage_weighs_query_stems_by_their_rarity_among_candidates_in_both_languages():
+    query = _query("Melanie painting?")
+    cands = [
+        _cand("names", "Melanie: hi! Melanie here.", 1, 1),
+        _cand("both", "Melanie: I painted a sunset last week.", 2, 2),
+        _cand("again", "Melanie: see you, said Melanie.", 3, 3),
+    ]
+    by_id = {s.id: s.features for s in feature_rerank(query, cands, now_seq=3)}
+    assert by_id["both"].coverage == 1.0  # "painted" and "painting" share a stem
+    assert 0.0 < by_id["names"].coverage == by_id["again"].coverage < 0.5  # every one names her
+    zh = _query("缓存方案")
+    zh_cands = [_cand("a", "数据库迁移计划", 1, 1), _cand("b", "我们选了缓存方案", 2, 2)]
+    zh_by_id = {s.id: s.features for s in feature_rerank(zh, zh_cands, now_seq=2)}
+    assert zh_by_id["b"].coverage == 1.0
+    assert zh_by_id["a"].coverage == 0.0
