@@ -49,7 +49,9 @@ from app.prompt.schemas import (
 )
 from app.recall.service import (
     MEMORY_PREFIX,
+    QueryVectors,
     RecallOutcome,
+    early_query_text,
     rank_user_memories,
     recall,
     recalled_item,
@@ -144,6 +146,22 @@ async def build_prompt(
     prompt's size, an emergency offload), committed before anything waits on the network; a
     read-only key's build writes nothing (spec §10). Then reads, recall and assembly, holding no
     lock. `prefetched`: the session and its window already read (ignored with an append)."""
+    vectors = QueryVectors(context)
+    try:
+        return await _build_prompt(db, context, caller, session_id, req, prefetched, vectors)
+    finally:
+        vectors.cancel()  # an embedding nothing awaited (recall failed before needing it)
+
+
+async def _build_prompt(
+    db: AsyncSession,
+    context: AppContext,
+    caller: Caller,
+    session_id: str,
+    req: BuildPromptRequest,
+    prefetched: Prefetched | None,
+    vectors: QueryVectors,
+) -> BuildPromptResponse:
     started = time.perf_counter()
     timings: dict[str, float] = {}
     settings = context.settings
@@ -186,6 +204,11 @@ async def build_prompt(
             )
         else:
             session = _unsaved_session(caller.tenant_id, session_id)
+    # The query's embedding starts now, on its encoder lane, when recall or the user's items
+    # will want it: the rest of the build runs on the event loop meanwhile.
+    early = early_query_text(context, req.query)
+    if early is not None and _embeds_query(session, req):
+        vectors.start(early)
 
     system = system_messages(req)
     query_text = req.query or ""
@@ -282,10 +305,12 @@ async def build_prompt(
     )
 
     stage = time.perf_counter()
-    about, about_dropped = await _about_user(db, context, session, req, window, notes.notes)
+    about, about_dropped = await _about_user(
+        db, context, session, req, window, notes.notes, vectors
+    )
     if about or about_dropped:
         timings["user_memory"] = _ms(stage)
-    outcome, skipped = await _recall(db, context, session, req, window, fallbacks)
+    outcome, skipped = await _recall(db, context, session, req, window, fallbacks, vectors)
     if outcome is not None:
         timings.update({f"recall_{k}": v for k, v in outcome.timings_ms.items()})
         fallbacks.extend(f for f in outcome.fallbacks if f not in fallbacks)
@@ -482,6 +507,7 @@ async def _about_user(
     req: BuildPromptRequest,
     window: list[Any],
     notes: Notes,
+    vectors: QueryVectors,
 ) -> tuple[list[RecalledItem], list[RecalledItem]]:
     """The remembered items of the session's user (scope user), ranked against the query, from
     the session's first turn on; (offered, left out because the notes already hold them).
@@ -493,7 +519,7 @@ async def _about_user(
         query = next((t.content for t in reversed(window) if t.role == "user"), "")
     try:
         async with db.begin_nested():
-            ranked = await rank_user_memories(db, context, session, query, [])
+            ranked = await rank_user_memories(db, context, session, query, [], vectors)
     except Exception:  # the user's items are an extra: their failure never fails the build
         logger.exception("user memories unavailable")
         return [], []
@@ -520,6 +546,7 @@ async def _recall(
     req: BuildPromptRequest,
     window: list[Any],
     fallbacks: list[str],
+    vectors: QueryVectors,
 ) -> tuple[RecallOutcome | None, str | None]:
     """Run the recall chain when the mode and the session call for it; never fail the build."""
     if req.recall.mode == "never":
@@ -548,6 +575,7 @@ async def _recall(
             # block, not as recalled history.
             include_memories=False,
             now=said_at(window[-1].metadata, window[-1].created_at) if window else None,
+            query_vectors=vectors,
         )
     except Exception:  # any failure of the recall chain degrades to C0 + C1 + C2, never a 500
         logger.exception("recall unavailable")
@@ -555,6 +583,15 @@ async def _recall(
         fallbacks.append("recall_unavailable")
         return None, "recall_unavailable"
     return outcome, None
+
+
+def _embeds_query(session: Any, req: BuildPromptRequest) -> bool:
+    """Whether recall (`_recall`) or the user's items (`_about_user`) will embed the query (a
+    session without chunks yet that gets some from this build's emergency offload is recalled
+    too: recall then starts the embedding itself)."""
+    if req.recall.mode == "never":
+        return False
+    return bool(session.user_id) or req.recall.mode != "auto" or session.chunk_count > 0
 
 
 def _turn_range(items: list[RecalledItem], item_id: str) -> list[int] | None:

@@ -464,6 +464,51 @@ async def _query_vector(
     return vector
 
 
+class QueryVectors:
+    """The query embeddings of one request, one per text: the first part of the request that
+    needs a text's vector (or the request itself, as soon as it knows the text) starts its
+    embedding, and every part awaits that one, so a text is embedded once per request and can
+    encode while the event loop does other work. Each awaiting part gets the embedding's
+    fallbacks in its own list. The owner `cancel`s what is still running when it is done."""
+
+    def __init__(self, context: AppContext, timeout_s: float | None = None) -> None:
+        self._context = context
+        self._timeout_s = timeout_s
+        self._running: dict[str, asyncio.Task[tuple[list[float] | None, list[str]]]] = {}
+
+    def start(self, text: str) -> None:
+        if text not in self._running:
+            self._running[text] = asyncio.create_task(self._embed(text))
+
+    async def vector(self, text: str, fallbacks: list[str]) -> list[float] | None:
+        self.start(text)
+        vector, flags = await self._running[text]
+        fallbacks.extend(flags)
+        return vector
+
+    def cancel(self) -> None:
+        for task in self._running.values():
+            task.cancel()
+
+    async def _embed(self, text: str) -> tuple[list[float] | None, list[str]]:
+        flags: list[str] = []
+        return await _query_vector(self._context, text, flags, self._timeout_s), flags
+
+
+def early_query_text(context: AppContext, query: str | None) -> str | None:
+    """The text recall and the user's items will embed for `query`, when it is known before
+    either runs (the query itself when it has enough own terms and no LLM rewrite replaces it;
+    see `embedding_query`); None: each finds its text later."""
+    if (
+        context.embedder is None
+        or not query
+        or context.settings.recall.rewrite_llm_base_url
+        or content_term_count(query) < MIN_OWN_TERMS_TO_EMBED
+    ):
+        return None
+    return query
+
+
 @dataclass(frozen=True)
 class RankedMemory:
     memory: Memory
@@ -471,10 +516,16 @@ class RankedMemory:
 
 
 async def rank_user_memories(
-    db: AsyncSession, context: AppContext, session: Session, query: str, fallbacks: list[str]
+    db: AsyncSession,
+    context: AppContext,
+    session: Session,
+    query: str,
+    fallbacks: list[str],
+    query_vectors: QueryVectors | None = None,
 ) -> list[RankedMemory]:
     """The user-scope remembered items of the session's user, ranked against `query` by the
-    arms recall uses for them (exact, BM25, vector), best first; [] without a user_id."""
+    arms recall uses for them (exact, BM25, vector), best first; [] without a user_id.
+    `query_vectors`: the request's query embeddings, shared with its recall."""
     if not session.user_id:
         return []
     memories = {
@@ -489,7 +540,8 @@ async def rank_user_memories(
     vector: dict[str, float] = {}
     qvec = None
     if context.embedder is not None:
-        qvec = await _query_vector(context, embedding_query(query, rewritten), fallbacks)
+        vectors = query_vectors or QueryVectors(context)
+        qvec = await vectors.vector(embedding_query(query, rewritten), fallbacks)
     if qvec is not None:
         try:
             async with db.begin_nested():
@@ -585,10 +637,13 @@ async def recall(
     include_memories: bool = True,
     now: datetime | None = None,
     query_timeout_s: float | None = None,
+    query_vectors: QueryVectors | None = None,
 ) -> RecallOutcome:
     """Ranked history relevant to `query` (chunks, and remembered items when asked); `now` is
     the time of the conversation's latest turn (relative dates in the query count from it);
-    `query_timeout_s` bounds the wait for the query's embedding (default: the embedder's).
+    `query_timeout_s` bounds the wait for the query's embedding (default: the embedder's);
+    `query_vectors`: the request's query embeddings (its budget then applies), which may have
+    started this query's already.
 
     The network waits (LLM rewrite, query embedding, HTTP rerank) happen outside any
     transaction: recall ends the caller's transaction before each (`release`), so callers
@@ -611,11 +666,9 @@ async def recall(
         clock.lap("rewrite_llm")
     # The query's embedding runs on its encoder lane while the arms that do not need it
     # (exact, lexical, remembered items) run here.
-    embedding = asyncio.create_task(
-        _query_vector(
-            context, llm_query or embedding_query(query, rewritten), fallbacks, query_timeout_s
-        )
-    )
+    vectors = query_vectors or QueryVectors(context, query_timeout_s)
+    embedded = llm_query or embedding_query(query, rewritten)
+    vectors.start(embedded)
     try:
         exact = await _exact(db, session, [*rewritten.ids, *rewritten.quoted], candidates)
         clock.lap("exact")
@@ -631,9 +684,10 @@ async def recall(
             memory_lexical = _memory_lexical(context, memories, query_terms, candidates)
             clock.lap("memories")
         await release(db)  # the embedding may be a network wait
-        qvec = await embedding
+        qvec = await vectors.vector(embedded, fallbacks)
     finally:
-        embedding.cancel()  # only when an arm above failed: the embedding is not wanted then
+        if query_vectors is None:  # only when an arm above failed: the embedding is not wanted
+            vectors.cancel()
     clock.lap("embed")
 
     rows = await _nearest_and_shown(

@@ -282,10 +282,12 @@ async def test_a_waiter_that_leaves_does_not_break_the_batch(e5: E5Embedder) -> 
         tasks = [asyncio.create_task(lane.encode_together(encode, [t])) for t in texts]
         await asyncio.sleep(0)
         tasks[1].cancel()  # its caller timed out while the lane was busy
+        # Its queued call is cancelled by callbacks the loop runs before the cancelled task
+        # ends: once it has, the lane may go on.
+        with pytest.raises(asyncio.CancelledError):
+            await tasks[1]
     assert np.array_equal(await tasks[0], alone[0])
     assert np.array_equal(await tasks[2], alone[2])
-    with pytest.raises(asyncio.CancelledError):
-        await tasks[1]
     assert calls == [[texts[0], texts[2]]]  # the leaver's text was not encoded
 
     # A caller that leaves once its batch is running: the batch still answers the others.

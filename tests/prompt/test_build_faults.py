@@ -330,3 +330,36 @@ async def test_queries_queued_behind_a_working_embedder_do_not_open_the_breaker(
     assert "embedder_circuit_open" not in after.json()["fallbacks"]
     assert "vector_unavailable" not in after.json()["fallbacks"]
     assert seen["requests"] == queued + 1
+
+
+async def test_recall_and_the_users_items_share_one_query_embedding(
+    settings: Settings, admin_key: str
+) -> None:
+    """A session with a user's remembered items and offloaded history: "about this user" and
+    recall embed the same query text, once per build, so a hanging embedder costs one budget
+    and one failure (before, each waited out its own, and one build opened the breaker)."""
+    with (
+        faulty_server("hang") as embedder,
+        run_server(embedder_settings(settings, embedder.url, budget=0.3)) as server,
+    ):
+        async with admin_client(server, admin_key) as http:
+            await offloaded_session(http, "shared-vector")
+            user = {"user_id": "u-shared"}
+            assert (await http.put("/v1/sessions/shared-vector", json=user)).status_code == 200
+            remembered = await http.post(
+                "/v1/sessions/shared-vector/memory",
+                json={"type": "remember", "text": "我住在上海，坐火车去里昂。", "scope": "user"},
+            )
+            assert remembered.status_code == 200, remembered.text
+            flags = []
+            for query in ["train to Lyon tomorrow?", "去里昂的火车几点出发？"]:
+                before = embedder.requests
+                resp = await build(http, "shared-vector", query=query)
+                assert resp.status_code == 200, resp.text
+                assert embedder.requests - before == 1
+                assert resp.json()["recall"]["skipped_reason"] is None
+                entries = [m for m in resp.json()["manifest"] if m["source"] == "user_memory"]
+                assert len(entries) == 1
+                flags.append(resp.json()["fallbacks"])
+    assert all("vector_timeout" in f for f in flags)
+    assert not any("embedder_circuit_open" in f for f in flags)  # two failures: two builds
