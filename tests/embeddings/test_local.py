@@ -211,6 +211,15 @@ QUERIES_MIXED = [
 ]
 
 
+async def until_queued(lane: Any, calls: int) -> None:
+    """Wait (with a deadline) until `calls` calls sit in the held lane's queue."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while lane.queued.qsize() < calls:
+        assert asyncio.get_running_loop().time() < deadline, lane.queued.qsize()
+        await asyncio.sleep(0)
+    assert lane.queued.qsize() == calls
+
+
 class HeldLane:
     """Keeps a lane's thread busy until released, so calls made meanwhile queue up."""
 
@@ -259,7 +268,7 @@ async def test_queued_queries_are_encoded_together_and_equal_single_calls(
         waiting = [asyncio.create_task(lane.encode_together(encode, [q])) for q in QUERIES_MIXED]
         through_embedder = [asyncio.create_task(e5.embed_queries([q])) for q in QUERIES_MIXED]
         pair_waiting = asyncio.create_task(e5.embed_queries(QUERIES_MIXED[:2]))
-        await asyncio.sleep(0)  # every call is queued before the lane is free
+        await until_queued(lane, 2 * len(QUERIES_MIXED) + 1)  # all 13 calls wait
     rows = await asyncio.gather(*waiting)
     assert calls == [QUERIES_MIXED]  # one engine call for all six callers
     for got, single in zip(rows, raw_alone, strict=True):
@@ -280,7 +289,7 @@ async def test_a_waiter_that_leaves_does_not_break_the_batch(e5: E5Embedder) -> 
     calls.clear()
     async with HeldLane(lane):
         tasks = [asyncio.create_task(lane.encode_together(encode, [t])) for t in texts]
-        await asyncio.sleep(0)
+        await until_queued(lane, len(texts))
         tasks[1].cancel()  # its caller timed out while the lane was busy
         # Its queued call is cancelled by callbacks the loop runs before the cancelled task
         # ends: once it has, the lane may go on.
@@ -301,7 +310,7 @@ async def test_a_waiter_that_leaves_does_not_break_the_batch(e5: E5Embedder) -> 
     calls.clear()
     async with HeldLane(lane):
         tasks = [asyncio.create_task(lane.encode_together(slow, [t])) for t in texts]
-        await asyncio.sleep(0)
+        await until_queued(lane, len(texts))
     assert await asyncio.to_thread(running.wait, 60)
     tasks[0].cancel()
     finish.set()
@@ -321,7 +330,7 @@ async def test_one_failing_query_in_a_batch_fails_only_its_caller(e5: E5Embedder
             asyncio.create_task(lane.encode_together(encode, [t]))
             for t in ["fine question", "odd one", "另一个问题"]
         ]
-        await asyncio.sleep(0)
+        await until_queued(lane, 3)
     good = await tasks[0]
     with pytest.raises(ValueError, match="cannot encode 'odd one'"):
         await tasks[1]
@@ -339,6 +348,6 @@ async def test_a_lane_call_takes_at_most_the_batch_cap(e5: E5Embedder) -> None:
     texts = [f"question number {i}" for i in range(QUERY_BATCH_MAX + 3)]
     async with HeldLane(lane):
         tasks = [asyncio.create_task(lane.encode_together(encode, [t])) for t in texts]
-        await asyncio.sleep(0)
+        await until_queued(lane, len(texts))
     await asyncio.gather(*tasks)
     assert calls == [texts[:QUERY_BATCH_MAX], texts[QUERY_BATCH_MAX:]]
