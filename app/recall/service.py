@@ -82,10 +82,15 @@ def weighted_terms(
 MIN_OWN_TERMS_TO_EMBED = 2
 
 
+def own_words_suffice(query: str) -> bool:
+    """Whether the user's words mean enough on their own to be embedded as they are."""
+    return content_term_count(query) >= MIN_OWN_TERMS_TO_EMBED
+
+
 def embedding_query(query: str, rewritten: RewrittenQuery) -> str:
     """What to embed: the user's words, unless they are too few to mean anything on their own
     ("and that one?"), then the rewrite with its borrowed context."""
-    return rewritten.rewritten if content_term_count(query) < MIN_OWN_TERMS_TO_EMBED else query
+    return query if own_words_suffice(query) else rewritten.rewritten
 
 
 @dataclass(frozen=True)
@@ -503,7 +508,7 @@ def early_query_text(context: AppContext, query: str | None) -> str | None:
         context.embedder is None
         or not query
         or context.settings.recall.rewrite_llm_base_url
-        or content_term_count(query) < MIN_OWN_TERMS_TO_EMBED
+        or not own_words_suffice(query)
     ):
         return None
     return query
