@@ -59,9 +59,7 @@ async def test_the_reader_pools_statements_are_planned_once_per_connection(
     try:
         for n in range(7):
             chunk_ids = [str(uuid.uuid4()) for _ in range(1 + n % 3)]
-            await read_once(
-                reader, lambda conn, ids=chunk_ids: turns_of_chunks(conn, session, ids)
-            )
+            await read_once(reader, lambda conn, ids=chunk_ids: turns_of_chunks(conn, session, ids))
 
         async def plans(conn: psycopg.AsyncConnection[Any]) -> list[tuple[int, int]]:
             cursor = await conn.execute(
