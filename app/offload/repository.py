@@ -170,8 +170,9 @@ def _like_pattern(needle: str) -> str:
 
 def _exact_statement(needles: int, by_terms: bool) -> str:
     """The exact arm's statement for `needles` needles (one text per count, so each is prepared
-    once per connection), narrowed by the lexical index when `by_terms`."""
-    verbatim = " OR ".join(f"raw_text ILIKE %(n{i})s ESCAPE '\\'" for i in range(needles))
+    once per connection), narrowed by the lexical index when `by_terms`. The patterns escape with
+    a backslash, LIKE's default (an ESCAPE clause on a parameter is applied to it on every row)."""
+    verbatim = " OR ".join(f"raw_text ILIKE %(n{i})s" for i in range(needles))
     narrowed = ""
     if by_terms:
         any_needle = " || ".join(f"plainto_tsquery('simple', %(t{i})s)" for i in range(needles))
