@@ -25,7 +25,8 @@ Precedence when the budget is short (`budget` = C - r):
    the first B / `NEIGHBOUR_OF_FIRST_TOKENS` (the turns just before or after it) are tried right
    after it when they ranked among the first B / `NEIGHBOUR_TOKENS` too (`neighbour_order`):
    evidence often sits next to the best hit, and both scoring says the stretch is about the
-   question.
+   question. A chosen item whose turns continue another's (same UTC day, same trust) is rendered
+   with it under one header (`blocks.stretch_header`): the ~26-token header is paid once.
 
 Counting: OpenAI messages are counted by `app.core.tokens.messages_tokens` (reply priming
 included); an Anthropic prompt by `messages_tokens` on `blocks.anthropic_counting_view` (the system

@@ -1,7 +1,8 @@
 """Text the prompt assembler injects, and the message shapes it emits. Pure: no I/O, no settings.
 
 - The recalled-history block: earlier conversation brought back from C3 (or remembered items),
-  quoted as data with provenance `[ts | turn a-b | chunk_id]`, never as instructions.
+  quoted as data with provenance `[ts | turn a-b | chunk_id]`, never as instructions; items
+  adjacent in turns as one stretch, `[ts | turn a-c | id id]`.
 - OpenAI-style turn messages (a stored turn, verbatim) and their Anthropic equivalents
   (`tool_use` blocks in the assistant message, `tool_result` blocks in one user message).
 - `anthropic_counting_view`: the OpenAI-style message list whose `messages_tokens` is the cost
