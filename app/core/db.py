@@ -62,13 +62,13 @@ def create_engine(settings: Settings) -> AsyncEngine:
 
 # The reader pool runs a few fixed statements, each the same read of one session with other
 # values (the session and window, the vector scan with the candidates' rows, the shown chunks'
-# turns). psycopg prepares a statement on its fifth run on a connection; PostgreSQL then still
-# plans it anew on every run (a "custom plan") as long as the plan it would keep for any values
-# looks dearer than the last ones: it always does for a LIMIT or an array of ids given as
-# parameters (it assumes 10 % of the rows and 10 ids), so the vector scan and the turns read
-# were planned on every build (~0.1-0.3 ms of PostgreSQL CPU each). Kept plans instead: a whole
-# session is read the same way whichever session it is (its index, or a sequential scan when the
-# table holds one session; measured alike for a 948-chunk session).
+# turns, the exact arm). psycopg prepares a statement on its fifth run on a connection;
+# PostgreSQL then still plans it anew on every run (a "custom plan") as long as the plan it
+# would keep for any values looks dearer than the last ones: it always does for a LIMIT or an
+# array of ids given as parameters (it assumes 10 % of the rows and 10 ids), so the vector scan
+# and the turns read were planned on every build (~0.1-0.3 ms of PostgreSQL CPU each). Kept
+# plans instead: a whole session is read the same way whichever session it is (its index, or a
+# sequential scan when the table holds one session; measured alike for a 948-chunk session).
 READER_PLANS = "plan_cache_mode=force_generic_plan"
 
 
