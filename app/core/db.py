@@ -31,18 +31,20 @@ def _milliseconds(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
-def _connect_options(settings: Settings) -> str:
+def _connect_options(settings: Settings, *extra: str) -> str:
     """Time limits PostgreSQL enforces on every connection: no statement, lock wait or abandoned
-    transaction holds a connection (or a session's row) without bound."""
+    transaction holds a connection (or a session's row) without bound; then `extra` settings
+    (`name=value`)."""
     db = settings.db
-    return " ".join(
-        f"-c {name}={_milliseconds(seconds)}"
+    limits = [
+        f"{name}={_milliseconds(seconds)}"
         for name, seconds in (
             ("statement_timeout", db.statement_timeout_seconds),
             ("lock_timeout", db.lock_timeout_seconds),
             ("idle_in_transaction_session_timeout", db.idle_in_transaction_timeout_seconds),
         )
-    )
+    ]
+    return " ".join(f"-c {setting}" for setting in [*limits, *extra])
 
 
 def create_engine(settings: Settings) -> AsyncEngine:
@@ -58,20 +60,34 @@ def create_engine(settings: Settings) -> AsyncEngine:
     )
 
 
+# The reader pool runs a few fixed statements, each the same read of one session with other
+# values (the session and window, the vector scan with the candidates' rows, the shown chunks'
+# turns, the exact arm). psycopg prepares a statement on its fifth run on a connection;
+# PostgreSQL then still plans it anew on every run (a "custom plan") as long as the plan it
+# would keep for any values looks dearer than the last ones: it always does for a LIMIT or an
+# array of ids given as parameters (it assumes 10 % of the rows and 10 ids), so the vector scan
+# and the turns read were planned on every build (~0.1-0.3 ms of PostgreSQL CPU each). Kept
+# plans instead: a whole session is read the same way whichever session it is (its index, or a
+# sequential scan when the table holds one session; measured alike for a 948-chunk session).
+READER_PLANS = "plan_cache_mode=force_generic_plan"
+
+
 def create_reader_engine(settings: Settings) -> AsyncEngine:
     """A second pool for single-statement reads on the hot path (`read_once`): autocommit (no
     BEGIN or COMMIT round trips) and no ping before each use (another round trip). A connection
     found dead is replaced and the read retried once. At most `db.pool_size` connections, kept
     open: a read beyond them waits for one to come back (a read takes a millisecond) instead of
     opening an overflow connection, which the pool would close again when it is returned: under
-    concurrency that cost a PostgreSQL backend (a fork and a login) every few builds."""
+    concurrency that cost a PostgreSQL backend (a fork and a login) every few builds.
+
+    Its statements are planned once per connection (`READER_PLANS`)."""
     return create_async_engine(
         settings.sqlalchemy_url,
         pool_size=settings.db.pool_size,
         max_overflow=0,
         isolation_level="AUTOCOMMIT",
         hide_parameters=not settings.log_text,
-        connect_args={"options": _connect_options(settings)},
+        connect_args={"options": _connect_options(settings, READER_PLANS)},
     )
 
 

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import psycopg
-from sqlalchemy import ColumnElement, func, or_, select, text, tuple_, update
+from sqlalchemy import func, select, text, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.core.text import lexical_document
@@ -168,8 +168,23 @@ def _like_pattern(needle: str) -> str:
     return f"%{escaped}%"
 
 
+def _exact_statement(needles: int, by_terms: bool) -> str:
+    """The exact arm's statement for `needles` needles (one text per count, so each is prepared
+    once per connection), narrowed by the lexical index when `by_terms`. The patterns escape with
+    a backslash, LIKE's default (an ESCAPE clause on a parameter is applied to it on every row)."""
+    verbatim = " OR ".join(f"raw_text ILIKE %(n{i})s" for i in range(needles))
+    narrowed = ""
+    if by_terms:
+        any_needle = " || ".join(f"plainto_tsquery('simple', %(t{i})s)" for i in range(needles))
+        narrowed = f" AND lexical @@ ({any_needle})"
+    return (
+        "SELECT id FROM chunks WHERE session_id = %(session)s AND status = 'active' "
+        f"AND ({verbatim}){narrowed} ORDER BY turn_last DESC LIMIT %(limit)s"
+    )  # run by the driver itself (`read_once`): psycopg's placeholders
+
+
 async def exact_hits(
-    db: AsyncSession, session_pk: uuid.UUID, needles: Sequence[str], limit: int
+    conn: psycopg.AsyncConnection[Any], session_pk: uuid.UUID, needles: Sequence[str], limit: int
 ) -> list[str]:
     """Chunks holding any of the IDs / quoted strings verbatim (case-insensitive), newest first.
 
@@ -181,23 +196,13 @@ async def exact_hits(
     if not needles:
         return []
     docs = [lexical_document(n) for n in needles]
-    query = (
-        select(Chunk.id)
-        .where(
-            Chunk.session_id == session_pk,
-            Chunk.status == "active",
-            or_(*(Chunk.raw_text.ilike(_like_pattern(n), escape="\\") for n in needles)),
-        )
-        .order_by(Chunk.turn_last.desc())
-        .limit(limit)
-    )
-    if all(docs):
-        any_needle: ColumnElement[Any] = func.plainto_tsquery("simple", docs[0])
-        for doc in docs[1:]:
-            any_needle = any_needle.op("||")(func.plainto_tsquery("simple", doc))
-        query = query.where(Chunk.lexical.op("@@")(any_needle))
-    rows = await db.execute(query)
-    return [str(cid) for cid in rows.scalars()]
+    by_terms = all(docs)
+    params: dict[str, Any] = {"session": session_pk, "limit": limit}
+    params |= {f"n{i}": _like_pattern(n) for i, n in enumerate(needles)}
+    if by_terms:
+        params |= {f"t{i}": doc for i, doc in enumerate(docs)}
+    cursor = await conn.execute(_exact_statement(len(needles), by_terms), params)
+    return [str(cid) for (cid,) in await cursor.fetchall()]
 
 
 @dataclass(frozen=True)

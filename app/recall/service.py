@@ -222,13 +222,15 @@ def _vector_index(context: AppContext, session: Session) -> repository.VectorInd
 
 
 async def _exact(
-    db: AsyncSession, session: Session, needles: Sequence[str], limit: int
+    context: AppContext, session: Session, needles: Sequence[str], limit: int
 ) -> list[str]:
-    """The exact arm (`repository.exact_hits`): only a query holding an ID or a quoted string
-    reads anything."""
+    """The exact arm (`repository.exact_hits`, on the reader pool): only a query holding an ID or
+    a quoted string reads anything."""
     if not needles:
         return []
-    return await repository.exact_hits(db, session.id, needles, limit)
+    return await read_once(
+        context.reader, lambda conn: repository.exact_hits(conn, session.id, needles, limit)
+    )
 
 
 async def _nearest_and_shown(
@@ -675,7 +677,7 @@ async def recall(
     embedded = llm_query or embedding_query(query, rewritten)
     vectors.start(embedded)
     try:
-        exact = await _exact(db, session, [*rewritten.ids, *rewritten.quoted], candidates)
+        exact = await _exact(context, session, [*rewritten.ids, *rewritten.quoted], candidates)
         clock.lap("exact")
         lexical = await _lexical(db, context, session, query_terms, candidates)
         clock.lap("lexical")

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.cache import Cache
 from app.core.config import Settings
+from app.core.db import driver_connection
 from app.offload import repository
 from app.offload.service import offload_session
 from tests.support.factories import append, configure, new_caller, transaction
@@ -250,14 +251,17 @@ async def test_exact_hits_find_ids_and_quotes_verbatim_through_the_lexical_index
     def chunk_of(fragment: str) -> str:
         return next(str(cid) for raw, cid in holding.items() if fragment in raw)
 
-    async with transaction(engine) as db:
-        assert await repository.exact_hits(db, pk, ["ab-12345"], 10) == [chunk_of("AB-12345 ")]
-        assert await repository.exact_hits(db, pk, ["一百二十欧元"], 10) == [chunk_of("XY-987")]
-        both = await repository.exact_hits(db, pk, ["xy-987", "Friday"], 10)
+    async with engine.connect() as conn:
+        driver = await driver_connection(conn)
+        assert await repository.exact_hits(driver, pk, ["ab-12345"], 10) == [chunk_of("AB-12345 ")]
+        assert await repository.exact_hits(driver, pk, ["一百二十欧元"], 10) == [chunk_of("XY-987")]
+        both = await repository.exact_hits(driver, pk, ["xy-987", "Friday"], 10)
         assert sorted(both) == sorted({chunk_of("XY-987"), chunk_of("Friday")})
-        assert await repository.exact_hits(db, pk, ["AB-99999"], 10) == []
+        assert await repository.exact_hits(driver, pk, ["AB-99999"], 10) == []
         # A needle of stopwords only has no terms: every chunk is checked, and it is still found.
-        assert len(await repository.exact_hits(db, pk, ["of the"], 3)) == 3
+        assert len(await repository.exact_hits(driver, pk, ["of the"], 3)) == 3
+        # LIKE's wildcards in a needle are matched as themselves.
+        assert await repository.exact_hits(driver, pk, ["%12345%"], 10) == []
 
 
 async def test_embeddings_are_stored_in_the_row(engine: AsyncEngine) -> None:
