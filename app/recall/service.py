@@ -27,6 +27,7 @@ from app.core.context import AppContext
 from app.core.cpu import off_loop
 from app.core.dates import query_date_terms
 from app.core.db import read_once, release
+from app.core.observability import after_response
 from app.core.text import terms
 from app.db.models import Memory, Session
 from app.domain.records import RecalledItem
@@ -186,31 +187,80 @@ def _stemmed(
     return [(cid, by_stem(counts)) for cid, counts in stats]
 
 
-async def _chunk_index(db: AsyncSession, context: AppContext, session: Session) -> BM25Index:
+# The rendered turns kept per session for the chunks recall showed (`_SessionChunks.lines`): a
+# shown chunk's turns are read once per process, not on every build that shows it again.
+SHOWN_LINES_KEPT = 1024
+
+ChunkLines = tuple[tuple[int, str], ...]  # a chunk's live turns as (seq, rendered line), in order
+
+
+@dataclass
+class _SessionChunks:
+    """What this process keeps of a session's active chunks at one `chunks_version`: their BM25
+    index and, for the chunks recall has shown, their turns as rendered lines (at most
+    `SHOWN_LINES_KEPT`, least recently shown dropped first).
+
+    An active chunk's live turns never change: forgetting any of them tombstones the chunk and
+    re-chunks the rest under new ids (`app.erasure.service`), and an offload writes a chunk and
+    marks its turns in one transaction. So kept lines are those a read would return for every
+    chunk the build's own read found active, in any process; and a forgotten chunk's lines are
+    dropped at the session's next build in this process (a new `chunks_version`, whose index no
+    longer holds the chunk)."""
+
+    index: BM25Index
+    lines: dict[str, ChunkLines] = field(default_factory=dict)
+
+    def carried_to(self, index: BM25Index) -> "_SessionChunks":
+        """This state's lines for the chunks `index` (of a later version) still holds."""
+        active = set(index.ids)
+        return _SessionChunks(index, {c: t for c, t in self.lines.items() if c in active})
+
+    def keep(self, chunk_id: str, lines: ChunkLines) -> None:
+        self.lines[chunk_id] = lines
+        while len(self.lines) > SHOWN_LINES_KEPT:
+            del self.lines[next(iter(self.lines))]
+
+    def shown(self, chunk_id: str) -> ChunkLines | None:
+        lines = self.lines.pop(chunk_id, None)
+        if lines is not None:
+            self.lines[chunk_id] = lines  # most recently shown last
+        return lines
+
+
+async def _session_chunks(
+    db: AsyncSession, context: AppContext, session: Session
+) -> _SessionChunks:
     """The session's BM25 index over its active chunks, their terms merged under their stems
-    (`app.recall.stem`), kept per process per chunk state. After the chunks changed, the process's
-    index of an earlier state is extended by the chunks added since, when none of its chunks went
-    away (an offload only adds); otherwise it is built anew. Built off the event loop and outside
-    the transaction: a session's history can be large."""
+    (`app.recall.stem`), and its shown chunks' lines, kept per process per chunk state. After the
+    chunks changed, the process's index of an earlier state is extended by the chunks added
+    since, when none of its chunks went away (an offload only adds); otherwise it is built anew.
+    Built off the event loop and outside the transaction: a session's history can be large."""
     key = (str(session.id), session.chunks_version)
     cached = context.lexical_indexes.get(key)
-    if isinstance(cached, BM25Index):
+    if isinstance(cached, _SessionChunks):
         return cached
-    earlier = context.lexical_indexes.latest(key[0])
-    index: BM25Index | None = None
-    if earlier is not None and isinstance(earlier[1], BM25Index) and earlier[0] < key[1]:
+    latest = context.lexical_indexes.latest(key[0])
+    earlier = latest[1] if latest is not None and latest[0] < key[1] else None
+    state: _SessionChunks | None = None
+    if isinstance(earlier, _SessionChunks):
         active = {str(cid) for cid in await repository.active_chunk_ids(db, session.id)}
-        known = set(earlier[1].ids)
+        known = set(earlier.index.ids)
         if known <= active:
             added = await repository.term_stats(db, session.id, sorted(active - known))
             await release(db)
-            index = await asyncio.to_thread(earlier[1].extended, _stemmed(added))
-    if index is None:
+            index = await asyncio.to_thread(earlier.index.extended, _stemmed(added))
+            state = _SessionChunks(index, earlier.lines)
+    if state is None:
         stats = await repository.term_stats(db, session.id)
         await release(db)
         index = await asyncio.to_thread(lambda: BM25Index.from_term_counts(_stemmed(stats)))
-    context.lexical_indexes.put(key, index)
-    return index
+        state = (
+            earlier.carried_to(index)
+            if isinstance(earlier, _SessionChunks)
+            else _SessionChunks(index)
+        )
+    context.lexical_indexes.put(key, state)
+    return state
 
 
 def _vector_index(context: AppContext, session: Session) -> repository.VectorIndexScan | None:
@@ -282,7 +332,7 @@ async def _lexical(
 ) -> dict[str, float]:
     """BM25 scores of the best `limit` chunks, best first (query terms stemmed like the index's;
     LoCoMo tune split B500 .671 -> .681, check .693 -> .701)."""
-    index = await _chunk_index(db, context, session)
+    index = (await _session_chunks(db, context, session)).index
     return dict(index.score(by_stem(query_terms), top_n=limit))
 
 
@@ -297,25 +347,36 @@ async def show_best_turns(
     answer the query (`app.recall.trim`), which the assembler uses when the whole chunk does not
     fit; pieces of a split turn and remembered items have none."""
     hits = outcome.hits[:limit]
-    wanted = [h.id for h in hits if h.source == "chunk" and h.parts == 1]
-    turns = await read_once(
-        context.reader,
-        lambda conn: sessions_repository.turns_of_chunks(conn, session.id, wanted),
-    )
-    index = await _chunk_index(db, context, session)
+    chunks = await _session_chunks(db, context, session)
+    lines: dict[str, ChunkLines] = {}
+    for hit in hits:
+        if hit.source == "chunk" and hit.parts == 1:
+            known = chunks.shown(hit.id)
+            if known is not None:
+                lines[hit.id] = known
+    wanted = [h.id for h in hits if h.source == "chunk" and h.parts == 1 and h.id not in lines]
+    if wanted:
+        read = await read_once(
+            context.reader,
+            lambda conn: sessions_repository.turns_of_chunks(conn, session.id, wanted),
+        )
+        for chunk_id, turns in read.items():
+            lines[chunk_id] = tuple((t.seq, render_turn(t)) for t in turns)
+            chunks.keep(chunk_id, lines[chunk_id])
+    index = chunks.index
     n_docs = len(index)
 
     def term_idf(term: str) -> float:
         return idf(n_docs, index.df(term))
 
+    query_weights = by_stem(outcome.query_terms)
     out: list[RecallHit] = []
     for hit in hits:
-        own = turns.get(hit.id)
+        own = lines.get(hit.id)
         if not own:
             out.append(hit)
             continue
-        lines = [(t.seq, render_turn(t)) for t in own]
-        trimmed = trim_chunk(lines, by_stem(outcome.query_terms), term_idf)
+        trimmed = trim_chunk(own, query_weights, term_idf)
         if trimmed.trimmed:
             hit = replace(hit, compact_text=trimmed.text, compact_seqs=trimmed.seqs)
         out.append(hit)
@@ -465,8 +526,24 @@ async def _query_vector(
             fallbacks.append("vector_timeout")
         return None
     breaker.succeeded()
-    await context.cache.set_json(key, vector, ttl=24 * 3600)
+    # Stored once the answer is sent (at once outside a request), not before the caller gets the
+    # vector: the store's JSON and round trip were ~1.3 ms of a 1-client build's critical path.
+    after_response(
+        lambda: _keep_until_done(
+            asyncio.create_task(context.cache.set_json(key, vector, ttl=24 * 3600))
+        )
+    )
     return vector
+
+
+# Tasks nothing awaits (the query vectors' stores), held until done: the event loop keeps only
+# a weak reference to a task.
+_UNAWAITED: set[asyncio.Task[None]] = set()
+
+
+def _keep_until_done(task: asyncio.Task[None]) -> None:
+    _UNAWAITED.add(task)
+    task.add_done_callback(_UNAWAITED.discard)
 
 
 class QueryVectors:
