@@ -27,7 +27,6 @@ from app.core.context import AppContext
 from app.core.cpu import off_loop
 from app.core.dates import query_date_terms
 from app.core.db import read_once, release
-from app.core.observability import after_response
 from app.core.text import terms
 from app.db.models import Memory, Session
 from app.domain.records import RecalledItem
@@ -493,15 +492,23 @@ def query_views(query: str) -> list[str]:
     return [query_view(query)] + ([asker] if asker is not None else [])
 
 
+QUERY_VECTOR_TTL_SECONDS = 24 * 3600
+
+
 async def _query_vector(
-    context: AppContext, query: str, fallbacks: list[str], timeout_s: float | None = None
+    context: AppContext,
+    query: str,
+    fallbacks: list[str],
+    timeout_s: float | None = None,
+    unstored: list[tuple[str, list[float]]] | None = None,
 ) -> list[float] | None:
     """The query's embedding within `timeout_s` (default: the embedder's query budget), or
     None: lexical recall only, flagged `vector_unavailable` (with `vector_timeout` when the
     budget ran out). After repeated failures or timeouts (not counting those spent queued while
     the embedder answered other queries: `EmbedderBusy`) the circuit breaker skips the embedder
     for a while (`embedder_circuit_open` too), so a hanging embedder costs each build nothing
-    rather than its whole budget."""
+    rather than its whole budget. A new vector is stored in the cache before it is returned, or
+    added to `unstored` for the caller to store later (`QueryVectors.store`)."""
     embedder = context.embedder
     if embedder is None:
         fallbacks.append("vector_unavailable")
@@ -536,24 +543,11 @@ async def _query_vector(
             fallbacks.append("vector_timeout")
         return None
     breaker.succeeded()
-    # Stored once the answer is sent (at once outside a request), not before the caller gets the
-    # vector: the store's JSON and round trip were ~1.3 ms of a 1-client build's critical path.
-    after_response(
-        lambda: _keep_until_done(
-            asyncio.create_task(context.cache.set_json(key, vector, ttl=24 * 3600))
-        )
-    )
+    if unstored is None:
+        await context.cache.set_json(key, vector, ttl=QUERY_VECTOR_TTL_SECONDS)
+    else:
+        unstored.append((key, vector))
     return vector
-
-
-# Tasks nothing awaits (the query vectors' stores), held until done: the event loop keeps only
-# a weak reference to a task.
-_UNAWAITED: set[asyncio.Task[None]] = set()
-
-
-def _keep_until_done(task: asyncio.Task[None]) -> None:
-    _UNAWAITED.add(task)
-    task.add_done_callback(_UNAWAITED.discard)
 
 
 class QueryVectors:
@@ -561,12 +555,17 @@ class QueryVectors:
     needs a text's vector (or the request itself, as soon as it knows the text) starts its
     embedding, and every part awaits that one, so a text is embedded once per request and can
     encode while the event loop does other work. Each awaiting part gets the embedding's
-    fallbacks in its own list. The owner `cancel`s what is still running when it is done."""
+    fallbacks in its own list. The owner `cancel`s what is still running when it is done.
+
+    A new vector is stored in the cache by `store`, which the part that searches with it awaits
+    beside its search: the store's JSON and round trip were ~1.3 ms of a 1-client build's
+    critical path between the embedding and the vector search."""
 
     def __init__(self, context: AppContext, timeout_s: float | None = None) -> None:
         self._context = context
         self._timeout_s = timeout_s
         self._running: dict[str, asyncio.Task[tuple[list[float] | None, list[str]]]] = {}
+        self._unstored: list[tuple[str, list[float]]] = []
 
     def start(self, text: str) -> None:
         if text not in self._running:
@@ -582,9 +581,16 @@ class QueryVectors:
         for task in self._running.values():
             task.cancel()
 
+    async def store(self) -> None:
+        """Store in the cache the vectors embedded since the last call."""
+        while self._unstored:
+            key, vector = self._unstored.pop()
+            await self._context.cache.set_json(key, vector, ttl=QUERY_VECTOR_TTL_SECONDS)
+
     async def _embed(self, text: str) -> tuple[list[float] | None, list[str]]:
         flags: list[str] = []
-        return await _query_vector(self._context, text, flags, self._timeout_s), flags
+        vector = await _query_vector(self._context, text, flags, self._timeout_s, self._unstored)
+        return vector, flags
 
 
 def early_query_text(context: AppContext, query: str | None) -> str | None:
@@ -637,7 +643,9 @@ async def rank_user_memories(
     if qvec is not None:
         try:
             async with db.begin_nested():
-                vector = await _memory_vector(db, context, memories, qvec, limit)
+                vector, _ = await asyncio.gather(
+                    _memory_vector(db, context, memories, qvec, limit), vectors.store()
+                )
         except (EmbedderUnavailable, SQLAlchemyError) as exc:
             logger.warning("vector ranking of user memories unavailable: %s", exc)
             fallbacks.append("vector_unavailable")
@@ -799,7 +807,10 @@ async def recall(
             vectors.cancel()
     clock.lap("embed")
 
-    rows = await _nearest_and_shown(db, context, session, qvec, candidates, others, fallbacks)
+    rows, _ = await asyncio.gather(
+        _nearest_and_shown(db, context, session, qvec, candidates, others, fallbacks),
+        vectors.store(),
+    )
     vector = rows.nearest
     memory_vector: dict[str, float] = {}
     if qvec is not None and memories:
