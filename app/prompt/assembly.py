@@ -25,7 +25,8 @@ Precedence when the budget is short (`budget` = C - r):
    the first B / `NEIGHBOUR_OF_FIRST_TOKENS` (the turns just before or after it) are tried right
    after it when they ranked among the first B / `NEIGHBOUR_TOKENS` too (`neighbour_order`):
    evidence often sits next to the best hit, and both scoring says the stretch is about the
-   question.
+   question. A chosen item whose turns continue another's (same UTC day, same trust) is rendered
+   with it under one header (`blocks.stretch_header`): the ~26-token header is paid once.
 
 Counting: OpenAI messages are counted by `app.core.tokens.messages_tokens` (reply priming
 included); an Anthropic prompt by `messages_tokens` on `blocks.anthropic_counting_view` (the system
@@ -51,8 +52,12 @@ from app.prompt.blocks import (
     anthropic_counting_view,
     anthropic_messages,
     counted_item,
+    counted_stretch,
+    format_ts,
+    quoted_body,
     render_about_user_item,
     starts_piece,
+    tokens_with,
     tool_groups,
     turn_message,
 )
@@ -222,20 +227,33 @@ def neighbour_order(
     return order
 
 
-def _tokens_with(rendered: str, tokens: int, suffix: str) -> int:
-    """`count_tokens(rendered + suffix)`, given `tokens` = `count_tokens(rendered)`: only the
-    last line that starts a token piece (`starts_piece`) is counted again with the suffix."""
-    end = len(rendered)
-    while (at := rendered.rfind("\n", 0, end) + 1) > 0:
-        if starts_piece(rendered, at):
-            last = rendered[at:]
-            return tokens - count_tokens(last) + count_tokens(last + suffix)
-        end = at - 1
-    return count_tokens(rendered + suffix)
-
-
 def _counted(rendered: str) -> tuple[str, int]:
     return rendered, count_tokens(rendered)
+
+
+@dataclass(slots=True, eq=False)
+class _Entry:
+    """One item of a block as rendered: a chosen item, or a stretch of chosen items adjacent in
+    turns rendered under one header (`items` in turn order)."""
+
+    items: list[RecalledItem]
+    span: tuple[int, int] | None
+    text: str
+    tokens: int  # count_tokens(text)
+    separated: int  # count_tokens(text + the block's separator)
+
+
+def _stretch_span(item: RecalledItem) -> tuple[int, int]:
+    span = _turn_range(item)
+    if span is None:
+        raise ValueError("only items with turns join a stretch")
+    return span
+
+
+def _stretch_key(item: RecalledItem) -> tuple[str, bool]:
+    """Items join one stretch only on the same UTC day and with the same trust: the stretch
+    shows one time and one label."""
+    return format_ts(item.ts)[:10], item.trusted
 
 
 def _choose(
@@ -248,18 +266,24 @@ def _choose(
     shape: BlockShape,
     overhead: int,
     neighbours: bool = False,
+    render_stretch: Callable[[Sequence[RecalledItem]], tuple[str, int]] | None = None,
 ) -> _Choice:
     """Items in rank order (with `neighbours`, each of the first few followed by its adjacent
     candidates: `neighbour_order`) while the whole block (`shape` around the rendered items,
-    costing `overhead` + its tokens) stays within `limit`."""
+    costing `overhead` + its tokens) stays within `limit`. With `render_stretch`, an item whose
+    turns continue a chosen one's (same day, same trust) is rendered with it under one header,
+    in place of the chosen one: the header it saves is room for more evidence."""
     choice = _Choice([], [], {})
     # Each item is rendered and counted once (`render_one`: text and tokens). Every item starts a
-    # token piece (`BlockShape`), so a block's tokens are its head's, each chosen item's with the
+    # token piece (`BlockShape`), so a block's tokens are its head's, each entry's with the
     # separator after it, and the last one's with the tail: a fit test counts only the tested
     # item's last line again, not the whole block.
     counted: dict[int, tuple[str, int]] = {}
     head = count_tokens(shape.head)
-    chosen_tokens = 0  # the chosen items', each with the separator after it
+    entries: list[_Entry] = []
+    chosen_tokens = 0  # the entries', each with the separator after it
+    ending: dict[int, _Entry] = {}  # an entry by its last turn
+    starting: dict[int, _Entry] = {}  # an entry by its first turn
 
     def own(option: RecalledItem) -> tuple[str, int]:
         if id(option) not in counted:
@@ -269,11 +293,45 @@ def _choose(
     def own_cost(option: RecalledItem) -> int:
         return own(option)[1]
 
-    def block_cost(option: RecalledItem) -> int:
-        text, tokens = own(option)
+    def header_cost(option: RecalledItem) -> int:
+        """What the first line of the option's rendering (its header) costs."""
+        return count_tokens(own(option)[0].split("\n", 1)[0] + "\n")
+
+    def checked(text: str) -> str:
         if not starts_piece(shape.separator + text, len(shape.separator)):
             raise ValueError(f"a rendered item must start with a non-space: {text[:20]!r}")
-        return overhead + head + chosen_tokens + _tokens_with(text, tokens, shape.tail)
+        return text
+
+    def block_cost(option: RecalledItem) -> int:
+        text, tokens = own(option)
+        return overhead + head + chosen_tokens + tokens_with(checked(text), tokens, shape.tail)
+
+    def adjacent(option: RecalledItem) -> list[_Entry]:
+        """The entries the option's turns continue (before it, after it) that it may join."""
+        span = _turn_range(option)
+        if render_stretch is None or span is None:
+            return []
+        found = [e for e in (ending.get(span[0] - 1), starting.get(span[1] + 1)) if e is not None]
+        key = _stretch_key(option) if found else None
+        return [e for e in found if _stretch_key(e.items[0]) == key]
+
+    def stretched(option: RecalledItem, joins: list[_Entry]) -> tuple[_Entry, list[_Entry]]:
+        """`option` and the items of `joins` as one entry, and the entries with it in place of
+        the first of `joins` (the others gone)."""
+        assert render_stretch is not None
+        members = sorted([option, *(i for e in joins for i in e.items)], key=_stretch_span)
+        text, tokens = render_stretch(members)
+        span = (_stretch_span(members[0])[0], max(_stretch_span(i)[1] for i in members))
+        entry = _Entry(members, span, checked(text), tokens, 0)
+        entry.separated = tokens_with(text, tokens, shape.separator)
+        at = min(entries.index(e) for e in joins)
+        kept = [entry if i == at else e for i, e in enumerate(entries) if i == at or e not in joins]
+        return entry, kept
+
+    def block_of(kept: list[_Entry]) -> int:
+        last = kept[-1]
+        body = sum(e.separated for e in kept[:-1])
+        return overhead + head + body + tokens_with(last.text, last.tokens, shape.tail)
 
     candidates: list[int] = []
     for index, item in enumerate(items):
@@ -300,26 +358,50 @@ def _choose(
         options = (item, item.compact)
         if item.compact is not None and own_cost(item) > COMPACT_FIRST_SHARE * limit:
             options = (item.compact, item)
+        joins = adjacent(item)
         for option in options:
             if option is None:
                 continue
-            # What the option's own text costs: about what it adds to the block, cheap to count.
-            alone = own_cost(option)
-            if choice.used + alone > limit:
-                reason = ("over_budget", alone)
-                continue
-            cost = block_cost(option)
+            if joins:
+                # Joined, it adds at least its text less the headers the stretch saves (its own,
+                # and one more for each entry beyond the first it bridges; give or take a token
+                # where the turn numbers change): skip the render when that is over the limit.
+                saved = len(joins) * header_cost(option) + 2
+                if choice.used + own_cost(option) - saved > limit:
+                    reason = ("over_budget", own_cost(option))
+                    continue
+                entry, kept = stretched(option, joins)
+                cost = block_of(kept)
+            else:
+                # What the option's own text costs: about what it adds to the block, cheap.
+                alone = own_cost(option)
+                if choice.used + alone > limit:
+                    reason = ("over_budget", alone)
+                    continue
+                cost = block_cost(option)
             if cost > limit:
                 reason = ("over_budget", cost - choice.used)
                 continue
-            text, tokens = own(option)
+            if not joins:
+                text, tokens = own(option)
+                separated = tokens_with(text, tokens, shape.separator)
+                entry = _Entry([option], _turn_range(option), text, tokens, separated)
+                kept = [*entries, entry]
+            for old in joins:
+                if old.span is not None:
+                    ending.pop(old.span[1], None)
+                    starting.pop(old.span[0], None)
+            if entry.span is not None:
+                ending[entry.span[1]] = entry
+                starting[entry.span[0]] = entry
+            entries = kept
+            chosen_tokens = sum(e.separated for e in entries)
             choice.chosen.append(option)
-            choice.rendered.append(text)
-            chosen_tokens += _tokens_with(text, tokens, shape.separator)
             reason = (None, cost - choice.used)
             choice.used = cost
             break
         choice.outcome[index] = reason
+    choice.rendered = [e.text for e in entries]
     return choice
 
 
@@ -387,6 +469,13 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     left -= about_cost
     prefix.append(about_block)
 
+    bodies: dict[int, tuple[str, int]] = {}
+
+    def body(item: RecalledItem) -> tuple[str, int]:
+        if id(item) not in bodies:
+            bodies[id(item)] = quoted_body(item, per_item)
+        return bodies[id(item)]
+
     recall = _choose(
         inp.recalled,
         limit=min(inp.recall_budget_tokens, left),
@@ -396,6 +485,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         shape=RECALL_SHAPE,
         overhead=block_overhead(),
         neighbours=True,
+        render_stretch=lambda stretch: counted_stretch(stretch, [body(i) for i in stretch]),
     )
     block = RECALL_SHAPE.frame(recall.rendered)
     recall_cost = recall.used

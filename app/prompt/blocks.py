@@ -1,7 +1,8 @@
 """Text the prompt assembler injects, and the message shapes it emits. Pure: no I/O, no settings.
 
 - The recalled-history block: earlier conversation brought back from C3 (or remembered items),
-  quoted as data with provenance `[ts | turn a-b | chunk_id]`, never as instructions.
+  quoted as data with provenance `[ts | turn a-b | chunk_id]`, never as instructions; items
+  adjacent in turns as one stretch, `[ts | turn a-c | id id]`.
 - OpenAI-style turn messages (a stored turn, verbatim) and their Anthropic equivalents
   (`tool_use` blocks in the assistant message, `tool_result` blocks in one user message).
 - `anthropic_counting_view`: the OpenAI-style message list whose `messages_tokens` is the cost
@@ -59,13 +60,22 @@ def short_id(ref: str) -> str:
 
 
 def item_header(item: RecalledItem) -> str:
-    if item.turn_first is None:
-        where = item.source
+    return stretch_header([item])
+
+
+def stretch_header(items: Sequence[RecalledItem]) -> str:
+    """`[ts | turn a-b | id]` of one item; of a stretch of items adjacent in turns (in turn
+    order), the first one's time, the turns from the first's first to the last's last and every
+    item's id: one header instead of one per item."""
+    first, final = items[0], items[-1]
+    if first.turn_first is None:
+        where = first.source
     else:
-        last = item.turn_first if item.turn_last is None else item.turn_last
-        where = f"turn {item.turn_first}-{last}"
-    header = f"[{format_ts(item.ts)} | {where} | {short_id(item.chunk_id)}]"
-    return header if item.trusted else f"{header} {UNTRUSTED_LABEL}"
+        last = final.turn_first if final.turn_last is None else final.turn_last
+        where = f"turn {first.turn_first}-{last}"
+    ids = " ".join(short_id(item.chunk_id) for item in items)
+    header = f"[{format_ts(first.ts)} | {where} | {ids}]"
+    return header if first.trusted else f"{header} {UNTRUSTED_LABEL}"
 
 
 def cut_text(text: str, max_tokens: int) -> str:
@@ -109,6 +119,15 @@ def counted_item(item: RecalledItem, per_item_max_tokens: int) -> tuple[str, int
     its count is known (`text_tokens`) and neutralising left it as it was (the header's newline
     starts a piece when the text starts with a non-space: `starts_piece`)."""
     header = f"{item_header(item)}\n"
+    text, tokens = _counted_body(item, per_item_max_tokens)
+    rendered = header + text
+    if starts_piece(rendered, len(header)):
+        return rendered, count_tokens(header) + tokens
+    return rendered, count_tokens(rendered)
+
+
+def _counted_body(item: RecalledItem, per_item_max_tokens: int) -> tuple[str, int]:
+    """The item's text as quoted (neutralised, cut to the per-item limit) and its tokens."""
     text = neutralise_quoted(item.text)
     tokens = (
         item.text_tokens
@@ -118,10 +137,41 @@ def counted_item(item: RecalledItem, per_item_max_tokens: int) -> tuple[str, int
     if tokens > per_item_max_tokens:
         text = cut_text(text, per_item_max_tokens)
         tokens = count_tokens(text)
-    rendered = header + text
-    if starts_piece(rendered, len(header)):
-        return rendered, count_tokens(header) + tokens
-    return rendered, count_tokens(rendered)
+    return text, tokens
+
+
+def quoted_body(item: RecalledItem, per_item_max_tokens: int) -> tuple[str, int]:
+    """The item's text as `render_item` quotes it, and its tokens."""
+    return _counted_body(item, per_item_max_tokens)
+
+
+def counted_stretch(
+    items: Sequence[RecalledItem], bodies: Sequence[tuple[str, int]]
+) -> tuple[str, int]:
+    """Items adjacent in turns (in turn order) rendered as one: `stretch_header`, then each
+    item's quoted text (`bodies`: `quoted_body` of each), one line after the other; and its
+    token count. Every body starts a token piece after the newline before it (`starts_piece`),
+    so the count is the header's plus each body's (with its newline but the last): only each
+    body's last line is counted again."""
+    header = stretch_header(items) + "\n"
+    rendered = header + "\n".join(text for text, _ in bodies)
+    if not all(text[:1] and not text[0].isspace() for text, _ in bodies):
+        return rendered, count_tokens(rendered)
+    tokens = count_tokens(header) + bodies[-1][1]
+    tokens += sum(tokens_with(text, count, "\n") for text, count in bodies[:-1])
+    return rendered, tokens
+
+
+def tokens_with(rendered: str, tokens: int, suffix: str) -> int:
+    """`count_tokens(rendered + suffix)`, given `tokens` = `count_tokens(rendered)`: only the
+    last line that starts a token piece (`starts_piece`) is counted again with the suffix."""
+    end = len(rendered)
+    while (at := rendered.rfind("\n", 0, end) + 1) > 0:
+        if starts_piece(rendered, at):
+            last = rendered[at:]
+            return tokens - count_tokens(last) + count_tokens(last + suffix)
+        end = at - 1
+    return count_tokens(rendered + suffix)
 
 
 @dataclass(frozen=True, slots=True)

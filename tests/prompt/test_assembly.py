@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -55,6 +56,12 @@ def build(**overrides: Any) -> AssemblyInput:
         "per_item_max_tokens": 200,
     }
     return AssemblyInput(**(values | overrides))
+
+
+def recall_block_of(prompt: Any) -> str:
+    """The recalled-history block as the prompt holds it."""
+    text = prompt.system if prompt.system is not None else prompt.messages[-2]["content"]
+    return text[text.index("<recalled_history>") :]
 
 
 def counted(prompt: Any, tools: Any = None) -> int:
@@ -182,16 +189,30 @@ def test_recall_skips_oversized_item_and_tries_next() -> None:
 
 
 @pytest.mark.parametrize("fmt", ["openai", "anthropic"])
-def test_recall_block_cost_counted_by_pieces_matches_the_whole(fmt: str) -> None:
+@pytest.mark.parametrize(
+    ("offered", "spacing", "headers"),
+    [
+        ([0, 1, 2, 3, 4], 1, 1),  # each item continues the stretch before it: one header
+        ([0, 2, 4, 1, 3], 1, 1),  # 1 and 3 each join the two stretches around them
+        ([0, 1, 2, 3, 4], 3, 5),  # no two adjacent: a header each
+    ],
+)
+def test_recall_block_cost_counted_by_pieces_matches_the_whole(
+    fmt: str, offered: list[int], spacing: int, headers: int
+) -> None:
     # Items ending in punctuation, spaces, newlines, Chinese or digits: the pieces' counts add up
     # to the count of the rendered block, and each item's marginal cost sums to the block's.
     endings = ["ends with a dot.", "trailing spaces   ", "newlines\n\n", "中文结尾。", "no. 4411"]
-    recalled = [item(f"ch_{i}", f"item {i} {end}", 10 + i, 10 + i) for i, end in enumerate(endings)]
+    recalled = [
+        item(f"ch_{i}", f"item {i} {endings[i]}", 10 + spacing * i, 10 + spacing * i)
+        for i in offered
+    ]
     prompt = assemble_prompt(
         build(recalled=recalled, top_k=5, format=fmt, notes_block="- budget 120 EUR")
     )
-    assert [i.chunk_id for i in prompt.recalled] == [f"ch_{i}" for i in range(5)]
-    block = render_recalled_block(prompt.recalled, 200)
+    assert sorted(i.chunk_id for i in prompt.recalled) == [f"ch_{i}" for i in range(5)]
+    block = recall_block_of(prompt)
+    assert block.count("\n[2024-05-01T09:30Z | turn ") == headers
     if fmt == "openai":
         assert prompt.usage["recall"] == message_tokens("system", block)
     else:
@@ -373,3 +394,43 @@ def test_below_a_thousand_tokens_recall_keeps_the_rank_order() -> None:
     reasons = {e.id: e.reason for e in prompt.manifest if e.layer == "c3"}
     assert reasons == {"a": None, "b": None, "c": "over_budget"}
     assert prompt.usage["recall"] <= fits_two
+
+
+def test_recalled_items_adjacent_in_turns_share_one_header() -> None:
+    fence = item("a", "user: We painted the fence green on Saturday.", 10, 14)
+    gate = item("c", "assistant: 栅栏的门是蓝色的。", 15, 19)
+    train = item("b", "user: The train to Lyon leaves at nine.", 40, 44)
+    prompt = assemble_prompt(build(recalled=[gate, train, fence], recall_budget_tokens=999))
+    assert prompt.recalled == [gate, train, fence]  # as chosen, one entry each
+    block = recall_block_of(prompt)
+    assert (
+        "[2024-05-01T09:30Z | turn 10-19 | a c]\n"
+        "user: We painted the fence green on Saturday.\n"
+        "assistant: 栅栏的门是蓝色的。\n\n"
+        "[2024-05-01T09:30Z | turn 40-44 | b]\n"
+        "user: The train to Lyon leaves at nine.\n"
+    ) in block
+    assert prompt.usage["recall"] == message_tokens("system", block)
+    # The header the stretch saves is room: both fit a budget the two apart would exceed.
+    apart = message_tokens("system", render_recalled_block([fence, gate], 200))
+    joined = assemble_prompt(build(recalled=[fence, gate], recall_budget_tokens=apart - 1))
+    assert joined.recalled == [fence, gate]
+    assert joined.usage["recall"] < apart
+
+
+@pytest.mark.parametrize(
+    "later",
+    [
+        {"ts": T0 + timedelta(days=1)},  # another day: its own time is shown
+        {"trusted": False},  # tool output keeps its own label
+    ],
+)
+def test_adjacent_items_of_another_day_or_trust_keep_their_own_header(later: dict) -> None:
+    fence = item("a", "user: We painted the fence green on Saturday.", 10, 14)
+    gate = replace(item("c", "assistant: 门是蓝色的。", 15, 19), **later)
+    prompt = assemble_prompt(build(recalled=[fence, gate], recall_budget_tokens=999))
+    assert prompt.recalled == [fence, gate]
+    block = recall_block_of(prompt)
+    assert block.count(" | turn ") == 2
+    assert "| turn 10-14 | a]" in block and "| turn 15-19 | c]" in block
+    assert prompt.usage["recall"] == message_tokens("system", block)
