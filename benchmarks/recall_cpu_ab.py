@@ -151,6 +151,8 @@ async def compare(args: argparse.Namespace) -> None:
             walls: dict[str, list[float]] = {n: [] for n in sides}
             spent: dict[str, float] = dict.fromkeys(sides, 0.0)  # seconds sending measured blocks
             lexical_only: dict[str, int] = dict.fromkeys(sides, 0)  # builds without a query vector
+            # The measured builds' responses, compared too: they run on warm per-process caches.
+            measured: dict[str, list[dict[str, Any]]] = {n: [] for n in sides}
             stacks = {n: Stack(pid, dev.database_url, dev.redis_url, os.getpid()) for n, (_, pid) in
                   sides.items()}  # fmt: skip
             for r in range(args.rounds):
@@ -174,7 +176,14 @@ async def compare(args: argparse.Namespace) -> None:
                         lexical_only[name] += sum(
                             "vector_unavailable" in b["fallbacks"] for b in bodies
                         )
+                        measured[name].extend(
+                            sorted(bodies, key=lambda b: str(b["recall"]["query_raw"]))
+                        )
             load = os.getloadavg()
+    warm_differ = sum(
+        _comparable(a) != _comparable(b) for a, b in zip(measured["A"], measured["B"], strict=True)
+    )
+    print(f"{len(measured['A'])} measured builds compared: {warm_differ} differ")
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {args.rounds} rounds x "
           f"{len(queries)} builds per side, blocks of {args.block}, "
           f"{args.clients} client(s)")  # fmt: skip

@@ -29,7 +29,7 @@ class AppContext:
     sessionmaker: async_sessionmaker[AsyncSession]
     cache: Cache
     http: httpx.AsyncClient  # outbound calls: LLM notes, rerank, query rewrite
-    # Recall's per-session BM25 indexes (`app.recall.bm25.BM25Index`) of this process.
+    # Recall's per-session BM25 indexes and shown chunks' turns (`app.recall.service`) here.
     lexical_indexes: VersionedLRU[Any]
     metrics: Metrics  # this instance's Prometheus registry (shared with a worker in this process)
     rate_limiter: RateLimiter  # per-minute limits: Redis, else counted in this process

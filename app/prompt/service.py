@@ -5,6 +5,7 @@ longer fits → notes → recall (only once history was offloaded, in auto mode)
 Short sessions get exactly the baseline prompt and never touch the embedder or the indexes.
 """
 
+import asyncio
 import logging
 import time
 import uuid
@@ -209,6 +210,10 @@ async def _build_prompt(
     early = early_query_text(context, req.query)
     if early is not None and _embeds_query(session, req):
         vectors.start(early)
+        # One turn of the event loop: the embedding's task sends its cache lookup now and reads
+        # the answer at the build's next wait (the notes' read), so the encoder starts then, not
+        # after the arms of recall, the first wait long enough otherwise.
+        await asyncio.sleep(0)
 
     system = system_messages(req)
     query_text = req.query or ""

@@ -186,31 +186,80 @@ def _stemmed(
     return [(cid, by_stem(counts)) for cid, counts in stats]
 
 
-async def _chunk_index(db: AsyncSession, context: AppContext, session: Session) -> BM25Index:
+# The rendered turns kept per session for the chunks recall showed (`_SessionChunks.lines`): a
+# shown chunk's turns are read once per process, not on every build that shows it again.
+SHOWN_LINES_KEPT = 1024
+
+ChunkLines = tuple[tuple[int, str], ...]  # a chunk's live turns as (seq, rendered line), in order
+
+
+@dataclass
+class _SessionChunks:
+    """What this process keeps of a session's active chunks at one `chunks_version`: their BM25
+    index and, for the chunks recall has shown, their turns as rendered lines (at most
+    `SHOWN_LINES_KEPT`, least recently shown dropped first).
+
+    An active chunk's live turns never change: forgetting any of them tombstones the chunk and
+    re-chunks the rest under new ids (`app.erasure.service`), and an offload writes a chunk and
+    marks its turns in one transaction. So kept lines are those a read would return for every
+    chunk the build's own read found active, in any process; and a forgotten chunk's lines are
+    dropped at the session's next build in this process (a new `chunks_version`, whose index no
+    longer holds the chunk)."""
+
+    index: BM25Index
+    lines: dict[str, ChunkLines] = field(default_factory=dict)
+
+    def carried_to(self, index: BM25Index) -> "_SessionChunks":
+        """This state's lines for the chunks `index` (of a later version) still holds."""
+        active = set(index.ids)
+        return _SessionChunks(index, {c: t for c, t in self.lines.items() if c in active})
+
+    def keep(self, chunk_id: str, lines: ChunkLines) -> None:
+        self.lines[chunk_id] = lines
+        while len(self.lines) > SHOWN_LINES_KEPT:
+            del self.lines[next(iter(self.lines))]
+
+    def shown(self, chunk_id: str) -> ChunkLines | None:
+        lines = self.lines.pop(chunk_id, None)
+        if lines is not None:
+            self.lines[chunk_id] = lines  # most recently shown last
+        return lines
+
+
+async def _session_chunks(
+    db: AsyncSession, context: AppContext, session: Session
+) -> _SessionChunks:
     """The session's BM25 index over its active chunks, their terms merged under their stems
-    (`app.recall.stem`), kept per process per chunk state. After the chunks changed, the process's
-    index of an earlier state is extended by the chunks added since, when none of its chunks went
-    away (an offload only adds); otherwise it is built anew. Built off the event loop and outside
-    the transaction: a session's history can be large."""
+    (`app.recall.stem`), and its shown chunks' lines, kept per process per chunk state. After the
+    chunks changed, the process's index of an earlier state is extended by the chunks added
+    since, when none of its chunks went away (an offload only adds); otherwise it is built anew.
+    Built off the event loop and outside the transaction: a session's history can be large."""
     key = (str(session.id), session.chunks_version)
     cached = context.lexical_indexes.get(key)
-    if isinstance(cached, BM25Index):
+    if isinstance(cached, _SessionChunks):
         return cached
-    earlier = context.lexical_indexes.latest(key[0])
-    index: BM25Index | None = None
-    if earlier is not None and isinstance(earlier[1], BM25Index) and earlier[0] < key[1]:
+    latest = context.lexical_indexes.latest(key[0])
+    earlier = latest[1] if latest is not None and latest[0] < key[1] else None
+    state: _SessionChunks | None = None
+    if isinstance(earlier, _SessionChunks):
         active = {str(cid) for cid in await repository.active_chunk_ids(db, session.id)}
-        known = set(earlier[1].ids)
+        known = set(earlier.index.ids)
         if known <= active:
             added = await repository.term_stats(db, session.id, sorted(active - known))
             await release(db)
-            index = await asyncio.to_thread(earlier[1].extended, _stemmed(added))
-    if index is None:
+            index = await asyncio.to_thread(earlier.index.extended, _stemmed(added))
+            state = _SessionChunks(index, earlier.lines)
+    if state is None:
         stats = await repository.term_stats(db, session.id)
         await release(db)
         index = await asyncio.to_thread(lambda: BM25Index.from_term_counts(_stemmed(stats)))
-    context.lexical_indexes.put(key, index)
-    return index
+        state = (
+            earlier.carried_to(index)
+            if isinstance(earlier, _SessionChunks)
+            else _SessionChunks(index)
+        )
+    context.lexical_indexes.put(key, state)
+    return state
 
 
 def _vector_index(context: AppContext, session: Session) -> repository.VectorIndexScan | None:
@@ -239,40 +288,50 @@ async def _nearest_and_shown(
     session: Session,
     qvec: Sequence[float] | None,
     limit: int,
-    ids: Sequence[str],
+    others: "asyncio.Future[repository.RecallRows]",
     fallbacks: list[str],
 ) -> repository.RecallRows:
-    """The vector arm (with a query vector) and the shown rows of its chunks and of the other
-    arms' `ids`, read on the reader pool: one statement when the session is searched by an exact
-    scan. A session with its own HNSW index is searched in a transaction (the index scan's
-    settings are local to one). A failing vector arm leaves lexical recall
-    (`vector_unavailable`)."""
+    """The vector arm (with a query vector) and the shown rows of its chunks, with `others` (the
+    shown rows of the other arms' candidates, being read meanwhile), read on the reader pool: one
+    statement when the session is searched by an exact scan. A session with its own HNSW index
+    is searched in a transaction (the index scan's settings are local to one). A failing vector
+    arm leaves lexical recall (`vector_unavailable`)."""
     embedder = context.embedder
     found: dict[str, float] = {}
-    if qvec is not None and embedder is not None:
-        index = _vector_index(context, session)
-        try:
-            if index is None:
-                return await read_once(
-                    context.reader,
-                    lambda conn: repository.nearest_and_shown(
-                        conn, session.id, embedder.name, qvec, limit, ids
-                    ),
-                )
-            async with db.begin_nested():
-                found = await repository.nearest_chunks(
-                    db, session.id, embedder.name, qvec, limit, index
-                )
-        except (SQLAlchemyError, psycopg.Error) as exc:
-            logger.warning("vector recall unavailable, lexical only: %s", exc)
-            fallbacks.append("vector_unavailable")
-        await release(db)
-    wanted = [*found, *ids]
-    rows = await read_once(
-        context.reader,
-        lambda conn: repository.nearest_and_shown(conn, session.id, "", None, limit, wanted),
-    )
-    return repository.RecallRows(found, rows.shown)
+    near: dict[str, repository.ShownChunk] = {}
+    try:
+        if qvec is not None and embedder is not None:
+            index = _vector_index(context, session)
+            try:
+                if index is None:
+                    rows = await read_once(
+                        context.reader,
+                        lambda conn: repository.nearest_and_shown(
+                            conn, session.id, embedder.name, qvec, limit, []
+                        ),
+                    )
+                    found, near = rows.nearest, rows.shown
+                else:
+                    async with db.begin_nested():
+                        found = await repository.nearest_chunks(
+                            db, session.id, embedder.name, qvec, limit, index
+                        )
+                    await release(db)
+            except (SQLAlchemyError, psycopg.Error) as exc:
+                logger.warning("vector recall unavailable, lexical only: %s", exc)
+                fallbacks.append("vector_unavailable")
+                await release(db)
+        known = (await others).shown
+    finally:
+        others.cancel()  # read already (nothing to cancel), unless the vector arm raised
+    missing = [cid for cid in found if cid not in near and cid not in known]
+    if missing:
+        rows = await read_once(
+            context.reader,
+            lambda conn: repository.nearest_and_shown(conn, session.id, "", None, limit, missing),
+        )
+        near = {**near, **rows.shown}
+    return repository.RecallRows(found, {**known, **near})
 
 
 async def _lexical(
@@ -284,7 +343,7 @@ async def _lexical(
 ) -> dict[str, float]:
     """BM25 scores of the best `limit` chunks, best first (query terms stemmed like the index's;
     LoCoMo tune split B500 .671 -> .681, check .693 -> .701)."""
-    index = await _chunk_index(db, context, session)
+    index = (await _session_chunks(db, context, session)).index
     return dict(index.score(by_stem(query_terms), top_n=limit))
 
 
@@ -299,25 +358,36 @@ async def show_best_turns(
     answer the query (`app.recall.trim`), which the assembler uses when the whole chunk does not
     fit; pieces of a split turn and remembered items have none."""
     hits = outcome.hits[:limit]
-    wanted = [h.id for h in hits if h.source == "chunk" and h.parts == 1]
-    turns = await read_once(
-        context.reader,
-        lambda conn: sessions_repository.turns_of_chunks(conn, session.id, wanted),
-    )
-    index = await _chunk_index(db, context, session)
+    chunks = await _session_chunks(db, context, session)
+    lines: dict[str, ChunkLines] = {}
+    for hit in hits:
+        if hit.source == "chunk" and hit.parts == 1:
+            known = chunks.shown(hit.id)
+            if known is not None:
+                lines[hit.id] = known
+    wanted = [h.id for h in hits if h.source == "chunk" and h.parts == 1 and h.id not in lines]
+    if wanted:
+        read = await read_once(
+            context.reader,
+            lambda conn: sessions_repository.turns_of_chunks(conn, session.id, wanted),
+        )
+        for chunk_id, turns in read.items():
+            lines[chunk_id] = tuple((t.seq, render_turn(t)) for t in turns)
+            chunks.keep(chunk_id, lines[chunk_id])
+    index = chunks.index
     n_docs = len(index)
 
     def term_idf(term: str) -> float:
         return idf(n_docs, index.df(term))
 
+    query_weights = by_stem(outcome.query_terms)
     out: list[RecallHit] = []
     for hit in hits:
-        own = turns.get(hit.id)
+        own = lines.get(hit.id)
         if not own:
             out.append(hit)
             continue
-        lines = [(t.seq, render_turn(t)) for t in own]
-        trimmed = trim_chunk(lines, by_stem(outcome.query_terms), term_idf)
+        trimmed = trim_chunk(own, query_weights, term_idf)
         if trimmed.trimmed:
             hit = replace(hit, compact_text=trimmed.text, compact_seqs=trimmed.seqs)
         out.append(hit)
@@ -424,15 +494,23 @@ def query_views(query: str) -> list[str]:
     return [query_view(query)] + ([asker] if asker is not None else [])
 
 
+QUERY_VECTOR_TTL_SECONDS = 24 * 3600
+
+
 async def _query_vector(
-    context: AppContext, query: str, fallbacks: list[str], timeout_s: float | None = None
+    context: AppContext,
+    query: str,
+    fallbacks: list[str],
+    timeout_s: float | None = None,
+    unstored: list[tuple[str, list[float]]] | None = None,
 ) -> list[float] | None:
     """The query's embedding within `timeout_s` (default: the embedder's query budget), or
     None: lexical recall only, flagged `vector_unavailable` (with `vector_timeout` when the
     budget ran out). After repeated failures or timeouts (not counting those spent queued while
     the embedder answered other queries: `EmbedderBusy`) the circuit breaker skips the embedder
     for a while (`embedder_circuit_open` too), so a hanging embedder costs each build nothing
-    rather than its whole budget."""
+    rather than its whole budget. A new vector is stored in the cache before it is returned, or
+    added to `unstored` for the caller to store later (`QueryVectors.store`)."""
     embedder = context.embedder
     if embedder is None:
         fallbacks.append("vector_unavailable")
@@ -467,7 +545,10 @@ async def _query_vector(
             fallbacks.append("vector_timeout")
         return None
     breaker.succeeded()
-    await context.cache.set_json(key, vector, ttl=24 * 3600)
+    if unstored is None:
+        await context.cache.set_json(key, vector, ttl=QUERY_VECTOR_TTL_SECONDS)
+    else:
+        unstored.append((key, vector))
     return vector
 
 
@@ -476,12 +557,17 @@ class QueryVectors:
     needs a text's vector (or the request itself, as soon as it knows the text) starts its
     embedding, and every part awaits that one, so a text is embedded once per request and can
     encode while the event loop does other work. Each awaiting part gets the embedding's
-    fallbacks in its own list. The owner `cancel`s what is still running when it is done."""
+    fallbacks in its own list. The owner `cancel`s what is still running when it is done.
+
+    A new vector is stored in the cache by `store`, which the part that searches with it awaits
+    beside its search: the store's JSON and round trip were ~1.3 ms of a 1-client build's
+    critical path between the embedding and the vector search."""
 
     def __init__(self, context: AppContext, timeout_s: float | None = None) -> None:
         self._context = context
         self._timeout_s = timeout_s
         self._running: dict[str, asyncio.Task[tuple[list[float] | None, list[str]]]] = {}
+        self._unstored: list[tuple[str, list[float]]] = []
 
     def start(self, text: str) -> None:
         if text not in self._running:
@@ -497,9 +583,16 @@ class QueryVectors:
         for task in self._running.values():
             task.cancel()
 
+    async def store(self) -> None:
+        """Store in the cache the vectors embedded since the last call."""
+        while self._unstored:
+            key, vector = self._unstored.pop()
+            await self._context.cache.set_json(key, vector, ttl=QUERY_VECTOR_TTL_SECONDS)
+
     async def _embed(self, text: str) -> tuple[list[float] | None, list[str]]:
         flags: list[str] = []
-        return await _query_vector(self._context, text, flags, self._timeout_s), flags
+        vector = await _query_vector(self._context, text, flags, self._timeout_s, self._unstored)
+        return vector, flags
 
 
 def early_query_text(context: AppContext, query: str | None) -> str | None:
@@ -552,7 +645,9 @@ async def rank_user_memories(
     if qvec is not None:
         try:
             async with db.begin_nested():
-                vector = await _memory_vector(db, context, memories, qvec, limit)
+                vector, _ = await asyncio.gather(
+                    _memory_vector(db, context, memories, qvec, limit), vectors.store()
+                )
         except (EmbedderUnavailable, SQLAlchemyError) as exc:
             logger.warning("vector ranking of user memories unavailable: %s", exc)
             fallbacks.append("vector_unavailable")
@@ -676,11 +771,24 @@ async def recall(
     vectors = query_vectors or QueryVectors(context, query_timeout_s)
     embedded = llm_query or embedding_query(query, rewritten)
     vectors.start(embedded)
+    others: asyncio.Future[repository.RecallRows] | None = None
     try:
         exact = await _exact(context, session, [*rewritten.ids, *rewritten.quoted], candidates)
         clock.lap("exact")
         lexical = await _lexical(db, context, session, query_terms, candidates)
         clock.lap("lexical")
+        # The exact and lexical candidates' rows are read while the query embeds: after it, the
+        # vector arm's statement reads only its own chunks' rows (the 30 lexical candidates' rows
+        # were half of that statement's 2.5 ms).
+        wanted = [*exact, *lexical]
+        others = asyncio.ensure_future(
+            read_once(
+                context.reader,
+                lambda conn: repository.nearest_and_shown(
+                    conn, session.id, "", None, candidates, wanted
+                ),
+            )
+        )
         memories: dict[str, Memory] = {}
         memory_lexical: dict[str, float] = {}
         if include_memories:
@@ -692,13 +800,18 @@ async def recall(
             clock.lap("memories")
         await release(db)  # the embedding may be a network wait
         qvec = await vectors.vector(embedded, fallbacks)
+    except BaseException:
+        if others is not None:
+            others.cancel()
+        raise
     finally:
         if query_vectors is None:  # only when an arm above failed: the embedding is not wanted
             vectors.cancel()
     clock.lap("embed")
 
-    rows = await _nearest_and_shown(
-        db, context, session, qvec, candidates, [*exact, *lexical], fallbacks
+    rows, _ = await asyncio.gather(
+        _nearest_and_shown(db, context, session, qvec, candidates, others, fallbacks),
+        vectors.store(),
     )
     vector = rows.nearest
     memory_vector: dict[str, float] = {}

@@ -363,3 +363,39 @@ async def test_recall_and_the_users_items_share_one_query_embedding(
                 flags.append(resp.json()["fallbacks"])
     assert all("vector_timeout" in f for f in flags)
     assert not any("embedder_circuit_open" in f for f in flags)  # two failures: two builds
+
+
+async def test_a_query_embedded_by_one_build_is_read_from_the_cache_by_the_next(
+    settings: Settings, admin_key: str
+) -> None:
+    """The query's vector is stored beside the search that uses it (recall's vector search, or
+    the user's items' when recall does not run), before the build answers: the next build of
+    the same query embeds nothing (English and Chinese)."""
+    with (
+        faulty_server("hang") as embedder,
+        run_server(embedder_settings(settings, embedder.url, budget=30)) as server,
+    ):
+        embedder.release.set()  # it answers at once
+        async with admin_client(server, admin_key) as http:
+            await offloaded_session(http, "stored-vector")
+            user = {"user_id": "u-stored"}
+            assert (await http.put("/v1/sessions/stored-vector-user", json=user)).status_code == 200
+            remembered = await http.post(
+                "/v1/sessions/stored-vector-user/memory",
+                json={"type": "remember", "text": "我住在上海，坐火车去里昂。", "scope": "user"},
+            )
+            assert remembered.status_code == 200, remembered.text
+            for sid, query in [
+                ("stored-vector", "train to Lyon tomorrow?"),
+                ("stored-vector", "去里昂的火车几点出发？"),
+                ("stored-vector-user", "which train to Lyon did I take?"),
+                ("stored-vector-user", "我坐哪班火车去里昂？"),
+            ]:
+                before = embedder.requests
+                for _ in range(2):
+                    resp = await build(http, sid, query=query)
+                    assert resp.status_code == 200, resp.text
+                    assert "vector_unavailable" not in resp.json()["fallbacks"]
+                assert embedder.requests - before == 1, (sid, query)
+                skipped = resp.json()["recall"]["skipped_reason"]
+                assert skipped == (None if sid == "stored-vector" else "no_history")
