@@ -30,7 +30,7 @@ from app.domain.records import RecalledItem
 from app.memory.policy import normalise
 from app.notes.policy import render_notes_block
 from app.notes.schemas import Notes
-from app.notes.service import current_notes
+from app.notes.service import NotesSnapshot, current_notes
 from app.offload.service import inline_offload
 from app.prompt import repository
 from app.prompt.assembly import (
@@ -260,9 +260,7 @@ async def _build_prompt(
     timings["prepare"] = _ms(started)
     stage = time.perf_counter()
 
-    notes = await current_notes(db, context.cache, session)
-    notes_block = render_notes_block(notes.notes)
-    notes_tokens = message_tokens("system", notes_block) if notes_block else 0
+    notes, notes_block, notes_tokens = await _current_notes(db, context, session)
     if session.offloaded_until_seq > notes.covers_until_seq:
         fallbacks.append("notes_stale")
 
@@ -473,11 +471,52 @@ async def _build_prompt(
 async def read_snapshot(
     context: AppContext, caller: Caller, session_id: str
 ) -> sessions_repository.SessionWindow | None:
-    """The session and its window in one statement on the reader pool: one round trip."""
-    return await read_once(
+    """The session and its window in one statement on the reader pool: one round trip. The
+    window this process read last for the session is kept (`AppContext.windows`) and not read
+    again while the session's row and version are the same (its JSON was ~0.8 ms of PostgreSQL
+    and ~1.5 ms of this process a build for a 263-turn window). A forgotten turn's text leaves
+    the process at the session's next build here, as the shown chunks' lines do."""
+    owner = f"{caller.tenant_id}:{session_id}"
+    latest = context.windows.latest(owner)
+    kept: sessions_repository.SessionWindow | None = None if latest is None else latest[1]
+    found = await read_once(
         context.reader,
-        lambda conn: sessions_repository.session_with_window(conn, caller.tenant_id, session_id),
+        lambda conn: sessions_repository.session_with_window(
+            conn, caller.tenant_id, session_id, kept
+        ),
     )
+    if found is not None:
+        context.windows.put((owner, found.session.version), found)
+    return found
+
+
+@dataclass(frozen=True)
+class _KeptNotes:
+    """A session's notes at one version as a build uses them: the snapshot, its block and the
+    block's tokens (a version's notes never change)."""
+
+    notes: NotesSnapshot
+    block: str
+    tokens: int
+
+
+async def _current_notes(
+    db: AsyncSession, context: AppContext, session: Session
+) -> tuple[NotesSnapshot, str, int]:
+    """The notes the session row names (`current_notes`), rendered and counted, kept per
+    process by the session's notes version (`AppContext.notes`): a build of a session whose
+    notes did not change reads, parses, renders and counts nothing. Only the version the row
+    names is kept (version 0, no notes yet, is read from nothing); a forget writes a new
+    version, and the old one leaves the process at the session's next build here."""
+    key = (str(session.id), session.notes_version)
+    kept = context.notes.get(key) if session.notes_version else None
+    if kept is None:
+        notes = await current_notes(db, context.cache, session)
+        block = render_notes_block(notes.notes)
+        kept = _KeptNotes(notes, block, message_tokens("system", block) if block else 0)
+        if notes.version == session.notes_version and notes.version:
+            context.notes.put(key, kept)
+    return kept.notes, kept.block, kept.tokens
 
 
 async def _attached(db: AsyncSession, caller: Caller, session_id: str) -> Session:
