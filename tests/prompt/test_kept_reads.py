@@ -150,3 +150,28 @@ async def test_builds_show_the_notes_version_the_session_names(
     assert forgot.status_code == 200, forgot.text
     after = await window_of(admin, sid)
     assert not any(constraint in m for m in after), after
+
+
+async def build(admin: httpx.AsyncClient, sid: str, **body: Any) -> dict[str, Any]:
+    resp = await admin.post(f"/v1/sessions/{sid}/build-prompt", json={"query": "where?", **body})
+    assert resp.status_code == 200, resp.text
+    return {k: v for k, v in resp.json().items() if k not in ("build_id", "timings_ms")}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+async def test_a_kept_windows_turn_items_serve_only_builds_that_include_every_turn(
+    admin: httpx.AsyncClient, lang: str
+) -> None:
+    sid = f"kept-window-items-{lang}"
+    await append(admin, sid, TURNS[lang] * 4)
+    first = await build(admin, sid)
+    turns = [m for m in first["manifest"] if m["layer"] == "c1"]
+    assert [(m["id"], m["included"], m["reason"]) for m in turns] == [
+        (f"turn:{seq}", True, None) for seq in range(1, 13)
+    ]
+    assert await build(admin, sid) == first  # the kept window's turn items
+    # A budget that leaves the oldest turns out: their items say so.
+    short = await build(admin, sid, context_limit=first["usage"]["total"] - 20, reserve_tokens=0)
+    reasons = [m["reason"] for m in short["manifest"] if m["layer"] == "c1"]
+    assert reasons[0] == "window_truncated" and reasons[-1] is None
+    assert await build(admin, sid) == first
