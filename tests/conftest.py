@@ -134,6 +134,15 @@ async def client(server: RunningServer, api_key: str) -> AsyncIterator[httpx.Asy
         yield http
 
 
+@pytest.fixture
+async def admin(server: RunningServer, admin_key: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of `server` with `admin_key` (every scope)."""
+    async with httpx.AsyncClient(
+        base_url=server.url, headers={"Authorization": f"Bearer {admin_key}"}, timeout=30
+    ) as http:
+        yield http
+
+
 @pytest.fixture(scope="module")
 async def cache(settings: Settings) -> AsyncIterator[Cache]:
     real = Cache(settings.redis_url, settings.cache)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlparse
 
+import httpx
 from fastapi import FastAPI
 from starlette.background import BackgroundTask
 from starlette.responses import Response
@@ -19,6 +20,7 @@ from app.core.server import OneSendTransport
 from app.main import create_app
 from tests.support.loopback import closed_port_url
 from tests.support.server import RunningServer, run_server, serve_app
+from tests.support.waiting import wait_for
 
 DEADLINE = 20.0  # seconds a test waits for the server to act; the server's timeouts are 0.5 s
 FAST_TIMEOUTS = {"header_timeout_seconds": 0.5, "body_timeout_seconds": 0.5}
@@ -103,6 +105,45 @@ def test_a_dripping_body_gets_a_408_and_the_connection_closes(
         assert json.loads(body)["error"]["code"] == "request_timeout"
         assert headers["connection"] == "close"
         assert closed_by_server(sock)
+
+
+async def test_a_client_that_leaves_inside_its_body_is_counted_499_not_an_error(
+    settings: Settings, api_key: str
+) -> None:
+    route = 'route="/v1/sessions/{session_id}/build-prompt"'
+
+    def build_statuses(metrics: str) -> set[str]:
+        return {
+            line.split('status="')[1].split('"')[0]
+            for line in metrics.splitlines()
+            if line.startswith("contextd_http_request_duration_seconds_count{") and route in line
+        }
+
+    with run_server(settings) as server:
+        with connect(server) as sock:
+            head = request(
+                "POST",
+                "/v1/sessions/leaver/build-prompt",
+                Authorization=f"Bearer {api_key}",
+                Content_Type="application/json",
+            )
+            sock.sendall(head.replace(b"Content-Length: 0", b"Content-Length: 100") + b'{"qu')
+        async with httpx.AsyncClient(base_url=server.url, timeout=DEADLINE) as http:
+
+            async def statuses() -> set[str]:
+                return build_statuses((await http.get("/metrics")).text)
+
+            seen = await wait_for(
+                statuses, lambda s: bool(s), timeout=DEADLINE, what="the request counted"
+            )
+            assert seen == {"499"}
+            answer = await http.post(
+                "/v1/sessions/leaver/build-prompt",
+                json={"query": "还在吗? still there?"},
+                headers={"Authorization": f"Bearer {api_key}"},
+            )
+            assert answer.status_code == 200
+            assert await statuses() == {"200", "499"}
 
 
 def test_a_complete_response_leaves_before_the_code_after_its_send_runs(

@@ -36,6 +36,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from sqlalchemy import text
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.core.config import MULTIPROCESS_DIR_ENV
@@ -299,6 +300,11 @@ def accept_request_id(value: str | None) -> str:
     return uuid.uuid4().hex
 
 
+# The status logged and counted for a request whose client closed the connection before sending
+# all of its body (no response is sent).
+CLIENT_CLOSED_REQUEST = 499
+
+
 class RequestContextMiddleware:
     """Pure ASGI: request id in (X-Request-ID) and out, bound to `request_id_var` for the logs;
     latency histogram by route template; one access log line per request; a JSON 500 for an
@@ -336,6 +342,10 @@ class RequestContextMiddleware:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except ClientDisconnect:
+            # The client left before its body arrived: nobody to answer, nothing went wrong
+            # here. Counted and logged as 499 (nginx's "client closed request").
+            status = CLIENT_CLOSED_REQUEST
         except Exception as exc:
             errors_logger.exception("unhandled error", exc_info=exc)
             if responded:

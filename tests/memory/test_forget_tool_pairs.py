@@ -1,13 +1,10 @@
 """Forgetting a turn range never splits a tool call from its results (spec §2): the range is
 widened to whole tool-call groups, in the window and in offloaded chunks alike."""
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-
-from tests.support.server import RunningServer
 
 SMALL = {
     "context_limit": 4000,
@@ -15,14 +12,6 @@ SMALL = {
     "min_recent_turns": 4,
     "min_recent_tokens": 300,
 }
-
-
-@pytest.fixture
-async def admin(server: RunningServer, admin_key: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        base_url=server.url, headers={"Authorization": f"Bearer {admin_key}"}, timeout=30
-    ) as client:
-        yield client
 
 
 def call(call_id: str, city: str) -> dict[str, Any]:

@@ -1,13 +1,9 @@
 """The per-process BM25 index follows the session's active chunks, also when a forget re-chunks
 them without changing their count (the index is keyed by `sessions.chunks_version`)."""
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import pytest
-
-from tests.support.server import RunningServer
 
 SMALL = {
     "context_limit": 4000,
@@ -16,14 +12,6 @@ SMALL = {
     "min_recent_tokens": 300,
 }
 KEPT_WORD = "quokkaferry"
-
-
-@pytest.fixture
-async def admin(server: RunningServer, admin_key: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        base_url=server.url, headers={"Authorization": f"Bearer {admin_key}"}, timeout=30
-    ) as client:
-        yield client
 
 
 def short_turn(i: int) -> dict[str, str]:

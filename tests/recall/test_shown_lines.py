@@ -2,13 +2,10 @@
 that shows a chunk again builds what a first read builds, and a forgotten turn never comes back
 through them, in English and Chinese."""
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-
-from tests.support.server import RunningServer
 
 SMALL = {
     "context_limit": 4000,
@@ -16,14 +13,6 @@ SMALL = {
     "min_recent_turns": 4,
     "min_recent_tokens": 300,
 }
-
-
-@pytest.fixture
-async def admin(server: RunningServer, admin_key: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        base_url=server.url, headers={"Authorization": f"Bearer {admin_key}"}, timeout=30
-    ) as client:
-        yield client
 
 
 def filler(i: int, lang: str) -> dict[str, str]:
