@@ -191,7 +191,7 @@ class RecallSettings(BaseModel):
         512, gt=0, description="maintenance_work_mem of one session's vector index build"
     )
     lexical_index_cache_sessions: int = Field(
-        256, ge=0, description="per-process BM25 indexes kept (one per session)"
+        256, ge=0, description="per-process BM25 indexes, windows and notes kept (one per session)"
     )
     user_memory_budget_tokens: int = Field(
         150,

@@ -31,6 +31,10 @@ class AppContext:
     http: httpx.AsyncClient  # outbound calls: LLM notes, rerank, query rewrite
     # Recall's per-session BM25 indexes and shown chunks' turns (`app.recall.service`) here.
     lexical_indexes: VersionedLRU[Any]
+    # What build-prompt read of a session, kept by version (`app.prompt.service`): its window
+    # by the session row's version, its notes by the notes version.
+    windows: VersionedLRU[Any]
+    notes: VersionedLRU[Any]
     metrics: Metrics  # this instance's Prometheus registry (shared with a worker in this process)
     rate_limiter: RateLimiter  # per-minute limits: Redis, else counted in this process
     query_embedder: CircuitBreaker  # skips the embedder in recall while it keeps failing
@@ -48,6 +52,8 @@ class AppContext:
             cache=cache,
             http=httpx.AsyncClient(timeout=10.0),
             lexical_indexes=VersionedLRU(settings.recall.lexical_index_cache_sessions),
+            windows=VersionedLRU(settings.recall.lexical_index_cache_sessions),
+            notes=VersionedLRU(settings.recall.lexical_index_cache_sessions),
             metrics=metrics or Metrics(),
             rate_limiter=RateLimiter(cache),
             query_embedder=CircuitBreaker(

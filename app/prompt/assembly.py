@@ -109,7 +109,7 @@ class AssemblyInput:
             raise ValueError("per_item_max_tokens must be at least 1")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs ~4x (one per turn)
 class ManifestEntry:
     id: str
     layer: Layer
@@ -160,9 +160,11 @@ def _system_cost(parts: Sequence[str]) -> int:
 
 
 def _group_cost(group: list[TurnRecord], anthropic: bool) -> int:
+    if not anthropic:
+        return group[0].token_count if len(group) == 1 else sum(t.token_count for t in group)
     plain = len(group) == 1 and group[0].role in ("user", "assistant") and not group[0].name
-    if not anthropic or (plain and not group[0].tool_calls):
-        return sum(t.token_count for t in group)
+    if plain and not group[0].tool_calls:
+        return group[0].token_count
     return sum(_message_cost(m) for m in anthropic_counting_view(None, anthropic_messages(group)))
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from app.core.tokens import count_tokens, cut_to_tokens
+from app.core.tokens import count_tokens, cut_to_tokens, short_tokens
 from app.domain.records import RecalledItem, TurnRecord
 
 RECALL_OPEN = "<recalled_history>"
@@ -122,7 +122,8 @@ def counted_item(item: RecalledItem, per_item_max_tokens: int) -> tuple[str, int
     text, tokens = _counted_body(item, per_item_max_tokens)
     rendered = header + text
     if starts_piece(rendered, len(header)):
-        return rendered, count_tokens(header) + tokens
+        # A chunk's header recurs whenever recall shows the chunk again: its count is kept.
+        return rendered, short_tokens(header) + tokens
     return rendered, count_tokens(rendered)
 
 
@@ -231,6 +232,8 @@ def tool_groups(turns: Sequence[TurnRecord]) -> list[list[TurnRecord]]:
 
     A cut before turn i is allowed only if no turn at or after i answers a call made before i.
     """
+    if not any(turn.role == "tool" for turn in turns):
+        return [[turn] for turn in turns]  # nothing answers a call: every cut is allowed
     call_at: dict[str, int] = {}
     needs: list[int] = []
     for i, turn in enumerate(turns):

@@ -179,10 +179,11 @@ _SESSION_COLUMNS = tuple(c.name for c in Session.__table__.columns)
 _SESSION_WITH_WINDOW = (
     "SELECT "
     + ", ".join(f"s.{name}" for name in _SESSION_COLUMNS)
-    + ", (SELECT coalesce(json_agg(json_build_array(t.seq, t.role, t.content, t.token_count, "
+    + ", CASE WHEN s.id = %(kept_id)s AND s.version = %(kept_version)s THEN NULL ELSE "
+    "(SELECT coalesce(json_agg(json_build_array(t.seq, t.role, t.content, t.token_count, "
     "t.created_at, t.name, t.tool_calls, t.tool_call_id, t.metadata) ORDER BY t.seq), '[]') "
     "FROM turns t WHERE t.session_id = s.id AND t.chunk_id IS NULL AND t.forgotten_at IS NULL) "
-    "FROM sessions s WHERE s.tenant_id = %(tenant)s AND s.external_id = %(external)s"
+    "END FROM sessions s WHERE s.tenant_id = %(tenant)s AND s.external_id = %(external)s"
 )  # run by the driver itself (`read_once`): psycopg's placeholders
 _SESSION_ATTRIBUTES = tuple(
     Session.__mapper__.get_property_by_column(c).key for c in Session.__table__.columns
@@ -198,10 +199,23 @@ class SessionWindow:
 
 
 async def session_with_window(
-    conn: psycopg.AsyncConnection[Any], tenant_id: uuid.UUID, external_id: str
+    conn: psycopg.AsyncConnection[Any],
+    tenant_id: uuid.UUID,
+    external_id: str,
+    kept: SessionWindow | None = None,
 ) -> SessionWindow | None:
-    """The session and `window_turns` in one statement (one round trip, one snapshot)."""
-    params = {"tenant": tenant_id, "external": external_id}
+    """The session and `window_turns` in one statement (one round trip, one snapshot).
+
+    `kept`: this session as read before. Its window is not read again while the session row is
+    the same row at the same version: every change of the window (append, offload, forget)
+    bumps the version in its own transaction (`update_session`), and a session deleted and
+    created again under the same external id is another row."""
+    params = {
+        "tenant": tenant_id,
+        "external": external_id,
+        "kept_id": None if kept is None else kept.session.id,
+        "kept_version": None if kept is None else kept.session.version,
+    }
     row = await (await conn.execute(_SESSION_WITH_WINDOW, params)).fetchone()
     if row is None:
         return None
@@ -209,6 +223,9 @@ async def session_with_window(
     # as a change to flush, ~15x the time; this row is never written through).
     session = Session.__mapper__.class_manager.new_instance()
     session.__dict__.update(zip(_SESSION_ATTRIBUTES, row[:-1], strict=True))
+    if row[-1] is None:
+        assert kept is not None  # the window is left out only for the kept row and version
+        return SessionWindow(session, list(kept.window))
     window = [
         TurnRecord(seq, role, content, tokens, datetime.fromisoformat(at), name, calls, call, meta)
         for seq, role, content, tokens, at, name, calls, call, meta in row[-1]
