@@ -222,6 +222,16 @@ def embedder_settings(settings: Settings, url: str, budget: float) -> Settings:
     )
 
 
+async def remember_for_user(http: httpx.AsyncClient, sid: str, user_id: str) -> None:
+    """`sid` belongs to `user_id`, who has one user-scope item (Chinese, about a train to Lyon)."""
+    assert (await http.put(f"/v1/sessions/{sid}", json={"user_id": user_id})).status_code == 200
+    remembered = await http.post(
+        f"/v1/sessions/{sid}/memory",
+        json={"type": "remember", "text": "我住在上海，坐火车去里昂。", "scope": "user"},
+    )
+    assert remembered.status_code == 200, remembered.text
+
+
 def admin_client(server: RunningServer, admin_key: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         base_url=server.url, headers={"Authorization": f"Bearer {admin_key}"}, timeout=120
@@ -344,13 +354,7 @@ async def test_recall_and_the_users_items_share_one_query_embedding(
     ):
         async with admin_client(server, admin_key) as http:
             await offloaded_session(http, "shared-vector")
-            user = {"user_id": "u-shared"}
-            assert (await http.put("/v1/sessions/shared-vector", json=user)).status_code == 200
-            remembered = await http.post(
-                "/v1/sessions/shared-vector/memory",
-                json={"type": "remember", "text": "我住在上海，坐火车去里昂。", "scope": "user"},
-            )
-            assert remembered.status_code == 200, remembered.text
+            await remember_for_user(http, "shared-vector", "u-shared")
             flags = []
             for query in ["train to Lyon tomorrow?", "去里昂的火车几点出发？"]:
                 before = embedder.requests
@@ -378,13 +382,7 @@ async def test_a_query_embedded_by_one_build_is_read_from_the_cache_by_the_next(
         embedder.release.set()  # it answers at once
         async with admin_client(server, admin_key) as http:
             await offloaded_session(http, "stored-vector")
-            user = {"user_id": "u-stored"}
-            assert (await http.put("/v1/sessions/stored-vector-user", json=user)).status_code == 200
-            remembered = await http.post(
-                "/v1/sessions/stored-vector-user/memory",
-                json={"type": "remember", "text": "我住在上海，坐火车去里昂。", "scope": "user"},
-            )
-            assert remembered.status_code == 200, remembered.text
+            await remember_for_user(http, "stored-vector-user", "u-stored")
             for sid, query in [
                 ("stored-vector", "train to Lyon tomorrow?"),
                 ("stored-vector", "去里昂的火车几点出发？"),
