@@ -55,6 +55,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
+import psycopg
 import redis
 
 from app.embedded import EmbeddedStack
@@ -360,6 +361,23 @@ async def load_contextd(base: str, big_turns: int) -> int:
         return int(info["counts"]["chunks"])
 
 
+def wait_worker_idle(database_url: str, timeout: float = 1800) -> float:
+    """Wait until no job waits or runs (the notes regenerations that follow the recall
+    session's offloads can outlast its embedding): the builds are measured with the worker
+    idle. Returns the seconds waited."""
+    started = time.monotonic()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        while True:
+            row = conn.execute(
+                "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
+            ).fetchone()
+            if row is not None and row[0] == 0:
+                return time.monotonic() - started
+            if time.monotonic() - started > timeout:
+                raise SystemExit(f"the worker still had {row} jobs after {timeout:.0f}s")
+            time.sleep(0.5)
+
+
 def forget_query_embeddings(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     keys = list(client.scan_iter(match="*:qemb:*", count=1000))
@@ -563,7 +581,8 @@ def main() -> None:
         chunks = asyncio.run(load_contextd(base, args.big_turns if "recall" in scenarios else 0))
         print(
             f"contextd: {SMALL_SESSIONS} sessions x {SMALL_TURNS} turns, {args.big_turns} turns "
-            f"offloaded into {chunks} chunks and embedded in {time.monotonic() - started:.0f}s"
+            f"offloaded into {chunks} chunks and embedded in {time.monotonic() - started:.0f}s; "
+            f"the worker idle {wait_worker_idle(server.database_url):.0f}s later"
         )
         for n in range(1, args.rounds + 1):
             load = os.getloadavg()
