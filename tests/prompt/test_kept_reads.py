@@ -4,7 +4,6 @@ version are the same), the notes by the notes version. Every build after an appe
 shows the window and the notes as they are then, in English and Chinese."""
 
 import dataclasses
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -20,20 +19,11 @@ from app.domain.records import TurnRecord
 from app.sessions.repository import SessionWindow, session_with_window
 from tests.notes.test_notes_service import CHINESE, ENGLISH, as_turns, offloaded_session, refresh
 from tests.support.factories import new_caller
-from tests.support.server import RunningServer
 
 TURNS = {
     "en": ["The invoice number is QX-4471.", "Noted: QX-4471, due Friday.", "Ship it to Oslo."],
     "zh": ["发票号码是QX-4471。", "记下了：QX-4471，周五到期。", "寄到奥斯陆。"],
 }
-
-
-@pytest.fixture
-async def admin(server: RunningServer, admin_key: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        base_url=server.url, headers={"Authorization": f"Bearer {admin_key}"}, timeout=30
-    ) as client:
-        yield client
 
 
 async def append(admin: httpx.AsyncClient, sid: str, contents: list[str]) -> None:
