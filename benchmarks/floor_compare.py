@@ -25,6 +25,14 @@ phases are known from its printed lines (a phase ends when its line appears and 
 req/s before), sampled every 50 ms. `--scenarios "no recall"` skips the 5,000-turn session and
 the after-append rounds, and stops the floor once its no-recall figures are in.
 
+The host's speed moves under both: a fixed piece of pure-Python work (`MachineSpeed`, sampled
+every 50 ms in a process of its own all along the run) takes either ~1x or ~1.9x its fastest CPU
+time, for seconds at a time, whatever this machine's own load (a busy loop on the other core does
+not move it). A 1-client phase lasts 0.5-2 s, so the floor's and contextd's can fall in different
+states: each phase's median factor is printed ("machine x1.00 | x1.90"), and the 1-client p50
+ratio divided by contextd's factor over the floor's ("at equal speed"), an estimate of the ratio
+had both run at one speed (at 1 client a build's latency is the CPU of its chain).
+
 Then, `--append-rounds` times (default 3), builds right after an append (`--append-tries`
 builds, default 20): the p95 of recall builds on a quiet server, then the p95 of builds each sent
 right after a 100-turn append to the same session (the appends cross its watermark, so offload
@@ -75,6 +83,8 @@ BIG_CONFIG = {"context_limit": 16000, "reserve_tokens": 2000, "min_recent_tokens
 APPEND_TURNS = 100
 
 Figures = dict[tuple[str, int], tuple[float, float, float]]  # (scenario, clients) -> p50, p95, rps
+Windows = dict[tuple[str, int], tuple[float, float]]  # (scenario, clients) -> monotonic start, end
+Speeds = dict[tuple[str, int], float]  # (scenario, clients) -> the machine's factor (1: fastest)
 PartsCpu = dict[str, float]  # part (server, worker, postgres, valkey, client) -> CPU ms per request
 CpuPerRequest = dict[tuple[str, int], PartsCpu]  # (scenario, clients) -> CPU of each part
 
@@ -225,12 +235,63 @@ class CpuSeries:
         self.thread.join()
 
 
+# A fixed piece of pure-Python work timed in CPU time every 50 ms (~0.5 ms of CPU at full speed:
+# ~1 % of a core), each sample printed as "monotonic-time cpu-ms".
+SPEED_PROBE = """
+import time
+def work():
+    total = 0
+    for i in range(10_000):
+        total += i * i
+    return total
+while True:
+    used = time.process_time()
+    work()
+    used = time.process_time() - used
+    print(f"{time.monotonic():.4f} {used * 1000:.4f}", flush=True)
+    time.sleep(0.05)
+"""
+
+
+class MachineSpeed:
+    """How slow the host runs this machine's CPUs, sampled all along a run (see the module
+    docstring): `factor` over a time window is the median CPU time of the probe's work in it
+    over the fastest the run has seen (its 5th percentile)."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []
+        self.probe = subprocess.Popen(
+            [sys.executable, "-c", SPEED_PROBE], stdout=subprocess.PIPE, text=True
+        )
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.probe.stdout is not None
+        for line in self.probe.stdout:
+            at, ms = line.split()
+            self.samples.append((float(at), float(ms)))
+
+    def factor(self, window: tuple[float, float]) -> float:
+        within = [ms for at, ms in self.samples if window[0] <= at <= window[1]]
+        if not within:  # a window shorter than the probe's period: the sample nearest to it
+            within = [min(self.samples, key=lambda s: abs(s[0] - window[1]))[1]]
+        fastest = sorted(ms for _, ms in self.samples)[len(self.samples) // 20]
+        return statistics.median(within) / fastest
+
+    def stop(self) -> None:
+        self.probe.terminate()
+        self.probe.wait()
+        self.thread.join()
+
+
 def run_floor(
     floor_dir: Path, chunks: int, requests: int, scenarios: tuple[str, ...]
-) -> tuple[Figures, CpuPerRequest]:
-    """One run of the floor as it is; its printed figures and the CPU per request of its parts
-    (server, postgres, valkey, client) per phase. Once the figures of `scenarios` are in, the
-    floor is interrupted (SIGINT: it stops its server and stack as it does on any error)."""
+) -> tuple[Figures, CpuPerRequest, Windows]:
+    """One run of the floor as it is; its printed figures, the CPU per request of its parts
+    (server, postgres, valkey, client) per phase and when each phase ran. Once the figures of
+    `scenarios` are in, the floor is interrupted (SIGINT: it stops its server and stack as it
+    does on any error)."""
     figures: Figures = {}
     ends: dict[tuple[str, int], float] = {}
     out = []
@@ -269,10 +330,12 @@ def run_floor(
         if len(figures) != len(scenarios) * len(CLIENTS):
             raise SystemExit(f"unexpected floor output:\n{''.join(out)}\n{errors.read()}")
     cpu: CpuPerRequest = {}
+    windows: Windows = {}
     for key, end in ends.items():
         began = end - requests / figures[key][2]
         cpu[key] = per_request(series.at(began), series.at(end), requests)
-    return figures, cpu
+        windows[key] = (began, end)
+    return figures, cpu, windows
 
 
 class BuildPromptClient:
@@ -388,14 +451,15 @@ def forget_query_embeddings(redis_url: str) -> None:
 
 async def measure_contextd(
     floor: ModuleType, server: DevServer, requests: int, scenarios: tuple[str, ...]
-) -> tuple[Figures, dict[str, Counter[str]], CpuPerRequest]:
+) -> tuple[Figures, dict[str, Counter[str]], CpuPerRequest, Windows]:
     """The floor's own measurement loop (warm-up, then 1 and 16 clients) against contextd;
-    also the fallback flags of the measured builds, per scenario, and the CPU time per request
+    also the fallback flags of the measured builds, per scenario, the CPU time per request
     of contextd's API and its worker (a child process under `contextd dev`), its PostgreSQL, its
-    Valkey and this client."""
+    Valkey and this client, and when each phase ran."""
     stack = Stack(server.pid, server.database_url, server.redis_url, os.getpid())
     figures: Figures = {}
     cpu: CpuPerRequest = {}
+    windows: Windows = {}
     flags: dict[str, Counter[str]] = {}
     paths: dict[str, Callable[[int], str]] = {
         "no recall": lambda j: f"/v1/sessions/floor-s{j % SMALL_SESSIONS}/build-prompt",
@@ -407,11 +471,12 @@ async def measure_contextd(
             await floor.load(client, paths[name], 4, 60)
             client.fallbacks.clear()
             for clients in CLIENTS:
-                before = stack.cpu()
+                before, began = stack.cpu(), time.monotonic()
                 figures[(name, clients)] = await floor.load(client, paths[name], clients, requests)
+                windows[(name, clients)] = (began, time.monotonic())
                 cpu[(name, clients)] = per_request(before, stack.cpu(), requests)
             flags[name] = Counter(client.fallbacks)
-    return figures, flags, cpu
+    return figures, flags, cpu, windows
 
 
 @dataclass(frozen=True)
@@ -467,12 +532,20 @@ def p95(builds: list[TimedBuild]) -> float:
     return percentile([b.ms for b in builds], 0.95)
 
 
+def speeds(machine: MachineSpeed, windows: tuple[Windows, Windows]) -> tuple[Speeds, Speeds]:
+    return (
+        {key: machine.factor(window) for key, window in windows[0].items()},
+        {key: machine.factor(window) for key, window in windows[1].items()},
+    )
+
+
 def print_round(
     n: int,
     floor: Figures,
     contextd: Figures,
     flags: dict[str, Counter[str]],
     cpu: tuple[CpuPerRequest, CpuPerRequest],
+    speed: tuple[Speeds, Speeds],
     load: tuple[float, ...],
 ) -> None:
     print(f"round {n}  (load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})")
@@ -489,6 +562,10 @@ def print_round(
         print(
             f"    CPU ms/request  floor {cpu_line(cpu[0][key])} | contextd {cpu_line(cpu[1][key])}"
         )
+        print(
+            f"    machine x{speed[0][key]:.2f} | x{speed[1][key]:.2f}; p50 ratio at equal speed "
+            f"x{c[0] / f[0] * speed[0][key] / speed[1][key]:.2f}"
+        )
     sys.stdout.flush()
 
 
@@ -496,10 +573,15 @@ def cpu_line(parts: PartsCpu) -> str:
     return " ".join(f"{part} {ms:.2f}" for part, ms in parts.items())
 
 
-def summary(rounds: list[tuple[Figures, Figures]]) -> list[dict[str, Any]]:
+def summary(
+    rounds: list[tuple[Figures, Figures]], speeds: list[tuple[Speeds, Speeds]]
+) -> list[dict[str, Any]]:
     rows = []
     for key in rounds[0][1]:
         p50_ratios = [c[key][0] / f[key][0] for f, c in rounds]
+        equal_speed = [
+            r * fs[key] / cs[key] for r, (fs, cs) in zip(p50_ratios, speeds, strict=True)
+        ]
         p95_ratios = [c[key][1] / f[key][1] for f, c in rounds]
         rps_ratios = [c[key][2] / f[key][2] for f, c in rounds]
         rows.append(
@@ -514,6 +596,10 @@ def summary(rounds: list[tuple[Figures, Figures]]) -> list[dict[str, Any]]:
                 "contextd_rps": statistics.median(c[key][2] for _, c in rounds),
                 "p50_ratio": statistics.median(p50_ratios),
                 "p50_ratio_range": (min(p50_ratios), max(p50_ratios)),
+                "p50_ratio_equal_speed": statistics.median(equal_speed),
+                "p50_ratio_equal_speed_range": (min(equal_speed), max(equal_speed)),
+                "machine_floor": [fs[key] for fs, _ in speeds],
+                "machine_contextd": [cs[key] for _, cs in speeds],
                 "p95_ratio": statistics.median(p95_ratios),
                 "rps_ratio": statistics.median(rps_ratios),
                 "rps_ratio_range": (min(rps_ratios), max(rps_ratios)),
@@ -537,6 +623,18 @@ def print_summary(rows: list[dict[str, Any]], n_rounds: int) -> None:
             f"{r['contextd_p50']:.2f} ms | {r['p50_ratio']:.2f} ({lo:.2f}-{hi:.2f}) | "
             f"{r['floor_p95']:.2f} ms | {r['contextd_p95']:.2f} ms | {r['floor_rps']:.0f} | "
             f"{r['contextd_rps']:.0f} | {r['rps_ratio']:.2f} ({rlo:.2f}-{rhi:.2f}) |"
+        )
+    print("\nthe machine's speed factor per round (1: the run's fastest), floor | contextd, and")
+    print("the p50 ratio had both run at one speed (p50 ratio x floor's factor / contextd's)")
+    for r in rows:
+        lo, hi = r["p50_ratio_equal_speed_range"]
+        factors = ", ".join(
+            f"x{f:.2f} | x{c:.2f}"
+            for f, c in zip(r["machine_floor"], r["machine_contextd"], strict=True)
+        )
+        print(
+            f"  {r['scenario']}, {r['clients']} client(s): {factors}; p50 ratio at equal speed "
+            f"{r['p50_ratio_equal_speed']:.2f} ({lo:.2f}-{hi:.2f})"
         )
 
 
@@ -571,7 +669,9 @@ def main() -> None:
     rounds: list[tuple[Figures, Figures]] = []
     cpus: list[tuple[CpuPerRequest, CpuPerRequest]] = []
     loads: list[tuple[float, ...]] = []
+    windows: list[tuple[Windows, Windows]] = []
     appended = []
+    machine = MachineSpeed()
     with (
         tempfile.TemporaryDirectory(prefix="floor-compare-") as tmp,
         contextd_dev(Path(tmp), args.port, args.serve_args.split(), args.redis_port) as server,
@@ -588,23 +688,25 @@ def main() -> None:
             load = os.getloadavg()
             forget_query_embeddings(server.redis_url)
             if n % 2:
-                floor_figures, floor_cpu = run_floor(
+                floor_figures, floor_cpu, floor_windows = run_floor(
                     args.floor_dir, chunks or 100, args.requests, scenarios
                 )
-                ours, flags, cpu = asyncio.run(
+                ours, flags, cpu, our_windows = asyncio.run(
                     measure_contextd(floor, server, args.requests, scenarios)
                 )
             else:
-                ours, flags, cpu = asyncio.run(
+                ours, flags, cpu, our_windows = asyncio.run(
                     measure_contextd(floor, server, args.requests, scenarios)
                 )
-                floor_figures, floor_cpu = run_floor(
+                floor_figures, floor_cpu, floor_windows = run_floor(
                     args.floor_dir, chunks or 100, args.requests, scenarios
                 )
             rounds.append((floor_figures, ours))
             cpus.append((floor_cpu, cpu))
             loads.append(load)
-            print_round(n, floor_figures, ours, flags, (floor_cpu, cpu), load)
+            windows.append((floor_windows, our_windows))
+            speed = speeds(machine, windows[-1])
+            print_round(n, floor_figures, ours, flags, (floor_cpu, cpu), speed, load)
         for n in range(1, args.append_rounds + 1 if "recall" in scenarios else 1):
             quiet_builds, loaded_builds = asyncio.run(
                 after_append(floor, base, args.append_tries, n)
@@ -618,7 +720,9 @@ def main() -> None:
                 f"{sum(b.appended_level == 'emergency' for b in loaded_builds)} appends took the "
                 "window to the emergency ratio"
             )
-    rows = summary(rounds)
+    # The factors again, against the fastest sample of the whole run.
+    rows = summary(rounds, [speeds(machine, w) for w in windows])
+    machine.stop()
     print_summary(rows, len(rounds))
     print("\nCPU time per request (ms), medians over rounds, per process: the server, its")
     print("PostgreSQL (postmaster and backends), its Valkey, the client driving it")

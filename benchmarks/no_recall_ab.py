@@ -148,10 +148,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--requests", type=int, default=300, help="per round, side and clients")
     parser.add_argument("--compare", type=int, default=300, help="builds compared byte for byte")
+    parser.add_argument(
+        "--ports",
+        type=lambda text: [int(port) for port in text.split(",")],
+        help="A's, B's and Valkey's ports, e.g. 19610,19611,19612 (default: random)",
+    )
     args = parser.parse_args()
     floor = floor_module(args.floor_dir)
     work = Path(tempfile.mkdtemp(prefix="no-recall-ab-"))
-    stack = EmbeddedStack(work / "stack", persist=False).start()
+    ports = args.ports or [random.randint(18100, 18900) for _ in range(2)] + [None]
+    stack = EmbeddedStack(work / "stack", persist=False).start(ports[2])
     env = dict(
         os.environ,
         DATABASE_URL=stack.database_url,
@@ -162,8 +168,7 @@ def main() -> None:
     bases: dict[str, str] = {}
     print(f"load average at the start {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     try:
-        for name, code in (("A", args.a_dir), ("B", args.b_dir)):
-            port = random.randint(18100, 18900)
+        for name, code, port in (("A", args.a_dir, ports[0]), ("B", args.b_dir, ports[1])):
             own = dict(env, CONTEXTD_DATA_DIR=str(work / name))
             servers[name] = start(code.resolve(), port, own, work / f"{name}.log")
             bases[name] = f"http://127.0.0.1:{port}"
