@@ -407,20 +407,53 @@ def _choose(
     return choice
 
 
-def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
-    anthropic = inp.format == "anthropic"
-    c0_text = SYSTEM_SEPARATOR.join(str(m["content"]) for m in inp.system if m.get("content"))
-    tools_cost = tools_tokens(inp.tools)
-    if anthropic:
+@dataclass(frozen=True, slots=True)
+class MandatoryCosts:
+    """What every prompt of an input holds, whatever else fits: C0 (its text and cost), the
+    tool schemas, x_t and the reply priming."""
+
+    c0_text: str
+    system: int
+    tools: int
+    query: int
+
+    @property
+    def total(self) -> int:
+        return self.system + self.tools + self.query + REPLY_PRIMING_TOKENS
+
+
+def mandatory_costs(
+    system: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+    query: str | None,
+    budget: int,
+    prompt_format: PromptFormat,
+) -> MandatoryCosts:
+    """The mandatory parts' costs; `PromptTooLarge` when they alone exceed `budget` (what a
+    build checks before it stores anything, without assembling a prompt)."""
+    c0_text = SYSTEM_SEPARATOR.join(str(m["content"]) for m in system if m.get("content"))
+    if prompt_format == "anthropic":
         system_cost = _system_cost([c0_text])
     else:
-        system_cost = sum(_message_cost(m) for m in inp.system)
-    query_cost = 0 if inp.query is None else message_tokens("user", inp.query)
-    mandatory = system_cost + tools_cost + query_cost + REPLY_PRIMING_TOKENS
-    if mandatory > inp.budget:
-        parts = {"c0": system_cost, "tools": tools_cost, "query": query_cost}
-        raise PromptTooLarge(mandatory, inp.budget, {**parts, "overhead": REPLY_PRIMING_TOKENS})
-    left = inp.budget - mandatory
+        system_cost = sum(_message_cost(m) for m in system)
+    costs = MandatoryCosts(
+        c0_text,
+        system_cost,
+        tools_tokens(tools),
+        0 if query is None else message_tokens("user", query),
+    )
+    if costs.total > budget:
+        parts = {"c0": costs.system, "tools": costs.tools, "query": costs.query}
+        raise PromptTooLarge(costs.total, budget, {**parts, "overhead": REPLY_PRIMING_TOKENS})
+    return costs
+
+
+def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
+    anthropic = inp.format == "anthropic"
+    mandatory = mandatory_costs(inp.system, inp.tools, inp.query, inp.budget, inp.format)
+    c0_text = mandatory.c0_text
+    system_cost, tools_cost, query_cost = mandatory.system, mandatory.tools, mandatory.query
+    left = inp.budget - mandatory.total
 
     notes = inp.notes_block
     if anthropic:

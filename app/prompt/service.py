@@ -9,6 +9,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,7 @@ from app.prompt.assembly import (
     ManifestEntry,
     PromptTooLarge,
     assemble_prompt,
+    mandatory_costs,
     tools_tokens,
 )
 from app.prompt.schemas import (
@@ -208,8 +210,8 @@ async def _build_prompt(
             session = _unsaved_session(caller.tenant_id, session_id)
     # The query's embedding starts now, on its encoder lane, when recall or the user's items
     # will want it: the rest of the build runs on the event loop meanwhile.
-    early = early_query_text(context, req.query)
-    if early is not None and _embeds_query(session, req):
+    early = early_query_text(context, req.query) if _embeds_query(session, req) else None
+    if early is not None:
         vectors.start(early)
         # One turn of the event loop: the embedding's task sends its cache lookup now and reads
         # the answer at the build's next wait (the notes' read), so the encoder starts then, not
@@ -236,21 +238,7 @@ async def _build_prompt(
         raise InvalidInput(message, field=field) from exc
     config = budget.config
     # A query that cannot fit even alone is refused before anything is stored.
-    await _assemble(
-        AssemblyInput(
-            system=system,
-            turns=[],
-            query=req.query,
-            budget=budget.available,
-            recall_budget_tokens=0,
-            top_k=0,
-            per_item_max_tokens=settings.recall.per_item_max_tokens,
-            tools=req.tools,
-            notes_block="",
-            recalled=[],
-            format=req.format,
-        )
-    )
+    await _refuse_unfit(system, req, budget.available)
     # The system prompt's size is stored when it changes the budget: a session that never
     # reported it is budgeted with the configured assumption, and a build whose size is that
     # assumption (a first build without a system prompt, by default) writes nothing.
@@ -583,17 +571,37 @@ async def _attached(db: AsyncSession, caller: Caller, session_id: str) -> Sessio
 async def _assemble(assembly: AssemblyInput) -> AssembledPrompt:
     """`assemble_prompt`, off the event loop for long text (the Anthropic format counts the
     window's text again; the system prompt and query are counted in either)."""
-    chars = len(assembly.query or "") + sum(len(str(m["content"])) for m in assembly.system)
+    chars = _mandatory_chars(assembly.system, assembly.query)
     if assembly.format == "anthropic":
         chars += sum(len(t.content) for t in assembly.turns)
     try:
         return await off_loop(lambda: assemble_prompt(assembly), chars=chars)
     except PromptTooLarge as exc:
-        raise BudgetExceeded(
-            f"{exc}: the system prompt, tools and query alone do not fit",
-            field="query",
-            details={"needed": exc.needed, "available": exc.available, "parts": exc.parts},
-        ) from exc
+        raise _budget_exceeded(exc) from exc
+
+
+async def _refuse_unfit(system: list[dict[str, Any]], req: BuildPromptRequest, budget: int) -> None:
+    """The 422 `_assemble` would answer when the system prompt, tools and query alone exceed
+    `budget`, from their costs only (assembling a prompt of them was as dear as the build's)."""
+    try:
+        await off_loop(
+            lambda: mandatory_costs(system, req.tools, req.query, budget, req.format),
+            chars=_mandatory_chars(system, req.query),
+        )
+    except PromptTooLarge as exc:
+        raise _budget_exceeded(exc) from exc
+
+
+def _mandatory_chars(system: Sequence[Mapping[str, Any]], query: str | None) -> int:
+    return len(query or "") + sum(len(str(m["content"])) for m in system)
+
+
+def _budget_exceeded(exc: PromptTooLarge) -> BudgetExceeded:
+    return BudgetExceeded(
+        f"{exc}: the system prompt, tools and query alone do not fit",
+        field="query",
+        details={"needed": exc.needed, "available": exc.available, "parts": exc.parts},
+    )
 
 
 async def _about_user(
