@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.core.breaker import CircuitBreaker
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.core.db import create_engine, create_reader_engine, create_sessionmaker
+from app.core.db import ReaderPool, create_engine, create_reader_pool, create_sessionmaker
 from app.core.lru import VersionedLRU
 from app.core.observability import Metrics
 from app.core.ratelimit import RateLimiter
@@ -25,7 +25,7 @@ from app.embeddings.factory import embedder_from_settings
 class AppContext:
     settings: Settings
     engine: AsyncEngine
-    reader: AsyncEngine  # autocommit single-statement reads of the hot path (`read_once`)
+    reader: ReaderPool  # autocommit single-statement reads of the hot path (`read_once`)
     sessionmaker: async_sessionmaker[AsyncSession]
     cache: Cache
     http: httpx.AsyncClient  # outbound calls: LLM notes, rerank, query rewrite
@@ -47,7 +47,7 @@ class AppContext:
         return cls(
             settings=settings,
             engine=engine,
-            reader=create_reader_engine(settings),
+            reader=create_reader_pool(settings),
             sessionmaker=create_sessionmaker(engine),
             cache=cache,
             http=httpx.AsyncClient(timeout=10.0),

@@ -7,11 +7,14 @@ and no row lock is held meanwhile. PostgreSQL bounds every statement, lock wait 
 transaction (`create_engine`).
 """
 
+import asyncio
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import (
@@ -72,23 +75,98 @@ def create_engine(settings: Settings) -> AsyncEngine:
 READER_PLANS = "plan_cache_mode=force_generic_plan"
 
 
-def create_reader_engine(settings: Settings) -> AsyncEngine:
-    """A second pool for single-statement reads on the hot path (`read_once`): autocommit (no
-    BEGIN or COMMIT round trips) and no ping before each use (another round trip). A connection
-    found dead is replaced and the read retried once. At most `db.pool_size` connections, kept
-    open: a read beyond them waits for one to come back (a read takes a millisecond) instead of
-    opening an overflow connection, which the pool would close again when it is returned: under
-    concurrency that cost a PostgreSQL backend (a fork and a login) every few builds.
+class ReaderPool:
+    """psycopg connections for the hot path's single-statement reads (`read_once`): autocommit
+    (no BEGIN or COMMIT round trips), no ping before each use (another round trip), statements
+    planned once per connection (`READER_PLANS`). At most `size`, opened when needed and kept:
+    a read beyond them waits for one to come back (a read takes a millisecond) instead of
+    opening one more, which a pool closes again when it is returned (under concurrency a
+    PostgreSQL backend, a fork and a login, every few builds). A connection that is broken, or
+    not idle after its read (cancelled mid-statement), is closed, not kept; a connection that
+    cannot be opened fails at once (no wait for PostgreSQL to come back).
 
-    Its statements are planned once per connection (`READER_PLANS`)."""
-    return create_async_engine(
-        settings.sqlalchemy_url,
-        pool_size=settings.db.pool_size,
-        max_overflow=0,
-        isolation_level="AUTOCOMMIT",
-        hide_parameters=not settings.log_text,
-        connect_args={"options": _connect_options(settings, READER_PLANS)},
-    )
+    Not SQLAlchemy's pool: lending a connection through it (a checkout and a return, each in a
+    greenlet) cost ~0.12 ms of CPU a read, twice the statement's own share in this process."""
+
+    def __init__(self, conninfo: str, size: int, options: str) -> None:
+        self._conninfo = conninfo
+        self._size = size
+        self._options = options
+        self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._open = 0  # idle, lent, and being opened
+        # Reads waiting for a connection, first come first served: a connection coming back
+        # is handed to the first (None: a closed one's place, to open a new one in).
+        self._waiters: deque[asyncio.Future[psycopg.AsyncConnection[Any] | None]] = deque()
+
+    @property
+    def lent(self) -> int:
+        return self._open - len(self._idle)
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        conn = await self._get()
+        try:
+            yield conn
+        finally:
+            if conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
+                await conn.close()
+                self._release(None)
+            else:
+                self._release(conn)
+
+    async def _get(self) -> psycopg.AsyncConnection[Any]:
+        if not self._waiters:
+            if self._idle:
+                return self._idle.pop()
+            if self._open < self._size:
+                self._open += 1
+                return await self._connect()
+        waiter: asyncio.Future[psycopg.AsyncConnection[Any] | None]
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            conn = await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self._release(waiter.result())  # handed over, then cancelled: the next one's
+            raise
+        return conn if conn is not None else await self._connect()
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        """A new connection in a place already counted in `_open`."""
+        try:
+            return await psycopg.AsyncConnection.connect(
+                self._conninfo, autocommit=True, options=self._options
+            )
+        except BaseException:
+            self._release(None)
+            raise
+
+    def _release(self, conn: psycopg.AsyncConnection[Any] | None) -> None:
+        """`conn` back (None: the place of a connection closed or never opened): to the first
+        waiting read, else kept idle."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return
+        if conn is None:
+            self._open -= 1
+        else:
+            self._idle.append(conn)
+
+    async def dispose(self) -> None:
+        """Close the idle connections (one lent is closed when it comes back broken)."""
+        idle, self._idle = self._idle, []
+        self._open -= len(idle)
+        for conn in idle:
+            await conn.close()
+
+
+def create_reader_pool(settings: Settings) -> ReaderPool:
+    """The reader pool of `settings`: `db.pool_size` connections at most."""
+    url = settings.sqlalchemy_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    return ReaderPool(url, settings.db.pool_size, _connect_options(settings, READER_PLANS))
 
 
 async def driver_connection(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:
@@ -99,25 +177,23 @@ async def driver_connection(conn: AsyncConnection) -> psycopg.AsyncConnection[An
 
 
 async def read_once(
-    reader: AsyncEngine, read: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]
+    reader: ReaderPool, read: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]
 ) -> T:
-    """`read(connection)` on the reader pool, one idempotent statement through the driver's own
-    connection: SQLAlchemy only lends the connection (its statement machinery, compilation and
-    result processing with a greenlet hop per call, cost more CPU than the read itself). When the
-    connection turns out dead (PostgreSQL restarted since it was last used) the pool's
-    connections are dropped and the read runs once more on a new one; a second failure is
-    SQLAlchemy's `OperationalError`, as any other statement's."""
+    """`read(connection)` on the reader pool, one idempotent statement. When the connection
+    turns out dead (PostgreSQL restarted since it was last used) the pool's idle connections
+    are dropped and the read runs once more on a new one. A connection that cannot be opened,
+    a second failure, or a statement failing on a live connection (a time limit) is
+    SQLAlchemy's `OperationalError`, as any other statement's (a 503)."""
     for attempt in (1, 2):
-        async with reader.connect() as conn:
-            driver = await driver_connection(conn)
-            try:
-                return await read(driver)
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                if not driver.broken:
-                    raise OperationalError(None, None, exc) from exc
-                await conn.invalidate()
-                if attempt == 2:
-                    raise OperationalError(None, None, exc) from exc
+        try:
+            async with reader.connection() as driver:
+                try:
+                    return await read(driver)
+                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                    if not driver.broken or attempt == 2:
+                        raise OperationalError(None, None, exc) from exc
+        except psycopg.OperationalError as exc:  # opening a connection failed
+            raise OperationalError(None, None, exc) from exc
         await reader.dispose()  # the other pooled connections died with it
     raise AssertionError("unreachable")
 

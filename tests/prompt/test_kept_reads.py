@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.core.db import create_reader_engine, read_once
+from app.core.db import create_reader_pool, read_once
 from app.db.models import Session
 from app.domain.records import TurnRecord
 from app.sessions.repository import SessionWindow, session_with_window
@@ -64,7 +64,7 @@ async def test_the_window_is_read_again_only_when_the_row_or_its_version_changed
         tenant_id = (
             await conn.execute(text("SELECT id FROM tenants WHERE name = :n"), {"n": tenant_name})
         ).scalar_one()
-    reader = create_reader_engine(settings)
+    reader = create_reader_pool(settings)
     try:
 
         async def read(kept: SessionWindow | None) -> SessionWindow:
