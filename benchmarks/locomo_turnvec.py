@@ -1,17 +1,27 @@
 """Turn-level vectors on LoCoMo, measured in process before any schema change (issue #11).
 
     .venv/bin/python -m benchmarks.locomo_turnvec RUN_ID [--data F] [--data-dir .contextd]
-        [--cache /tmp/turnvec_cache] --variant NAME:arm_k,arm_w,feat_w [--variant ...]
+        [--cache /tmp/turnvec_cache] --variant NAME:arm_k,arm_w,feat_w[,prf_w[,seeds]]
+        [--variant ...] [--fit] [--dump F]
 
 Every offloaded turn of the ingestion's sessions is embedded once as an e5 passage (cached as
-.npz under `--cache`). A chunk's turn score is its best turn's cosine with the query's e5
-vector (the same vector recall searches the chunks with). Two uses, alone or together:
+.npy under `--cache`). A chunk's turn score is its best turn's cosine with the query's e5
+vector (the same vector recall searches the chunks with). Four uses, alone or together:
 
 - arm: the `arm_k` chunks with the best turn score are a fourth candidate arm, min-max
   normalised and added to the relative fusion at weight `arm_w` (their rows are read with the
   vector arm's, so chunks no other arm returned become candidates);
 - feature: `feat_w` × the turn score min-max normalised over the question's candidates is added
-  to `feature_rerank`'s score.
+  to `feature_rerank`'s score;
+- second hop (`NAME:k,w,f,prf_w[,seeds]`): `prf_w` × each candidate's best turn cosine to the
+  turns of the first `seeds` (2) reranked chunks, min-max, added likewise;
+- vector arm (`NAME@max:...`, `NAME@avg:...`): the vector arm's cosine of a chunk replaced by
+  the larger of its own and its best turn's, or their mean.
+
+Also printed: the evidence the candidates hold; for the first variant, where the chunk vectors
+and the turn vectors rank the chunks holding each evidence turn (over all the session's chunks),
+and with `--fit` the rerank weights refitted (`benchmarks.locomo_rerank_fit`) with and without
+the turn score as a feature.
 
 Recall itself is unchanged: the repository's vector statement, the fusion and the rerank are
 wrapped in this process only. Each variant is one pass of `benchmarks.locomo_inprocess`
@@ -54,6 +64,9 @@ class Variant:
     arm_k: int = 0
     arm_w: float = 0.0
     feat_w: float = 0.0
+    prf_w: float = 0.0  # second hop in turn space: see `Patched.feature_rerank`
+    prf_seeds: int = 2
+    vector_mix: str = ""  # "max" / "avg": the vector arm scores a chunk by its own and its turns'
 
 
 @dataclass
@@ -65,6 +78,22 @@ class SessionTurns:
     chunk_turns: np.ndarray  # (chunks, widest) turn row indexes, padded with len(seqs)
     seqs: list[int]  # the seq of each turn row
     chunk_vectors: np.ndarray  # (chunks, dim): the stored chunk embeddings
+
+    def seed_similarity(self, ids: Sequence[str], seeds: Sequence[str]) -> list[float]:
+        """Per chunk of `ids`, the best cosine between one of its turns and one of the turns of
+        the `seeds` chunks other than itself."""
+        row = {cid: i for i, cid in enumerate(self.chunk_ids)}
+        pad = np.vstack([self.vectors, np.zeros((1, self.vectors.shape[1]), np.float32)])
+        seed_turns = {c: pad[self.chunk_turns[row[c]]] for c in seeds if c in row}
+        out = []
+        for cid in ids:
+            if cid not in row:
+                out.append(0.0)
+                continue
+            own = pad[self.chunk_turns[row[cid]]]
+            sims = [float((own @ t.T).max()) for c, t in seed_turns.items() if c != cid]
+            out.append(max(sims, default=0.0))
+        return out
 
     def chunk_scores(self, qvec: np.ndarray) -> dict[str, float]:
         sims = np.append(self.vectors @ qvec, -np.inf)
@@ -171,6 +200,7 @@ class Patched:
         self.candidates: dict[tuple[str, int], list[tuple[int, int]]] = {}
         self.turn_scores: dict[tuple[str, int], dict[str, float]] = {}
         self.ranks: dict[int, tuple[int, int]] = {}
+        self.session: uuid.UUID | None = None
         self.evidence_ranks: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
         self._nearest = offload_repository.nearest_and_shown
         self._fuse = recall_service.fuse_arms
@@ -191,11 +221,23 @@ class Patched:
         if vector is not None:
             q = np.asarray(vector, dtype=np.float32)
             q = q / np.linalg.norm(q)
+            self.session = session_pk
             self.scores = self.turns[session_pk].chunk_scores(q)
             self.ranks = self.turns[session_pk].evidence_ranks(q)
             k = self.variant.arm_k
             self.arm = dict(sorted(self.scores.items(), key=lambda p: -p[1])[:k]) if k else {}
             ids = [*ids, *self.arm]
+            mix = self.variant.vector_mix
+            if mix:
+                turns = self.turns[session_pk]
+                own = dict(zip(turns.chunk_ids, (turns.chunk_vectors @ q).tolist(), strict=True))
+                mixed = {
+                    c: max(v, self.scores[c]) if mix == "max" else (v + self.scores[c]) / 2
+                    for c, v in own.items()
+                }
+                nearest = dict(sorted(mixed.items(), key=lambda p: -p[1])[:limit])
+                rows = await self._nearest(conn, session_pk, model, None, limit, [*ids, *nearest])
+                return offload_repository.RecallRows(nearest, rows.shown)
         return await self._nearest(conn, session_pk, model, vector, limit, ids)
 
     def fuse_arms(self, **kwargs: Any) -> list[FusedCandidate]:
@@ -222,20 +264,37 @@ class Patched:
         self.candidates[key] = [c.turn_range for c in candidates]
         self.turn_scores[key] = {c.id: self.scores.get(c.id, 0.0) for c in candidates}
         self.evidence_ranks[key] = self.ranks
+        if self.variant.prf_w and scored:
+            scored = self._second_hop(scored)
         w = self.variant.feat_w
         if w == 0 or not scored:
             return scored
         raw = [self.scores.get(s.id, 0.0) for s in scored]
-        low, high = min(raw), max(raw)
-        span = high - low if high > low else 1.0
-        bumped = [
-            replace(s, score=s.score + w * (r - low) / span)
-            for s, r in zip(scored, raw, strict=True)
-        ]
-        order = sorted(
-            range(len(bumped)), key=lambda i: (-bumped[i].score, bumped[i].candidate.fused_rank, i)
-        )
-        return [bumped[i] for i in order]
+        return _bumped(scored, raw, w)
+
+    def _second_hop(self, scored: list[ScoredCandidate]) -> list[ScoredCandidate]:
+        """`prf_w` × each candidate's best turn similarity to the turns of the first
+        `prf_seeds` reranked chunks (pseudo-relevance feedback in turn space: a list question's
+        other answers resemble the first answer more than the question)."""
+        seeds = [s.id for s in scored[: self.variant.prf_seeds]]
+        assert self.session is not None  # set by the vector statement before the rerank
+        raw = self.turns[self.session].seed_similarity([s.id for s in scored], seeds)
+        return _bumped(scored, raw, self.variant.prf_w)
+
+
+def _bumped(
+    scored: Sequence[ScoredCandidate], raw: Sequence[float], w: float
+) -> list[ScoredCandidate]:
+    """`scored` with w × `raw` (min-max over the candidates) added to each score, best first."""
+    low, high = min(raw), max(raw)
+    span = high - low if high > low else 1.0
+    bumped = [
+        replace(s, score=s.score + w * (r - low) / span) for s, r in zip(scored, raw, strict=True)
+    ]
+    order = sorted(
+        range(len(bumped)), key=lambda i: (-bumped[i].score, bumped[i].candidate.fused_rank, i)
+    )
+    return [bumped[i] for i in order]
 
 
 def question_key(a: Asked) -> tuple[str, int]:
@@ -334,8 +393,14 @@ def rank_table(asked: Sequence[Asked], patched: Patched) -> str:
 
 def parse_variant(spec: str) -> Variant:
     name, _, values = spec.partition(":")
-    k, arm_w, feat_w = values.split(",")
-    return Variant(name, int(k), float(arm_w), float(feat_w))
+    k, arm_w, feat_w, *prf = values.split(",")
+    mix = name.partition("@")[2].partition("+")[0]
+    hop: dict[str, Any] = {"prf_w": float(prf[0])} if prf else {}
+    if mix:
+        hop["vector_mix"] = mix
+    if len(prf) > 1:
+        hop["prf_seeds"] = int(prf[1])
+    return Variant(name, int(k), float(arm_w), float(feat_w), **hop)
 
 
 def main() -> None:
