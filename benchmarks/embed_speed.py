@@ -2,7 +2,6 @@
 
     python benchmarks/embed_speed.py                       # e5, and use if installed
     python benchmarks/embed_speed.py --locomo ../shared/eval/locomo/locomo_dev.json
-    OMP_NUM_THREADS=1 python benchmarks/embed_speed.py     # e5 on one core
 
 Goes through the public async API (`embed_queries` / `embed_passages`), so the thread hop and the
 input caps are included. Passages are ~100-token chunks of consecutive dialogue turns, the size
@@ -128,9 +127,8 @@ def main() -> None:
     else:
         turns, queries = SYNTHETIC_TURNS * 64, SYNTHETIC_QUERIES
     passages = chunk_turns(turns)[: args.passages]
-    threads = os.environ.get("OMP_NUM_THREADS", "unset")
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"cpus {os.cpu_count()}, OMP_NUM_THREADS={threads}, load average before: {load}")
+    print(f"cpus {os.cpu_count()}, load average before: {load}")
     for kind in args.kinds.split(","):
         asyncio.run(bench(kind.strip(), queries, passages, args.queries, args.batch))
 

@@ -67,6 +67,7 @@ import psycopg
 import redis
 
 from app.embedded import EmbeddedStack
+from app.embeddings import engine_process
 from benchmarks.build_prompt_latency import ingest, percentile, turn_text, wait_offloaded
 
 SCENARIOS = ("no recall", "recall")
@@ -87,6 +88,10 @@ Windows = dict[tuple[str, int], tuple[float, float]]  # (scenario, clients) -> m
 Speeds = dict[tuple[str, int], float]  # (scenario, clients) -> the machine's factor (1: fastest)
 PartsCpu = dict[str, float]  # part (server, worker, postgres, valkey, client) -> CPU ms per request
 CpuPerRequest = dict[tuple[str, int], PartsCpu]  # (scenario, clients) -> CPU of each part
+
+
+# What an e5 engine process runs (`python -m <module>`): its CPU counts as its parent's.
+ENGINE_MODULE = engine_process.__name__
 
 
 def cpu_seconds(pid: int, reaped: bool = False) -> float:
@@ -132,22 +137,23 @@ class Stack:
     client: int
 
     def parts(self) -> dict[str, list[int]]:
-        """The processes of each part: server, worker (the server's spawned children: the
-        worker process of `contextd dev`), postgres (every backend, and the postmaster with the
-        time of the backends that exited, written as its negated pid), valkey, client."""
+        """The processes of each part: server (with its e5 engine processes), worker (the
+        server's spawned children: the worker process of `contextd dev`, with its engine
+        processes), postgres (every backend, and the postmaster with the time of the backends
+        that exited, written as its negated pid), valkey, client."""
         socket_dir = parse_qs(urlsplit(self.database_url).query).get("host", [""])[0]
         valkey = f"127.0.0.1:{urlsplit(self.redis_url).port}"
         table = list(_processes())
         postmasters = {
             pid for pid, _, command in table if socket_dir and _after("-k", command) == socket_dir
         }
+        engines = [(p, parent) for p, parent, command in table if ENGINE_MODULE in command]
+        workers = [
+            p for p, parent, command in table if parent == self.server and "spawn_main" in command
+        ]
         return {
-            "server": [self.server],
-            "worker": [
-                p
-                for p, parent, command in table
-                if parent == self.server and "spawn_main" in command
-            ],
+            "server": [self.server] + [p for p, parent in engines if parent == self.server],
+            "worker": workers + [p for p, parent in engines if parent in workers],
             "postgres": [-p for p in postmasters]
             + [p for p, parent, _ in table if parent in postmasters],
             "valkey": [

@@ -15,7 +15,7 @@ questions hold no IDs, quotes or CJK text.
 
 import argparse
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -35,21 +35,37 @@ def evidence_share(asked: Asked, hit: RecallHit) -> float:
     return len(held & set(asked.evidence)) / len(asked.evidence)
 
 
-def feature_rows(hits: Sequence[RecallHit]) -> np.ndarray:
+# Further features of a question's hits, one column each, beside `RerankFeatures` (an
+# experiment's feature before it is one of the rerank's): (question, its hits) -> (hits, n).
+ExtraColumns = Callable[[Asked, Sequence[RecallHit]], np.ndarray]
+
+
+def feature_rows(
+    hits: Sequence[RecallHit], extra: np.ndarray | None = None, names: Sequence[str] = FITTED
+) -> np.ndarray:
+    """One row per hit: the `names` features, the `extra` columns, recency last."""
     rows = []
     for h in hits:
         values = h.features.as_dict() if h.features else {}
-        rows.append([values.get(name, 0.0) for name in (*FITTED, "recency")])
-    return np.array(rows, dtype=float)
+        rows.append([values.get(name, 0.0) for name in names])
+    own = np.array(rows, dtype=float).reshape(len(hits), len(names))
+    recency = np.array([[h.features.recency if h.features else 0.0] for h in hits])
+    parts = [own, *([] if extra is None else [extra]), recency.reshape(len(hits), 1)]
+    return np.hstack(parts)
 
 
-def fit(asked: Sequence[Asked], l2: float) -> dict[str, float]:
+def fit(
+    asked: Sequence[Asked],
+    l2: float,
+    extra: ExtraColumns | None = None,
+    extra_names: Sequence[str] = (),
+) -> dict[str, float]:
     """Pairwise logistic regression; weights relative to `fused`, recency held fixed."""
     diffs: list[np.ndarray] = []
     weights: list[np.ndarray] = []
     for a in asked:
         labels = np.array([evidence_share(a, h) for h in a.shown])
-        features = feature_rows(a.shown)
+        features = feature_rows(a.shown, extra(a, a.shown) if extra else None)
         better, worse = np.nonzero(labels[:, None] > labels[None, :])
         if len(better) == 0:
             continue
@@ -68,13 +84,17 @@ def fit(asked: Sequence[Asked], l2: float) -> dict[str, float]:
     fitted = coef / scale
     # The recency weight was held at its value on the fused scale of the fit: rescale together.
     unit = fitted[0]
-    out = {name: float(value / unit) for name, value in zip(FITTED, fitted, strict=True)}
+    names = (*FITTED, *extra_names)
+    out = {name: float(value / unit) for name, value in zip(names, fitted, strict=True)}
     return out | {"recency": float(RECENCY_WEIGHT / unit)}
 
 
-def reordered(hits: Sequence[RecallHit], weights: dict[str, float]) -> list[RecallHit]:
-    w = np.array([weights[name] for name in (*FITTED, "recency")])
-    scores = feature_rows(hits) @ w if hits else np.zeros(0)
+def reordered(
+    hits: Sequence[RecallHit], weights: dict[str, float], extra: np.ndarray | None = None
+) -> list[RecallHit]:
+    names = [*FITTED, *(name for name in weights if name not in (*FITTED, "recency")), "recency"]
+    w = np.array([weights[name] for name in names])
+    scores = feature_rows(hits, extra) @ w if hits else np.zeros(0)
     order = sorted(range(len(hits)), key=lambda i: (-scores[i], i))
     return [hits[i] for i in order]
 

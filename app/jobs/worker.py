@@ -77,7 +77,7 @@ async def run_worker(settings: Settings, context: AppContext) -> None:
     connections and stops (or raises); the worker then starts again on fresh connections, with a
     backoff while PostgreSQL refuses them. Jobs it was running when the connection died are
     retried as stalled once its old heartbeat is stale."""
-    await context.start_embedder()
+    await context.start_embedder(warm=("passage",))
     loop = asyncio.get_running_loop()
     delay = RESTART_MIN_SECONDS
     while True:

@@ -28,7 +28,7 @@ async def reembed(
     if batch_size < 1:
         raise ValueError("batch_size must be positive")
     if context.embedder is None:
-        await context.start_embedder()
+        await context.start_embedder(warm=("passage",))
     embedder = context.embedder
     if embedder is None:
         progress("embedding kind is 'none': nothing to re-embed")
