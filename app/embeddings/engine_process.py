@@ -14,6 +14,7 @@ Run as `python -m app.embeddings.engine_process FD VARIANT` by `EngineProcess` o
 """
 
 import os
+import signal
 import subprocess
 import sys
 from multiprocessing.connection import Connection
@@ -130,6 +131,9 @@ def _serve(connection: Connection, variant: str) -> None:
 
 
 def main(argv: list[str]) -> None:
+    # Ctrl-C in a terminal reaches the whole process group: the parent decides when to stop,
+    # and the engine ends when the parent closes its socket.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _serve(Connection(int(argv[0])), argv[1])
 
 

@@ -29,6 +29,16 @@ def test_an_engine_that_died_between_calls_is_started_again(engine: EngineProces
     np.testing.assert_allclose(again, first, rtol=0, atol=1e-6)
 
 
+def test_ctrl_c_is_left_to_the_parent(engine: EngineProcess) -> None:
+    # A terminal's Ctrl-C reaches the whole process group; the engine stops with its parent.
+    first = engine.encode(["我女儿对花生过敏"], True, 512)
+    pid = engine.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGINT)
+    np.testing.assert_allclose(engine.encode(["我女儿对花生过敏"], True, 512), first, atol=1e-6)
+    assert engine.pid == pid and engine._process is not None and engine._process.poll() is None
+
+
 def test_a_call_that_fails_fails_alone_and_the_engine_goes_on(engine: EngineProcess) -> None:
     assert engine.encode(["warm"], True, 512).shape == (1, 384)
     pid = engine.pid
