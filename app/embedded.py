@@ -59,6 +59,7 @@ class EmbeddedStack:
         """Restart PostgreSQL as after a crash (`pg_ctl restart -m immediate`): every connection
         drops, and new ones are refused until recovery ends. For fault tests and benchmarks."""
         from pgserver._commands import pg_ctl  # type: ignore[attr-defined]
+        from pgserver.utils import PostmasterInfo
 
         pg_ctl(
             ["-w", "-m", "immediate", "-l", str(self._pg.log), "restart"],
@@ -66,6 +67,10 @@ class EmbeddedStack:
             user=self._pg.system_user,
             timeout=120,
         )
+        # pgserver stops, at cleanup, the postmaster it knows of, and only while that process is
+        # still there: point it at the new one, or once the old one is reaped the restarted
+        # server is left running over a deleted directory (seen after the suite's restart test).
+        self._pg._postmaster_info = PostmasterInfo.read_from_pgdata(self._pg.pgdata)
 
     def stop(self) -> None:
         if self.redis_url:
