@@ -34,7 +34,7 @@ import asyncio
 import json
 import statistics
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -219,6 +219,7 @@ class Patched:
         vector: Sequence[float] | None,
         limit: int,
         ids: Sequence[str],
+        known: Collection[str] = frozenset(),
     ) -> offload_repository.RecallRows:
         if vector is not None:
             q = np.asarray(vector, dtype=np.float32)
@@ -240,7 +241,7 @@ class Patched:
                 nearest = dict(sorted(mixed.items(), key=lambda p: -p[1])[:limit])
                 rows = await self._nearest(conn, session_pk, model, None, limit, [*ids, *nearest])
                 return offload_repository.RecallRows(nearest, rows.shown)
-        return await self._nearest(conn, session_pk, model, vector, limit, ids)
+        return await self._nearest(conn, session_pk, model, vector, limit, ids, known)
 
     def fuse_arms(self, **kwargs: Any) -> list[FusedCandidate]:
         fused = self._fuse(**kwargs)

@@ -88,6 +88,31 @@ def serve(tree: Path, data_dir: Path, port: int) -> Iterator[tuple[str, int]]:
         log.close()
 
 
+# The build's stages up to the query's embedding, in the order they run (`timings_ms`): what runs
+# after them is the build's part after the embedding, at 1 client its critical path.
+_BEFORE_VECTOR = (
+    "prepare",
+    "notes_and_offload",
+    "user_memory",
+    "recall_rewrite",
+    "recall_rewrite_llm",
+    "recall_exact",
+    "recall_lexical",
+    "recall_memories",
+    "recall_embed",
+)
+
+
+def after_embedding(timings: dict[str, float]) -> tuple[float, float]:
+    """(`total` less the embedding's wait, `total` less every stage up to the embedding's end):
+    the build's time besides the embedding, and its time after the query vector came."""
+    total = timings["total"]
+    return (
+        total - timings.get("recall_embed", 0.0),
+        total - sum(timings.get(stage, 0.0) for stage in _BEFORE_VECTOR),
+    )
+
+
 def _comparable(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k not in ("build_id", "timings_ms")}
 
@@ -148,6 +173,8 @@ async def compare(args: argparse.Namespace) -> None:
                 n: {"server": [], "postgres": []} for n in sides
             }
             totals: dict[str, list[float]] = {n: [] for n in sides}
+            besides: dict[str, list[float]] = {n: [] for n in sides}  # total less the embedding
+            after_vector: dict[str, list[float]] = {n: [] for n in sides}  # since the vector came
             walls: dict[str, list[float]] = {n: [] for n in sides}
             spent: dict[str, float] = dict.fromkeys(sides, 0.0)  # seconds sending measured blocks
             lexical_only: dict[str, int] = dict.fromkeys(sides, 0)  # builds without a query vector
@@ -173,6 +200,10 @@ async def compare(args: argparse.Namespace) -> None:
                         for part in ("server", "postgres"):
                             cpu[name][part].append((after[part] - before[part]) * 1000 / len(block))
                         totals[name].extend(float(b["timings_ms"]["total"]) for b in bodies)
+                        for b in bodies:
+                            rest, later = after_embedding(b["timings_ms"])
+                            besides[name].append(rest)
+                            after_vector[name].append(later)
                         lexical_only[name] += sum(
                             "vector_unavailable" in b["fallbacks"] for b in bodies
                         )
@@ -188,15 +219,16 @@ async def compare(args: argparse.Namespace) -> None:
           f"{len(queries)} builds per side, blocks of {args.block}, "
           f"{args.clients} client(s)")  # fmt: skip
     print("| side | server CPU ms/build median (blocks) | PostgreSQL CPU ms/build median | "
-          "timings total p50 / p95 ms | client wall p50 / p95 ms | builds/s | "
-          "lexical only |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+          "timings total p50 / p95 ms | total less embedding p50 | after the vector p50 | "
+          "client wall p50 / p95 ms | builds/s | lexical only |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in sides:
         s, p = cpu[name]["server"], cpu[name]["postgres"]
         print(
             f"| {name} {args.a if name == 'A' else args.b} | {statistics.median(s):.2f} "
             f"({min(s):.2f}-{max(s):.2f}) | {statistics.median(p):.2f} ({min(p):.2f}-{max(p):.2f})"
             f" | {percentile(totals[name], 0.5):.2f} / {percentile(totals[name], 0.95):.2f} | "
+            f"{percentile(besides[name], 0.5):.2f} | {percentile(after_vector[name], 0.5):.2f} | "
             f"{percentile(walls[name], 0.5):.2f} / {percentile(walls[name], 0.95):.2f} | "
             f"{len(walls[name]) / spent[name]:.1f} | {lexical_only[name]} |"
         )

@@ -14,10 +14,10 @@ import re
 import statistics
 import time
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import psycopg
 from sqlalchemy.exc import SQLAlchemyError
@@ -186,9 +186,10 @@ def _stemmed(
     return [(cid, by_stem(counts)) for cid, counts in stats]
 
 
-# The rendered turns kept per session for the chunks recall showed (`_SessionChunks.lines`): a
-# shown chunk's turns are read once per process, not on every build that shows it again.
-SHOWN_LINES_KEPT = 1024
+# The chunks of a session this process keeps what recall read of (`_SessionChunks`): a shown
+# chunk's rendered turns, a vector candidate's row. Each is read once per process, not on every
+# build that meets the chunk again.
+CHUNKS_KEPT = 1024
 
 ChunkLines = tuple[tuple[int, str], ...]  # a chunk's live turns as (seq, rendered line), in order
 
@@ -196,34 +197,62 @@ ChunkLines = tuple[tuple[int, str], ...]  # a chunk's live turns as (seq, render
 @dataclass
 class _SessionChunks:
     """What this process keeps of a session's active chunks at one `chunks_version`: their BM25
-    index and, for the chunks recall has shown, their turns as rendered lines (at most
-    `SHOWN_LINES_KEPT`, least recently shown dropped first).
+    index; for the chunks recall has shown, their turns as rendered lines; for the chunks it has
+    read, their rows as recall shows them (`ShownChunk`). At most `CHUNKS_KEPT` of each, least
+    recently used dropped first.
 
-    An active chunk's live turns never change: forgetting any of them tombstones the chunk and
-    re-chunks the rest under new ids (`app.erasure.service`), and an offload writes a chunk and
-    marks its turns in one transaction. So kept lines are those a read would return for every
-    chunk the build's own read found active, in any process; and a forgotten chunk's lines are
-    dropped at the session's next build in this process (a new `chunks_version`, whose index no
-    longer holds the chunk)."""
+    An active chunk's row and live turns never change: forgetting any of its turns tombstones
+    the chunk and re-chunks the rest under new ids (`app.erasure.service`), an offload writes a
+    chunk and marks its turns in one transaction, and only its vector is written later. So kept
+    lines and rows are those a read would return for every chunk the build's own read found
+    active (the vector arm's statement reads active chunks only), in any process; and a
+    forgotten chunk's lines and row are dropped at the session's next build in this process (a
+    new `chunks_version`, whose index no longer holds the chunk)."""
 
     index: BM25Index
     lines: dict[str, ChunkLines] = field(default_factory=dict)
+    rows: dict[str, repository.ShownChunk] = field(default_factory=dict)
 
     def carried_to(self, index: BM25Index) -> "_SessionChunks":
-        """This state's lines for the chunks `index` (of a later version) still holds."""
+        """This state's lines and rows for the chunks `index` (of a later version) still holds."""
         active = set(index.ids)
-        return _SessionChunks(index, {c: t for c, t in self.lines.items() if c in active})
+        return _SessionChunks(
+            index,
+            {c: t for c, t in self.lines.items() if c in active},
+            {c: r for c, r in self.rows.items() if c in active},
+        )
 
     def keep(self, chunk_id: str, lines: ChunkLines) -> None:
-        self.lines[chunk_id] = lines
-        while len(self.lines) > SHOWN_LINES_KEPT:
-            del self.lines[next(iter(self.lines))]
+        _kept(self.lines, chunk_id, lines)
 
     def shown(self, chunk_id: str) -> ChunkLines | None:
-        lines = self.lines.pop(chunk_id, None)
-        if lines is not None:
-            self.lines[chunk_id] = lines  # most recently shown last
-        return lines
+        return _used(self.lines, chunk_id)
+
+    def keep_rows(self, rows: Iterable[repository.ShownChunk]) -> None:
+        """Keep the active ones of `rows` (read by this build)."""
+        for row in rows:
+            if row.status == "active":
+                _kept(self.rows, row.id, row)
+
+    def row(self, chunk_id: str) -> repository.ShownChunk | None:
+        return _used(self.rows, chunk_id)
+
+
+Kept = TypeVar("Kept")
+
+
+def _kept(kept: dict[str, Kept], chunk_id: str, value: Kept) -> None:
+    kept.pop(chunk_id, None)
+    kept[chunk_id] = value  # most recently used last
+    while len(kept) > CHUNKS_KEPT:
+        del kept[next(iter(kept))]
+
+
+def _used(kept: dict[str, Kept], chunk_id: str) -> Kept | None:
+    value = kept.pop(chunk_id, None)
+    if value is not None:
+        kept[chunk_id] = value  # most recently used last
+    return value
 
 
 async def _session_chunks(
@@ -248,7 +277,7 @@ async def _session_chunks(
             added = await repository.term_stats(db, session.id, sorted(active - known))
             await release(db)
             index = await asyncio.to_thread(earlier.index.extended, _stemmed(added))
-            state = _SessionChunks(index, earlier.lines)
+            state = _SessionChunks(index, earlier.lines, earlier.rows)
     if state is None:
         stats = await repository.term_stats(db, session.id)
         await release(db)
@@ -286,6 +315,7 @@ async def _nearest_and_shown(
     db: AsyncSession,
     context: AppContext,
     session: Session,
+    chunks: _SessionChunks,
     qvec: Sequence[float] | None,
     limit: int,
     others: "asyncio.Future[repository.RecallRows]",
@@ -293,7 +323,9 @@ async def _nearest_and_shown(
 ) -> repository.RecallRows:
     """The vector arm (with a query vector) and the shown rows of its chunks, with `others` (the
     shown rows of the other arms' candidates, being read meanwhile), read on the reader pool: one
-    statement when the session is searched by an exact scan. A session with its own HNSW index
+    statement when the session is searched by an exact scan. Its chunks' rows come from those
+    this process keeps (`chunks.rows`) when it keeps any: the scan then returns ids and
+    distances, and only the rows of chunks not kept are read. A session with its own HNSW index
     is searched in a transaction (the index scan's settings are local to one). A failing vector
     arm leaves lexical recall (`vector_unavailable`)."""
     embedder = context.embedder
@@ -307,7 +339,7 @@ async def _nearest_and_shown(
                     rows = await read_once(
                         context.reader,
                         lambda conn: repository.nearest_and_shown(
-                            conn, session.id, embedder.name, qvec, limit, []
+                            conn, session.id, embedder.name, qvec, limit, [], chunks.rows.keys()
                         ),
                     )
                     found, near = rows.nearest, rows.shown
@@ -324,6 +356,10 @@ async def _nearest_and_shown(
         known = (await others).shown
     finally:
         others.cancel()  # read already (nothing to cancel), unless the vector arm raised
+    for cid in found:
+        kept = None if cid in near else chunks.row(cid)
+        if kept is not None:
+            near[cid] = kept  # active: the vector arm reads active chunks only
     missing = [cid for cid in found if cid not in near and cid not in known]
     if missing:
         rows = await read_once(
@@ -331,19 +367,14 @@ async def _nearest_and_shown(
             lambda conn: repository.nearest_and_shown(conn, session.id, "", None, limit, missing),
         )
         near = {**near, **rows.shown}
+    chunks.keep_rows(near.values())
+    chunks.keep_rows(known.values())
     return repository.RecallRows(found, {**known, **near})
 
 
-async def _lexical(
-    db: AsyncSession,
-    context: AppContext,
-    session: Session,
-    query_terms: dict[str, float],
-    limit: int,
-) -> dict[str, float]:
+def _lexical(index: BM25Index, query_terms: dict[str, float], limit: int) -> dict[str, float]:
     """BM25 scores of the best `limit` chunks, best first (query terms stemmed like the index's;
     LoCoMo tune split B500 .671 -> .681, check .693 -> .701)."""
-    index = (await _session_chunks(db, context, session)).index
     return dict(index.score(by_stem(query_terms), top_n=limit))
 
 
@@ -557,11 +588,11 @@ class QueryVectors:
     needs a text's vector (or the request itself, as soon as it knows the text) starts its
     embedding, and every part awaits that one, so a text is embedded once per request and can
     encode while the event loop does other work. Each awaiting part gets the embedding's
-    fallbacks in its own list. The owner `cancel`s what is still running when it is done.
-
-    A new vector is stored in the cache by `store`, which the part that searches with it awaits
-    beside its search: the store's JSON and round trip were ~1.3 ms of a 1-client build's
-    critical path between the embedding and the vector search."""
+    fallbacks in its own list. The owner `cancel`s what is still running when it is done, and
+    stores the new vectors in the cache (`store`) where that costs its caller least: a build
+    once it has answered (the store's JSON and round trip were ~1 ms of a 1-client build's wall
+    time, even beside the vector search), recall or the user's items when they embed for
+    themselves beside their search."""
 
     def __init__(self, context: AppContext, timeout_s: float | None = None) -> None:
         self._context = context
@@ -625,7 +656,8 @@ async def rank_user_memories(
 ) -> list[RankedMemory]:
     """The user-scope remembered items of the session's user, ranked against `query` by the
     arms recall uses for them (exact, BM25, vector), best first; [] without a user_id.
-    `query_vectors`: the request's query embeddings, shared with its recall."""
+    `query_vectors`: the request's query embeddings, shared with its recall (its owner stores
+    them)."""
     if not session.user_id:
         return []
     memories = {
@@ -645,9 +677,11 @@ async def rank_user_memories(
     if qvec is not None:
         try:
             async with db.begin_nested():
-                vector, _ = await asyncio.gather(
-                    _memory_vector(db, context, memories, qvec, limit), vectors.store()
-                )
+                searched = _memory_vector(db, context, memories, qvec, limit)
+                if query_vectors is None:  # embedded for this call alone: stored beside its use
+                    vector, _ = await asyncio.gather(searched, vectors.store())
+                else:  # the owner of `query_vectors` stores it
+                    vector = await searched
         except (EmbedderUnavailable, SQLAlchemyError) as exc:
             logger.warning("vector ranking of user memories unavailable: %s", exc)
             fallbacks.append("vector_unavailable")
@@ -744,8 +778,8 @@ async def recall(
     """Ranked history relevant to `query` (chunks, and remembered items when asked); `now` is
     the time of the conversation's latest turn (relative dates in the query count from it);
     `query_timeout_s` bounds the wait for the query's embedding (default: the embedder's);
-    `query_vectors`: the request's query embeddings (its budget then applies), which may have
-    started this query's already.
+    `query_vectors`: the request's query embeddings (its budget then applies; its owner stores
+    them), which may have started this query's already.
 
     The network waits (LLM rewrite, query embedding, HTTP rerank) happen outside any
     transaction: recall ends the caller's transaction before each (`release`), so callers
@@ -775,7 +809,8 @@ async def recall(
     try:
         exact = await _exact(context, session, [*rewritten.ids, *rewritten.quoted], candidates)
         clock.lap("exact")
-        lexical = await _lexical(db, context, session, query_terms, candidates)
+        kept = await _session_chunks(db, context, session)
+        lexical = _lexical(kept.index, query_terms, candidates)
         clock.lap("lexical")
         # The exact and lexical candidates' rows are read while the query embeds: after it, the
         # vector arm's statement reads only its own chunks' rows (the 30 lexical candidates' rows
@@ -809,10 +844,11 @@ async def recall(
             vectors.cancel()
     clock.lap("embed")
 
-    rows, _ = await asyncio.gather(
-        _nearest_and_shown(db, context, session, qvec, candidates, others, fallbacks),
-        vectors.store(),
-    )
+    searched = _nearest_and_shown(db, context, session, kept, qvec, candidates, others, fallbacks)
+    if query_vectors is None:  # embedded for this call alone: the vector is stored beside its use
+        rows, _ = await asyncio.gather(searched, vectors.store())
+    else:  # the owner of `query_vectors` stores it
+        rows = await searched
     vector = rows.nearest
     memory_vector: dict[str, float] = {}
     if qvec is not None and memories:

@@ -1,5 +1,6 @@
 """Recall's one statement for the vector arm and the candidates' rows returns what the exact scan
-and a read by id return (on a real PostgreSQL+pgvector)."""
+and a read by id return, and for a caller that holds some of the rows the same scan with only
+the other rows (on a real PostgreSQL+pgvector)."""
 
 import uuid
 
@@ -36,6 +37,9 @@ async def test_the_vector_arm_and_the_shown_rows_come_in_one_statement(
         found = await repository.nearest_and_shown(driver, pk, MODEL, query, 10, others)
         by_id = await repository.nearest_and_shown(driver, pk, "", None, 10, [others[0]])
         nothing = await repository.nearest_and_shown(driver, pk, "", None, 10, [])
+        held = set(list(exact)[:4])  # rows the caller keeps: only distances come for them
+        ids_only = await repository.nearest_and_shown(driver, pk, MODEL, query, 10, others, held)
+        all_held = await repository.nearest_and_shown(driver, pk, MODEL, query, 10, [], set(exact))
 
     assert list(found.nearest) == list(exact)  # the exact scan's order
     assert found.nearest == pytest.approx(exact)
@@ -48,3 +52,8 @@ async def test_the_vector_arm_and_the_shown_rows_come_in_one_statement(
     assert by_id.nearest == {} and list(by_id.shown) == [others[0]]
     assert by_id.shown[others[0]] == found.shown[others[0]]
     assert nothing.nearest == {} and nothing.shown == {}
+    assert list(ids_only.nearest) == list(found.nearest)  # the same scan, in the same order
+    assert ids_only.nearest == found.nearest
+    assert set(ids_only.shown) == (set(found.nearest) - held) | set(others)
+    assert all(ids_only.shown[cid] == found.shown[cid] for cid in ids_only.shown)
+    assert all_held.nearest == found.nearest and all_held.shown == {}
