@@ -249,7 +249,9 @@ def _in_window(turn_range: tuple[int, int], window_seqs: Collection[int]) -> boo
     return bool(window_seqs) and all(seq in window_seqs for seq in range(first, last + 1))
 
 
-def _normalised(text: str) -> str:
+def text_key(text: str) -> str:
+    """What two candidates share when their texts are duplicates: the text with its whitespace
+    collapsed, case-folded."""
     return " ".join(text.split()).casefold()
 
 
@@ -262,6 +264,7 @@ def select_within_budget(
     window_seqs: Collection[int] = frozenset(),
     overlap_groups: Mapping[str, str] | None = None,
     rangeless: Collection[str] = frozenset(),
+    text_keys: Mapping[str, str] | None = None,
 ) -> Selection:
     """Take the best `k` candidates whose tokens fit `budget_tokens` together (None: no budget).
 
@@ -274,7 +277,10 @@ def select_within_budget(
     - "over_budget": it does not fit the tokens left; smaller ones further down are still tried.
     Tokens come from `token_counts` (what injecting the fragment costs, framing included), else
     `count_tokens(text)`; without a budget nothing is counted (`tokens` stays 0).
+    `text_keys`: candidates' `text_key` by id, where the caller keeps them (a ~700-character
+    text's key costs ~6 µs; others are worked out here).
     """
+    keys = text_keys or {}
     groups = overlap_groups or {}
     selected: list[ScoredCandidate] = []
     dropped: list[tuple[ScoredCandidate, DropReason]] = []
@@ -289,16 +295,16 @@ def select_within_budget(
         cand = item.candidate
         first, last = cand.turn_range
         group = groups.get(cand.id)
-        text_key = _normalised(cand.text)
         if cand.id not in rangeless and _in_window((first, last), window_seqs):
             dropped.append((item, "in_window"))
             continue
+        duplicate_key = keys.get(cand.id) or text_key(cand.text)
         # Pieces of one split turn (grouped) share a turn range but hold different text: they are
         # deduplicated by group, not by range. Candidates without turns (remembered items) skip it.
         range_dup = (
             group is None and cand.id not in rangeless and reach.get(first, first - 1) >= last
         )
-        if (group is not None and group in kept_groups) or text_key in kept_texts or range_dup:
+        if (group is not None and group in kept_groups) or duplicate_key in kept_texts or range_dup:
             dropped.append((item, "duplicate"))
             continue
         if len(selected) >= k:
@@ -313,7 +319,7 @@ def select_within_budget(
                 continue
         selected.append(item)
         used += cost
-        kept_texts.add(text_key)
+        kept_texts.add(duplicate_key)
         if group is None and cand.id not in rangeless:
             for seq in range(first, last + 1):
                 if reach.get(seq, last - 1) < last:
