@@ -6,6 +6,7 @@ from app.recall.rerank import (
     feature_rerank,
     recency,
     select_within_budget,
+    text_key,
 )
 from app.recall.rewrite import RewrittenQuery, rewrite_query
 
@@ -191,3 +192,29 @@ def test_coverage_weighs_query_stems_by_their_rarity_among_candidates_in_both_la
     zh_by_id = {s.id: s.features for s in feature_rerank(zh, zh_cands, now_seq=2)}
     assert zh_by_id["b"].coverage == 1.0
     assert zh_by_id["a"].coverage == 0.0
+
+
+def test_duplicates_are_found_by_the_keys_given_or_worked_out_alike():
+    scored = _scored(
+        _cand("a", "Ferry at 9:40, platform 2.", 1, 10),
+        _cand("b", "ferry at  9:40,\nPLATFORM 2.", 2, 20),  # the same text but for case and spaces
+        _cand("c", "渡轮 九点四十分", 3, 30),
+        _cand("d", "渡轮  九点四十分", 4, 40),
+        _cand("e", "Ferry at 10:15.", 5, 50),
+    )
+    worked_out = select_within_budget(scored, k=10, budget_tokens=None)
+    given = select_within_budget(
+        scored,
+        k=10,
+        budget_tokens=None,
+        text_keys={c.id: text_key(c.candidate.text) for c in scored if c.id != "d"},
+    )
+    for sel in (worked_out, given):
+        assert [s.id for s in sel.selected] == ["a", "c", "e"]
+        assert {s.id: r for s, r in sel.dropped} == {"b": "duplicate", "d": "duplicate"}
+    assert text_key("ferry at  9:40,\nPLATFORM 2.") == "ferry at 9:40, platform 2."
+    # The keys given are what the selection compares: a caller's key decides.
+    told = select_within_budget(
+        scored, k=10, budget_tokens=None, text_keys={"e": text_key("Ferry at 9:40, platform 2.")}
+    )
+    assert {s.id: r for s, r in told.dropped}["e"] == "duplicate"
