@@ -1,7 +1,6 @@
 """Metrics at /metrics, request ids and JSON logs, through a real `contextd dev` (API and worker in
 one process, one registry) on the test database, its stdout read as the JSON log."""
 
-import asyncio
 import json
 import logging
 import re
@@ -22,7 +21,6 @@ from app.core.observability import (
     Metrics,
     accept_request_id,
     after_response,
-    awaited_after_response,
     deferred_until_sent,
     request_id_var,
 )
@@ -276,29 +274,15 @@ async def test_embedder_observer_and_build_api_feed_their_own_registry() -> None
     assert get("contextd_notes_writes_total") == 0
 
 
-async def test_actions_deferred_until_sent_run_when_the_block_ends_and_at_once_elsewhere() -> None:
+def test_actions_deferred_until_sent_run_when_the_block_ends_and_at_once_elsewhere() -> None:
     done: list[str] = []
-
-    async def store(what: str) -> None:
-        await asyncio.sleep(0)  # a real await: the action is awaited, not just called
-        done.append(what)
-
     after_response(lambda: done.append("outside"))
-    await awaited_after_response(lambda: store("outside store"))
-    assert done == ["outside", "outside store"]
-    async with deferred_until_sent():
+    assert done == ["outside"]
+    with deferred_until_sent():
         after_response(lambda: done.append("build line"))
-        await awaited_after_response(lambda: store("vector store"))
         after_response(lambda: done.append("metrics"))
-        assert done == ["outside", "outside store"]
+        assert done == ["outside"]
         done.append("response sent")
-    assert done == [
-        "outside",
-        "outside store",
-        "response sent",
-        "build line",
-        "vector store",
-        "metrics",
-    ]
+    assert done == ["outside", "response sent", "build line", "metrics"]
     after_response(lambda: done.append("after"))  # the block's deferral ended with it
     assert done[-1] == "after"

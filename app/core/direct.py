@@ -12,7 +12,7 @@ refusal (a body that does not validate, a malformed id) keeps FastAPI's exact an
 An exception the handler raises is answered by the application's exception handlers, as the
 full stack would answer it; one no handler takes propagates to `RequestContextMiddleware` (500).
 What the handler defers with `observability.after_response` (the build's log line and metrics)
-or `awaited_after_response` (the query vectors' cache writes) runs once its answer is sent.
+runs once its answer is sent.
 """
 
 from collections.abc import Awaitable, Callable, Sequence
@@ -55,7 +55,7 @@ class DirectRoutes:
     async def _handle(
         self, direct: DirectRoute, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        async with deferred_until_sent():
+        with deferred_until_sent():
             request = Request(scope, receive)
             try:
                 body = await request.body()

@@ -21,8 +21,8 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -263,10 +263,7 @@ def logged_by_route(scope: Scope) -> None:
     scope.setdefault("state", {})[_LOGGED_BY_ROUTE] = True
 
 
-# An action deferred until the response is sent: a plain function, or one returning what to await.
-Deferred = Callable[[], Awaitable[None] | None]
-
-_after_response: contextvars.ContextVar[list[Deferred] | None] = contextvars.ContextVar(
+_after_response: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar(
     "contextd_after_response", default=None
 )
 
@@ -281,33 +278,19 @@ def after_response(action: Callable[[], None]) -> None:
         pending.append(action)
 
 
-async def awaited_after_response(action: Callable[[], Awaitable[None]]) -> None:
-    """`action` (a cache write nothing in the answer depends on) awaited once the response is
-    sent, in a request served inside `deferred_until_sent`; awaited at once anywhere else."""
-    pending = _after_response.get()
-    if pending is None:
-        await action()
-    else:
-        pending.append(action)
-
-
-@asynccontextmanager
-async def deferred_until_sent() -> AsyncIterator[None]:
-    """The actions given to `after_response` and `awaited_after_response` inside the block run
-    when it ends, in the order given, after the response sent in it (a complete response leaves
-    from its last send, `OneSendTransport`): the client does not wait for them. An awaited
-    action's first write goes out before the server reads the connection's next request (it is
-    sent before the block yields to the event loop)."""
-    pending: list[Deferred] = []
+@contextmanager
+def deferred_until_sent() -> Iterator[None]:
+    """The actions given to `after_response` inside the block run when it ends, after the
+    response sent in it (a complete response leaves from its last send, `OneSendTransport`):
+    the client does not wait for them."""
+    pending: list[Callable[[], None]] = []
     token = _after_response.set(pending)
     try:
         yield
     finally:
         _after_response.reset(token)
         for action in pending:
-            done = action()
-            if done is not None:
-                await done
+            action()
 
 
 def accept_request_id(value: str | None) -> str:

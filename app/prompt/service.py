@@ -23,7 +23,7 @@ from app.core.cpu import off_loop
 from app.core.dates import said_at
 from app.core.db import local_time_limits, read_once, release
 from app.core.errors import BudgetExceeded, InvalidInput
-from app.core.observability import after_response, awaited_after_response, text_fields
+from app.core.observability import after_response, text_fields
 from app.core.tokens import message_tokens
 from app.db.models import Session
 from app.domain.budget import config_error_field
@@ -155,10 +155,6 @@ async def build_prompt(
         return await _build_prompt(db, context, caller, session_id, req, prefetched, vectors)
     finally:
         vectors.cancel()  # an embedding nothing awaited (recall failed before needing it)
-        # The query vectors embedded for the build are stored in the cache once it has answered
-        # (over HTTP): the store's JSON and round trip were ~1 ms of a 1-client build's wall
-        # time beside the vector search.
-        await awaited_after_response(vectors.store)
 
 
 async def _build_prompt(

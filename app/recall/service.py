@@ -613,11 +613,11 @@ class QueryVectors:
     needs a text's vector (or the request itself, as soon as it knows the text) starts its
     embedding, and every part awaits that one, so a text is embedded once per request and can
     encode while the event loop does other work. Each awaiting part gets the embedding's
-    fallbacks in its own list. The owner `cancel`s what is still running when it is done, and
-    stores the new vectors in the cache (`store`) where that costs its caller least: a build
-    once it has answered (the store's JSON and round trip were ~1 ms of a 1-client build's wall
-    time, even beside the vector search), recall or the user's items when they embed for
-    themselves beside their search."""
+    fallbacks in its own list. The owner `cancel`s what is still running when it is done.
+
+    A new vector is stored in the cache by `store`, which the part that searches with it awaits
+    beside its search: the store's JSON and round trip were ~1.3 ms of a 1-client build's
+    critical path between the embedding and the vector search."""
 
     def __init__(self, context: AppContext, timeout_s: float | None = None) -> None:
         self._context = context
@@ -681,8 +681,7 @@ async def rank_user_memories(
 ) -> list[RankedMemory]:
     """The user-scope remembered items of the session's user, ranked against `query` by the
     arms recall uses for them (exact, BM25, vector), best first; [] without a user_id.
-    `query_vectors`: the request's query embeddings, shared with its recall (its owner stores
-    them)."""
+    `query_vectors`: the request's query embeddings, shared with its recall."""
     if not session.user_id:
         return []
     memories = {
@@ -702,11 +701,9 @@ async def rank_user_memories(
     if qvec is not None:
         try:
             async with db.begin_nested():
-                searched = _memory_vector(db, context, memories, qvec, limit)
-                if query_vectors is None:  # embedded for this call alone: stored beside its use
-                    vector, _ = await asyncio.gather(searched, vectors.store())
-                else:  # the owner of `query_vectors` stores it
-                    vector = await searched
+                vector, _ = await asyncio.gather(
+                    _memory_vector(db, context, memories, qvec, limit), vectors.store()
+                )
         except (EmbedderUnavailable, SQLAlchemyError) as exc:
             logger.warning("vector ranking of user memories unavailable: %s", exc)
             fallbacks.append("vector_unavailable")
@@ -803,8 +800,8 @@ async def recall(
     """Ranked history relevant to `query` (chunks, and remembered items when asked); `now` is
     the time of the conversation's latest turn (relative dates in the query count from it);
     `query_timeout_s` bounds the wait for the query's embedding (default: the embedder's);
-    `query_vectors`: the request's query embeddings (its budget then applies; its owner stores
-    them), which may have started this query's already.
+    `query_vectors`: the request's query embeddings (its budget then applies), which may have
+    started this query's already.
 
     The network waits (LLM rewrite, query embedding, HTTP rerank) happen outside any
     transaction: recall ends the caller's transaction before each (`release`), so callers
@@ -869,11 +866,10 @@ async def recall(
             vectors.cancel()
     clock.lap("embed")
 
-    searched = _nearest_and_shown(db, context, session, kept, qvec, candidates, others, fallbacks)
-    if query_vectors is None:  # embedded for this call alone: the vector is stored beside its use
-        rows, _ = await asyncio.gather(searched, vectors.store())
-    else:  # the owner of `query_vectors` stores it
-        rows = await searched
+    rows, _ = await asyncio.gather(
+        _nearest_and_shown(db, context, session, kept, qvec, candidates, others, fallbacks),
+        vectors.store(),
+    )
     vector = rows.nearest
     memory_vector: dict[str, float] = {}
     if qvec is not None and memories:

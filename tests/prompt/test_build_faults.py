@@ -372,10 +372,9 @@ async def test_recall_and_the_users_items_share_one_query_embedding(
 async def test_a_query_embedded_by_one_build_is_read_from_the_cache_by_the_next(
     settings: Settings, admin_key: str
 ) -> None:
-    """The query's vector is stored once the build has answered (the store's command is written
-    in the step of the event loop that sent the response, before the server reads the next
-    request on the connection): the next build of the same query, recalled or ranking the
-    user's items only, embeds nothing (English and Chinese)."""
+    """The query's vector is stored beside the search that uses it (recall's vector search, or
+    the user's items' when recall does not run), before the build answers: the next build of
+    the same query embeds nothing (English and Chinese)."""
     with (
         faulty_server("hang") as embedder,
         run_server(embedder_settings(settings, embedder.url, budget=30)) as server,
