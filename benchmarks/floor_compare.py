@@ -55,7 +55,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -297,7 +297,8 @@ def run_floor(
     """One run of the floor as it is; its printed figures, the CPU per request of its parts
     (server, postgres, valkey, client) per phase and when each phase ran. Once the figures of
     `scenarios` are in, the floor is interrupted (SIGINT: it stops its server and stack as it
-    does on any error)."""
+    does on any error). It runs in a process group of its own, stopped as a whole at the end: a
+    server of the floor's that outlives it would hold its output open (and its fixed port)."""
     figures: Figures = {}
     ends: dict[tuple[str, int], float] = {}
     out = []
@@ -318,20 +319,25 @@ def run_floor(
             # A command started in the background of a shell ignores SIGINT, and so would the
             # floor: give it the default handler (Python's KeyboardInterrupt) back.
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            start_new_session=True,
         )
         series = CpuSeries(bench.pid)
         assert bench.stdout is not None
-        for line in bench.stdout:
-            out.append(line)
-            match = FLOOR_LINE.search(line)
-            if match and match.group(1) in scenarios:
-                name, clients, p50, p95, rps = match.groups()
-                figures[(name, int(clients))] = (float(p50), float(p95), float(rps))
-                ends[(name, int(clients))] = time.monotonic()
-                if len(figures) == len(scenarios) * len(CLIENTS) and bench.poll() is None:
-                    bench.send_signal(signal.SIGINT)
-        series.stop()
-        bench.wait()
+        try:
+            for line in bench.stdout:
+                out.append(line)
+                match = FLOOR_LINE.search(line)
+                if match and match.group(1) in scenarios:
+                    name, clients, p50, p95, rps = match.groups()
+                    figures[(name, int(clients))] = (float(p50), float(p95), float(rps))
+                    ends[(name, int(clients))] = time.monotonic()
+                    if len(figures) == len(scenarios) * len(CLIENTS):
+                        if bench.poll() is None:
+                            bench.send_signal(signal.SIGINT)
+                        break
+        finally:
+            series.stop()
+            stop_process_group(bench)
         errors.seek(0)
         if len(figures) != len(scenarios) * len(CLIENTS):
             raise SystemExit(f"unexpected floor output:\n{''.join(out)}\n{errors.read()}")
@@ -342,6 +348,27 @@ def run_floor(
         cpu[key] = per_request(series.at(began), series.at(end), requests)
         windows[key] = (began, end)
     return figures, cpu, windows
+
+
+def stop_process_group(leader: subprocess.Popen[str]) -> None:
+    """Wait up to a minute for `leader` to end (it cleans up after itself), then end whatever of
+    its process group is left: SIGTERM, and SIGKILL to what is still there 10 s later."""
+    with suppress(subprocess.TimeoutExpired):
+        leader.wait(timeout=60)
+    for sent in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(leader.pid, sent)
+        except ProcessLookupError:
+            break  # nothing left in the group
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            leader.poll()  # reaped, the leader no longer counts as one of the group
+            try:
+                os.killpg(leader.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+    leader.wait()
 
 
 class BuildPromptClient:
@@ -445,6 +472,14 @@ def wait_worker_idle(database_url: str, timeout: float = 1800) -> float:
             if time.monotonic() - started > timeout:
                 raise SystemExit(f"the worker still had {row} jobs after {timeout:.0f}s")
             time.sleep(0.5)
+
+
+def analyze_database(database_url: str) -> None:
+    """`VACUUM ANALYZE`, as the floor does once its tables are loaded: both sides are measured
+    with their planner statistics up to date and no dead row versions left by the load (every
+    chunk's row is written twice, once offloaded and once embedded)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
 
 
 def forget_query_embeddings(redis_url: str) -> None:
@@ -690,6 +725,7 @@ def main() -> None:
             f"offloaded into {chunks} chunks and embedded in {time.monotonic() - started:.0f}s; "
             f"the worker idle {wait_worker_idle(server.database_url):.0f}s later"
         )
+        analyze_database(server.database_url)
         for n in range(1, args.rounds + 1):
             load = os.getloadavg()
             forget_query_embeddings(server.redis_url)
