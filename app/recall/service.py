@@ -123,31 +123,29 @@ def recalled_item(hit: RecallHit, *, memory_source: str = "memory") -> RecalledI
     ~14 µs an item, ~20 items a build)."""
     chunk_id = hit.id.removeprefix(MEMORY_PREFIX)
     source = memory_source if hit.source == "memory" else "chunk"
-    compact = None
-    if hit.compact_text is not None:
-        compact = RecalledItem(
+
+    def item(
+        text: str,
+        seqs: tuple[int, ...] | None = None,
+        compact: RecalledItem | None = None,
+        text_tokens: int | None = None,
+    ) -> RecalledItem:
+        return RecalledItem(
             chunk_id=chunk_id,
-            text=hit.compact_text,
+            text=text,
             ts=hit.ts,
             turn_first=hit.turn_first,
             turn_last=hit.turn_last,
             trusted=hit.trusted,
             score=hit.score,
             source=source,
-            seqs=hit.compact_seqs,
+            seqs=seqs,
+            compact=compact,
+            text_tokens=text_tokens,
         )
-    return RecalledItem(
-        chunk_id=chunk_id,
-        text=hit.text,
-        ts=hit.ts,
-        turn_first=hit.turn_first,
-        turn_last=hit.turn_last,
-        trusted=hit.trusted,
-        score=hit.score,
-        source=source,
-        compact=compact,
-        text_tokens=hit.text_tokens,
-    )
+
+    compact = None if hit.compact_text is None else item(hit.compact_text, hit.compact_seqs)
+    return item(hit.text, compact=compact, text_tokens=hit.text_tokens)
 
 
 @dataclass
