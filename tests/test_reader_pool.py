@@ -99,6 +99,28 @@ async def test_a_connection_postgresql_closed_is_replaced_and_the_read_runs_agai
         await reader.dispose()
 
 
+async def until_statement_runs(settings: Settings, statement: str, deadline_s: float = 10) -> None:
+    """Return once PostgreSQL runs `statement` in another backend (fail after `deadline_s`);
+    each check is one round trip to PostgreSQL."""
+    admin = await psycopg.AsyncConnection.connect(
+        settings.sqlalchemy_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
+    )
+    try:
+        give_up = time.monotonic() + deadline_s
+        while True:
+            row = await (
+                await admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query = %s AND state = 'active'",
+                    (statement,),
+                )
+            ).fetchone()
+            if row is not None and row[0] > 0:
+                return
+            assert time.monotonic() < give_up, f"{statement!r} did not start"
+    finally:
+        await admin.close()
+
+
 async def test_a_read_cancelled_mid_statement_leaves_its_connection_usable(
     settings: Settings,
 ) -> None:
@@ -116,7 +138,7 @@ async def test_a_read_cancelled_mid_statement_leaves_its_connection_usable(
 
         stuck = asyncio.create_task(read_once(reader, slow))
         await started.wait()
-        await asyncio.sleep(0.2)  # the statement is sent: the connection is busy
+        await until_statement_runs(settings, "SELECT pg_sleep(30)")
         stuck.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await stuck
