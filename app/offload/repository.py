@@ -411,29 +411,26 @@ _SHOWN = (
     "c.id, c.status, c.turn_first, c.turn_last, c.part, c.parts, c.ts_last, c.raw_text, c.trusted, "
     "c.token_count"
 )
-# The exact scan of one session's vectors (see `nearest_chunks`) and what recall shows of those
-# chunks and of the other arms' candidates (`ids`), in one statement: the vector arm and the
-# candidates' rows in one round trip. The nearest come first, in distance order, with their
-# distance; the others after them with none.
-_NEAREST_AND_SHOWN = (
+# The exact scan of one session's vectors (see `nearest_chunks`), ranked by distance: the head of
+# both statements below, so that they return the nearest in the same order.
+_RANKED_NEAREST = (
     "WITH near AS (SELECT id, embedding <=> CAST(%(vector)s AS vector) AS distance FROM chunks "
     "WHERE session_id = %(session)s AND status = 'active' AND embedding_model = %(model)s "
     "ORDER BY distance LIMIT %(limit)s), "
     "ranked AS (SELECT id, distance, row_number() OVER (ORDER BY distance) AS place FROM near) "
-    f"SELECT {_SHOWN}, r.distance FROM chunks c LEFT JOIN ranked r ON r.id = c.id "
+)
+# The scan and what recall shows of those chunks and of the other arms' candidates (`ids`), in
+# one statement: the vector arm and the candidates' rows in one round trip. The nearest come
+# first, in distance order, with their distance; the others after them with none.
+_NEAREST_AND_SHOWN = (
+    _RANKED_NEAREST
+    + f"SELECT {_SHOWN}, r.distance FROM chunks c LEFT JOIN ranked r ON r.id = c.id "
     "WHERE c.id = ANY(ARRAY(SELECT id FROM ranked) || CAST(%(ids)s AS uuid[])) "
     "ORDER BY r.place NULLS LAST"
 )  # run by the driver itself (`read_once`): psycopg's placeholders
 _SHOWN_BY_ID = f"SELECT {_SHOWN}, NULL FROM chunks c WHERE c.id = ANY(CAST(%(ids)s AS uuid[]))"
-# The same scan returning ids and distances only, in the same order (`_NEAREST_AND_SHOWN`'s `near`
-# and `ranked`): for a caller holding the rows already.
-_NEAREST = (
-    "WITH near AS (SELECT id, embedding <=> CAST(%(vector)s AS vector) AS distance FROM chunks "
-    "WHERE session_id = %(session)s AND status = 'active' AND embedding_model = %(model)s "
-    "ORDER BY distance LIMIT %(limit)s), "
-    "ranked AS (SELECT id, distance, row_number() OVER (ORDER BY distance) AS place FROM near) "
-    "SELECT id, distance FROM ranked ORDER BY place"
-)
+# The scan's ids and distances only: for a caller holding the rows already.
+_NEAREST = _RANKED_NEAREST + "SELECT id, distance FROM ranked ORDER BY place"
 
 
 @dataclass(frozen=True)
