@@ -413,7 +413,6 @@ def _discard(read: "asyncio.Future[Any] | None") -> None:
 
 
 async def _nearest_and_shown(
-    db: AsyncSession,
     context: AppContext,
     session: Session,
     chunks: _SessionChunks,
@@ -429,8 +428,8 @@ async def _nearest_and_shown(
     otherwise on the reader pool, one statement when the session is searched by an exact scan.
     Its chunks' rows come from those this process keeps (`chunks.rows`) when it keeps any: the
     scan then returns ids and distances, and only the rows of chunks not kept are read. A
-    session with its own HNSW index is searched in a transaction (the index scan's settings are
-    local to one). A failing vector arm leaves lexical recall (`vector_unavailable`)."""
+    session with its own HNSW index is searched through it (`repository.nearest_through_index`).
+    A failing vector arm leaves lexical recall (`vector_unavailable`)."""
     embedder = context.embedder
     found: dict[str, float] = {}
     near: dict[str, repository.ShownChunk] = {}
@@ -449,15 +448,15 @@ async def _nearest_and_shown(
                     )
                     found, near = rows.nearest, rows.shown
                 else:
-                    async with db.begin_nested():
-                        found = await repository.nearest_chunks(
-                            db, session.id, embedder.name, qvec, limit, index
-                        )
-                    await release(db)
+                    found = await read_once(
+                        context.reader,
+                        lambda conn: repository.nearest_through_index(
+                            conn, session.id, embedder.name, qvec, limit, index
+                        ),
+                    )
             except (SQLAlchemyError, psycopg.Error) as exc:
                 logger.warning("vector recall unavailable, lexical only: %s", exc)
                 fallbacks.append("vector_unavailable")
-                await release(db)
         known = (await others).shown
     finally:
         for read in (others, vectors_read):  # read already, unless the vector arm raised
@@ -954,7 +953,7 @@ async def recall(
     # vector arm in process nothing else waits on I/O here. The cache logs its own failures.
     stored = asyncio.ensure_future(vectors.store())
     rows = await _nearest_and_shown(
-        db, context, session, kept, qvec, candidates, others, vectors_read, fallbacks
+        context, session, kept, qvec, candidates, others, vectors_read, fallbacks
     )
     vector = rows.nearest
     memory_vector: dict[str, float] = {}

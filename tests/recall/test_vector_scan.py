@@ -91,8 +91,10 @@ async def test_the_vectors_read_back_and_the_scan_in_process_equals_the_scan_in_
 
     held = ChunkVectors(MODEL).with_vectors(read)
     for query in clustered_vectors(rng, 5):
-        async with transaction(engine) as db:
-            in_postgres = await repository.nearest_chunks(db, pk, MODEL, list(query), 30)
+        async with engine.connect() as conn:
+            driver = await driver_connection(conn)
+            scanned = await repository.nearest_and_shown(driver, pk, MODEL, list(query), 30, [])
+        in_postgres = scanned.nearest
         in_process = held.nearest(query, 30)
         assert list(in_process) == list(in_postgres)
         assert in_process == pytest.approx(in_postgres, abs=1e-6)
