@@ -7,8 +7,9 @@ Needs matplotlib (`pip install -e '.[eval]'`). Writes to `--out`:
   concurrency_latency.png     p50 and p95 against concurrent clients, contextd and the floor, with
                               and without recall (log-log; bars: the range of the rounds' p50s)
   concurrency_throughput.png  req/s against concurrent clients, the same sides and scenarios
-  scale_chunks.png            recall p50 and p95 against chunks in the session (log x)
-  scale_sessions.png          recall p50 and p95 against sessions in the database (log x)
+  scale_chunks.png            recall p50 and p95 against chunks in the session (log x), with
+                              #12's target (p50 at most 1.5x the p50 at 10^3 chunks)
+  scale_sessions.png          the same against sessions in the database (target: 1.2x 10^2)
 Each title names the machine and the commit measured (`--floor-commit`, `--scale-commit`; this
 checkout's HEAD when not given), each caption the load: rounds, load average.
 """
@@ -29,6 +30,8 @@ SCALE_AXES = {
     "chunks": "chunks in the session",
     "sessions": "sessions in the database (measured session: 1,000 chunks)",
 }
+# #12's targets: p50 at 10^5 chunks at most 1.5x the p50 at 10^3; at 10^5 sessions, 1.2x 10^2.
+SCALE_TARGETS = {"chunks": (1000, 1.5), "sessions": (100, 1.2)}
 
 
 @dataclass(frozen=True)
@@ -136,9 +139,9 @@ def _save(plt: Any, fig: Any, path: Path, caption: str) -> None:
 
 
 def _legend(ax: Any) -> None:
-    """The legend with every p50 before the p95s."""
+    """The legend with every p50 before the p95s, a target last."""
     handles, labels = ax.get_legend_handles_labels()
-    order = sorted(range(len(labels)), key=lambda i: labels[i].endswith("p95"))
+    order = sorted(range(len(labels)), key=lambda i: ("target" in labels[i], "p95" in labels[i]))
     ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=7)
 
 
@@ -214,12 +217,22 @@ def plot_scale(data: dict[str, Any], out: Path, commit: str, machine: str) -> li
         rounds = len(next(iter(data[axis].values()))["round_p50"])
         fig, ax = plt.subplots(figsize=(5.2, 3.6))
         _latency(ax, s, "contextd")
+        base, ratio = SCALE_TARGETS[axis]
+        if base in s.x:
+            target = ratio * s.p50[s.x.index(base)]
+            ax.axhline(
+                target,
+                color="tab:red",
+                ls=":",
+                lw=1,
+                label=f"target: p50 {ratio}x the p50 at {base:,}",
+            )
         ax.set_xscale("log")
         ax.set_ylim(bottom=0)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("build-prompt with recall, client wall (ms)")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+        _legend(ax)
         ax.set_title(f"recall as history grows — {machine}, {commit}", fontsize=10)
         path = out / f"scale_{axis}.png"
         caption = (
