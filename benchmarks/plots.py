@@ -1,7 +1,7 @@
 """PNG plots of the figures `floor_compare --json` and `recall_scale --json` write (#12).
 
-    .venv/bin/python -m benchmarks.plots --floor floor.json [--scale scale.json] [--out docs/img]
-        [--floor-commit abc1234] [--scale-commit abc1234] [--machine "2 cores"]
+    .venv/bin/python -m benchmarks.plots [--floor floor.json] [--scale scale.json ...]
+        [--out docs/img] [--floor-commit abc1234] [--scale-commit abc1234] [--machine "2 cores"]
 
 Needs matplotlib (`pip install -e '.[eval]'`). Writes to `--out`:
   concurrency_latency.png     p50 and p95 against concurrent clients, contextd and the floor, with
@@ -247,7 +247,12 @@ def plot_scale(data: dict[str, Any], out: Path, commit: str, machine: str) -> li
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--floor", type=Path, help="a `floor_compare --json` file")
-    parser.add_argument("--scale", type=Path, help="a `recall_scale --json` file")
+    parser.add_argument(
+        "--scale",
+        type=Path,
+        nargs="+",
+        help="`recall_scale --json` files (one run with both axes, or one per axis)",
+    )
     parser.add_argument("--out", type=Path, default=Path("docs/img"))
     parser.add_argument("--floor-commit", help="the commit floor_compare measured (default HEAD)")
     parser.add_argument("--scale-commit", help="the commit recall_scale measured (default HEAD)")
@@ -260,7 +265,9 @@ def main() -> None:
         data = json.loads(args.floor.read_text())
         plot_concurrency(data, args.out, args.floor_commit or head_commit(), args.machine)
     if args.scale:
-        data = json.loads(args.scale.read_text())
+        data = {}
+        for path in args.scale:
+            data |= json.loads(path.read_text())
         plot_scale(data, args.out, args.scale_commit or head_commit(), args.machine)
 
 
