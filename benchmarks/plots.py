@@ -233,7 +233,7 @@ def plot_scale(data: dict[str, Any], out: Path, commit: str, machine: str) -> li
         ax.set_ylabel("build-prompt with recall, client wall (ms)")
         ax.grid(alpha=0.3, which="both")
         _legend(ax)
-        ax.set_title(f"recall as history grows — {machine}, {commit}", fontsize=10)
+        ax.set_title(f"recall as history grows — {machine}\n{commit}", fontsize=10)
         path = out / f"scale_{axis}.png"
         caption = (
             f"recall_scale: 1 client, {rounds} interleaved round(s), distinct queries, bars: the "
