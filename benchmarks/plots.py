@@ -11,7 +11,8 @@ Needs matplotlib (`pip install -e '.[eval]'`). Writes to `--out`:
                               #12's target (p50 at most 1.5x the p50 at 10^3 chunks)
   scale_sessions.png          the same against sessions in the database (target: 1.2x 10^2)
 Each title names the machine and the commit measured (`--floor-commit`, `--scale-commit`; this
-checkout's HEAD when not given), each caption the load: rounds, load average.
+checkout's HEAD when not given), each caption how it was measured (rounds, and the load average
+`floor_compare` recorded).
 """
 
 import argparse
