@@ -1,7 +1,7 @@
 """contextd against the performance floor of this machine, measured side by side.
 
     .venv/bin/python -m benchmarks.floor_compare [--floor-dir ../shared/perf] [--rounds 3]
-        [--requests 480] [--serve-args "--workers 2"]
+        [--requests 480] [--serve-args "--workers 2"] [--clients 1,2,4,8,16]
 
 The floor (`floor_bench.py` + `floor_app.py` in `--floor-dir`, not part of this repository) is the
 least work any build-prompt must do here: one Redis read, one indexed read of the recent turns,
@@ -10,6 +10,13 @@ top-30. This command runs it as it is, and drives a `contextd dev` (the API, its
 child process, default settings, its own embedded Postgres and Valkey) with the floor's own load
 function and query generator, imported from `floor_bench.py`: the same httpx client, the same
 distinct queries, the same concurrency (1 and 16 clients) and number of requests.
+
+`--clients 1,2,4,8,16` measures both sides at every one of those concurrencies (the floor's own 1
+and 16 are always among them): the floor then runs in a process that imports `floor_bench.py`
+and runs its `main` as it is (its data, indexes, server and warm-up), with its `load` wrapped so
+that, called at 16 clients, it also measures the other concurrencies with the floor's own `load`
+(`sweep_floor`); contextd is measured at each of them in turn. Every concurrency is one more row
+of the printed tables and of the JSON (`rounds`, `summary`, `cpu_ms_per_request`).
 
 contextd holds what the floor holds: 200 sessions of 50 turns (no recall: never offloaded, so no
 search runs) and one session of 5,000 turns offloaded into chunks and embedded with e5 (recall);
@@ -71,7 +78,7 @@ from app.embeddings import engine_process
 from benchmarks.build_prompt_latency import ingest, percentile, turn_text, wait_offloaded
 
 SCENARIOS = ("no recall", "recall")
-CLIENTS = (1, 16)
+CLIENTS = (1, 16)  # the concurrencies `floor_bench.py` itself measures
 FLOOR_LINE = re.compile(
     r"floor (no recall|recall)\s+clients=\s*(\d+)\s+p50\s+([\d.]+) ms\s+p95\s+([\d.]+) ms\s+"
     r"([\d.]+) req/s"
@@ -175,6 +182,69 @@ class Stack:
 
 def per_request(before: dict[str, float], after: dict[str, float], requests: int) -> PartsCpu:
     return {part: (after[part] - before[part]) * 1000 / requests for part in after}
+
+
+def sweep_clients(text: str) -> tuple[int, ...]:
+    """`--clients`: the concurrencies to measure, ascending, with the floor's own (1 and 16)."""
+    try:
+        asked = {int(word) for word in text.split(",") if word.strip()}
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of numbers: {text!r}"
+        ) from None
+    if any(n < 1 for n in asked):
+        raise argparse.ArgumentTypeError(f"concurrencies are 1 or more: {text!r}")
+    return tuple(sorted(asked | set(CLIENTS)))
+
+
+def floor_line(name: str, clients: int, figures: tuple[float, float, float]) -> str:
+    """A figure printed as `floor_bench.py` prints its own (what `FLOOR_LINE` reads)."""
+    p50, p95, rps = figures
+    return (
+        f"floor {name:9s} clients={clients:2d}  p50 {p50:6.2f} ms  p95 {p95:6.2f} ms  "
+        f"{rps:6.0f} req/s"
+    )
+
+
+def sweep_schedule(clients: tuple[int, ...], called_at: int) -> tuple[int, ...]:
+    """The concurrencies to measure, in order, when `floor_bench.py` calls its `load` at
+    `called_at` clients: at its last own concurrency (16) every other one of `clients` that it
+    does not measure itself, those below first, so that the sweep runs in ascending order; at
+    any other call (its warm-up, its 1 client) just what it asked for."""
+    if called_at != CLIENTS[-1]:
+        return (called_at,)
+    extra = [n for n in clients if n not in CLIENTS]
+    return (*[n for n in extra if n < called_at], called_at, *[n for n in extra if n > called_at])
+
+
+def sweep_floor() -> None:
+    """The floor at every concurrency of a sweep, run as `run_floor` starts it (argv: the floor
+    directory, the concurrencies, then `floor_bench.py`'s own arguments). Its `main` runs as it
+    is, with its module's `load` wrapped: each concurrency measured is printed at once in the
+    floor's own format (so `run_floor` knows when each phase ended); the floor prints its 1 and
+    16 again afterwards, and `run_floor` keeps the first of each."""
+    floor_dir, clients = Path(sys.argv[1]), sweep_clients(sys.argv[2])
+    bench = floor_module(floor_dir)
+    measure = bench.load
+
+    async def load(
+        client: Any, path_of: Callable[[int], str], conc: int, n: int
+    ) -> tuple[float, float, float]:
+        # The floor's paths name its scenario: /floor/{sid} and /floor_recall/{sid}.
+        name = "recall" if path_of(0).startswith("/floor_recall/") else "no recall"
+        asked: tuple[float, float, float] | None = None
+        for clients_now in sweep_schedule(clients, conc):
+            figures = await measure(client, path_of, clients_now, n)
+            if conc in CLIENTS:  # not the warm-up
+                print(floor_line(name, clients_now, figures), flush=True)
+            if clients_now == conc:
+                asked = figures
+        assert asked is not None
+        return asked
+
+    bench.load = load
+    sys.argv = [str(floor_dir / "floor_bench.py"), *sys.argv[3:]]
+    bench.main()
 
 
 def floor_module(floor_dir: Path) -> ModuleType:
@@ -291,8 +361,45 @@ class MachineSpeed:
         self.thread.join()
 
 
+def read_floor_line(
+    line: str, scenarios: tuple[str, ...], figures: Figures
+) -> tuple[str, int] | None:
+    """The (scenario, clients) of a new figure of `scenarios` printed in `line`, kept in
+    `figures`; None for any other line, or a figure already read (a sweep prints its 1 and 16
+    as soon as they are measured, the floor prints them again after: the first is kept, its
+    time is when the phase ended)."""
+    match = FLOOR_LINE.search(line)
+    if match is None or match.group(1) not in scenarios:
+        return None
+    key = (match.group(1), int(match.group(2)))
+    if key in figures:
+        return None
+    figures[key] = (float(match.group(3)), float(match.group(4)), float(match.group(5)))
+    return key
+
+
+def floor_command(
+    floor_dir: Path, chunks: int, requests: int, clients: tuple[int, ...]
+) -> list[str]:
+    """`floor_bench.py` as it is for its own concurrencies, else through `sweep_floor`."""
+    arguments = ["--chunks", str(chunks), "--requests", str(requests)]
+    if clients == CLIENTS:
+        return [sys.executable, str(floor_dir / "floor_bench.py"), *arguments]
+    root = Path(__file__).resolve().parent.parent
+    sweep = (
+        f"import sys; sys.path.insert(0, {str(root)!r}); "
+        "from benchmarks.floor_compare import sweep_floor; sweep_floor()"
+    )
+    concurrencies = ",".join(map(str, clients))
+    return [sys.executable, "-c", sweep, str(floor_dir.resolve()), concurrencies, *arguments]
+
+
 def run_floor(
-    floor_dir: Path, chunks: int, requests: int, scenarios: tuple[str, ...]
+    floor_dir: Path,
+    chunks: int,
+    requests: int,
+    scenarios: tuple[str, ...],
+    clients: tuple[int, ...] = CLIENTS,
 ) -> tuple[Figures, CpuPerRequest, Windows]:
     """One run of the floor as it is; its printed figures, the CPU per request of its parts
     (server, postgres, valkey, client) per phase and when each phase ran. Once the figures of
@@ -304,14 +411,7 @@ def run_floor(
     out = []
     with tempfile.TemporaryFile("w+") as errors:
         bench = subprocess.Popen(
-            [
-                sys.executable,
-                str(floor_dir / "floor_bench.py"),
-                "--chunks",
-                str(chunks),
-                "--requests",
-                str(requests),
-            ],
+            floor_command(floor_dir, chunks, requests, clients),
             stdout=subprocess.PIPE,
             stderr=errors,
             text=True,
@@ -326,20 +426,19 @@ def run_floor(
         try:
             for line in bench.stdout:
                 out.append(line)
-                match = FLOOR_LINE.search(line)
-                if match and match.group(1) in scenarios:
-                    name, clients, p50, p95, rps = match.groups()
-                    figures[(name, int(clients))] = (float(p50), float(p95), float(rps))
-                    ends[(name, int(clients))] = time.monotonic()
-                    if len(figures) == len(scenarios) * len(CLIENTS):
-                        if bench.poll() is None:
-                            bench.send_signal(signal.SIGINT)
-                        break
+                key = read_floor_line(line, scenarios, figures)
+                if key is None:
+                    continue
+                ends[key] = time.monotonic()
+                if len(figures) == len(scenarios) * len(clients):
+                    if bench.poll() is None:
+                        bench.send_signal(signal.SIGINT)
+                    break
         finally:
             series.stop()
             stop_process_group(bench)
         errors.seek(0)
-        if len(figures) != len(scenarios) * len(CLIENTS):
+        if len(figures) != len(scenarios) * len(clients):
             raise SystemExit(f"unexpected floor output:\n{''.join(out)}\n{errors.read()}")
     cpu: CpuPerRequest = {}
     windows: Windows = {}
@@ -491,9 +590,13 @@ def forget_query_embeddings(redis_url: str) -> None:
 
 
 async def measure_contextd(
-    floor: ModuleType, server: DevServer, requests: int, scenarios: tuple[str, ...]
+    floor: ModuleType,
+    server: DevServer,
+    requests: int,
+    scenarios: tuple[str, ...],
+    concurrencies: tuple[int, ...] = CLIENTS,
 ) -> tuple[Figures, dict[str, Counter[str]], CpuPerRequest, Windows]:
-    """The floor's own measurement loop (warm-up, then 1 and 16 clients) against contextd;
+    """The floor's own measurement loop (warm-up, then each of `concurrencies`) against contextd;
     also the fallback flags of the measured builds, per scenario, the CPU time per request
     of contextd's API and its worker (a child process under `contextd dev`), its PostgreSQL, its
     Valkey and this client, and when each phase ran."""
@@ -511,7 +614,7 @@ async def measure_contextd(
         for name in scenarios:
             await floor.load(client, paths[name], 4, 60)
             client.fallbacks.clear()
-            for clients in CLIENTS:
+            for clients in concurrencies:
                 before, began = stack.cpu(), time.monotonic()
                 figures[(name, clients)] = await floor.load(client, paths[name], clients, requests)
                 windows[(name, clients)] = (began, time.monotonic())
@@ -701,6 +804,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=random.randint(18100, 18900))
     parser.add_argument("--redis-port", type=int, default=random.randint(18100, 18900))
     parser.add_argument("--serve-args", default="", help="extra `contextd dev` arguments")
+    parser.add_argument(
+        "--clients",
+        type=sweep_clients,
+        default=CLIENTS,
+        help="comma-separated concurrencies to measure both sides at (1 and 16 always are)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     scenarios = tuple(name.strip() for name in args.scenarios.split(","))
@@ -731,17 +840,17 @@ def main() -> None:
             forget_query_embeddings(server.redis_url)
             if n % 2:
                 floor_figures, floor_cpu, floor_windows = run_floor(
-                    args.floor_dir, chunks or 100, args.requests, scenarios
+                    args.floor_dir, chunks or 100, args.requests, scenarios, args.clients
                 )
                 ours, flags, cpu, our_windows = asyncio.run(
-                    measure_contextd(floor, server, args.requests, scenarios)
+                    measure_contextd(floor, server, args.requests, scenarios, args.clients)
                 )
             else:
                 ours, flags, cpu, our_windows = asyncio.run(
-                    measure_contextd(floor, server, args.requests, scenarios)
+                    measure_contextd(floor, server, args.requests, scenarios, args.clients)
                 )
                 floor_figures, floor_cpu, floor_windows = run_floor(
-                    args.floor_dir, chunks or 100, args.requests, scenarios
+                    args.floor_dir, chunks or 100, args.requests, scenarios, args.clients
                 )
             rounds.append((floor_figures, ours))
             cpus.append((floor_cpu, cpu))
@@ -784,15 +893,26 @@ def main() -> None:
     end = os.getloadavg()
     print(f"load average at the end {end[0]:.1f} {end[1]:.1f} {end[2]:.1f}; {os.cpu_count()} cores")
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                {"rounds": [[list(f.items()), list(c.items())] for f, c in rounds], "summary": rows}
-                | {"loadavg": loads, "chunks": chunks, "after_append": appended}
-                | {"cpu_ms_per_request": [[list(f.items()), list(c.items())] for f, c in cpus]},
-                indent=2,
-                default=list,
-            )
-        )
+        args.json.write_text(json_report(rounds, rows, loads, chunks, appended, cpus))
+
+
+def json_report(
+    rounds: list[tuple[Figures, Figures]],
+    rows: list[dict[str, Any]],
+    loads: list[tuple[float, ...]],
+    chunks: int,
+    appended: list[tuple[float, float]],
+    cpus: list[tuple[CpuPerRequest, CpuPerRequest]],
+) -> str:
+    """What `--json` writes (read by `benchmarks.plots`): each round's figures and CPU per
+    request as [floor items, contextd items], an item [[scenario, clients], value]."""
+    return json.dumps(
+        {"rounds": [[list(f.items()), list(c.items())] for f, c in rounds], "summary": rows}
+        | {"loadavg": loads, "chunks": chunks, "after_append": appended}
+        | {"cpu_ms_per_request": [[list(f.items()), list(c.items())] for f, c in cpus]},
+        indent=2,
+        default=list,
+    )
 
 
 if __name__ == "__main__":
