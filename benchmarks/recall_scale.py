@@ -15,8 +15,12 @@ sends build-prompt requests with distinct queries (recall in auto mode, so every
 command prints p50/p95 of the client wall time and the server's stages (`timings_ms`), and the
 first build of each session (the per-process BM25 index is built then).
 
-  chunks:   one session per size (10^2 .. 10^5 chunks) in one database; measured in `--rounds`
-            rounds, each round going through every size, so the ratios are side by side;
+  chunks:   one session per size (10^2 .. 10^5 chunks) in one database, beside 1,000 small
+            sessions (5 chunks, 10 turns each: the planner then expects a session to be a small
+            part of the table, as in any database of many sessions; with the measured sessions
+            alone, the generic plan of a statement filtered by session expects a third of the
+            table and scans all of it); measured in `--rounds` rounds, each round going through
+            every size, so the ratios are side by side;
   sessions: one `contextd dev` with its own database per size (10^2 .. 10^5 sessions of 5
             chunks and 10 turns each, besides the measured session of 1,000 chunks), all loaded
             first, then measured in `--rounds` interleaved rounds, so the ratios are side by side
@@ -69,6 +73,8 @@ MODEL = "e5-small-q4"
 TURNS_PER_CHUNK = 4
 WINDOW_TURNS = 10
 BIG = "scale-big"
+NEIGHBOUR = "scale-n"  # the small sessions beside those of the chunks axis
+NEIGHBOURS = 1000
 
 
 POOL = 10_000  # distinct chunk texts the history is drawn from
@@ -149,7 +155,22 @@ def add_history(
     session: uuid.UUID,
     n: int,
 ) -> None:
-    """`n` more chunks in front of the session's window, as an offload would leave them."""
+    """`n` more chunks in front of the session's window, as an offload would leave them, in one
+    transaction: the worker's sweep would otherwise see the chunks before the session's counters,
+    "repair" its chunk count and start the session's vector index on part of the history (its
+    build then holds the lock the `ANALYZE` below needs for the many minutes it takes)."""
+    with conn.transaction():
+        _add_history(conn, rng, pool, tenant, session, n)
+
+
+def _add_history(
+    conn: psycopg.Connection,
+    rng: random.Random,
+    pool: list[tuple[str, str, int, str]],
+    tenant: uuid.UUID,
+    session: uuid.UUID,
+    n: int,
+) -> None:
     first_turn, chunks = conn.execute(
         "SELECT coalesce(max(turn_last), 0) + 1, count(*) FROM chunks WHERE session_id = %s",
         (session,),
@@ -362,6 +383,11 @@ async def chunks_axis(
     out: dict[int, Any] = {}
     min_chunks = load_settings().recall.vector_index_min_chunks
     loaded = False
+    if stored_session(conn, f"{NEIGHBOUR}1") is None:
+        with conn.transaction():
+            tenant, _ = await new_session(http, conn, f"{NEIGHBOUR}0")
+            add_sessions(conn, random.Random(0), text_pool(11), tenant, NEIGHBOUR, 1, NEIGHBOURS)
+        loaded = True
     for n in args.chunks:
         sid = f"scale-c{n}"
         stored = stored_session(conn, sid)
@@ -478,8 +504,8 @@ def explain_arms(conn: psycopg.Connection, sid: str, indexed: bool) -> dict[str,
         params = {"vector": vector, "session": session, "model": MODEL, "limit": 30}
         plans["vector"] = reader_plan(conn, _NEAREST, params)
     needle = "7fa3c"
-    params = {"session": session, "limit": 30, "n0": f"%{needle}%", "t0": lexical_document(needle)}
-    plans["exact"] = reader_plan(conn, _exact_statement(1, by_terms=True), params)
+    params = {"limit": 30, "n0": f"%{needle}%", "t0": lexical_document(needle)}
+    plans["exact"] = reader_plan(conn, _exact_statement(session, 1, by_terms=True), params)
     return {arm: plan.replace(vector, "[query vector]") for arm, plan in plans.items()}
 
 
