@@ -624,7 +624,10 @@ def main() -> None:
         points = out.get(kind, {})
         if "p50" in points.get(low, {}) and "p50" in points.get(high, {}):
             ratio = points[high]["p50"] / points[low]["p50"]
-            rounds = points[high]["round_ratio_to_smallest"]
+            rounds = [
+                round(b / a, 2)
+                for a, b in zip(points[low]["round_p50"], points[high]["round_p50"], strict=True)
+            ]
             print(f"{kind}: p50 at {high} / p50 at {low} = {ratio:.2f} (per round {rounds})")
 
 
