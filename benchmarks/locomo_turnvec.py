@@ -32,6 +32,7 @@ each variant's per-question rows are written as JSON lines for a per-category co
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import uuid
 from collections.abc import Collection, Sequence
@@ -420,6 +421,8 @@ def main() -> None:
         help="after the first variant: refit the rerank weights with and without the turn score",
     )
     args = parser.parse_args()
+    # The wrapper sits on the vector statement: recall must scan in PostgreSQL, not in process.
+    os.environ["CONTEXTD_RECALL__VECTOR_SCAN_IN_PROCESS_MB"] = "0"
     turns = asyncio.run(turn_vectors(args.run_id, args.data, args.data_dir, args.cache))
     patched = Patched(turns)
     for variant in args.variant:

@@ -117,6 +117,50 @@ def _comparable(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k not in ("build_id", "timings_ms")}
 
 
+def scores_apart(a: Any, b: Any) -> float | None:
+    """The largest difference between two responses' scores when they differ in nothing else
+    (a cosine summed in another order by another engine differs in its last digits), else
+    None."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return None
+        apart = 0.0
+        for key, value in a.items():
+            other = b[key]
+            if key == "score" and isinstance(value, float) and isinstance(other, float):
+                apart = max(apart, abs(value - other))
+                continue
+            found = scores_apart(value, other)
+            if found is None:
+                return None
+            apart = max(apart, found)
+        return apart
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return None
+        gaps = [scores_apart(x, y) for x, y in zip(a, b, strict=True)]
+        known = [gap for gap in gaps if gap is not None]
+        return max(known, default=0.0) if len(known) == len(gaps) else None
+    return 0.0 if a == b else None
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    """Where two responses first differ (a JSON path and both values), None when they do not."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in [*a, *(k for k in b if k not in a)]:
+            found = first_difference(a.get(key), b.get(key), f"{path}.{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            found = first_difference(x, y, f"{path}[{i}]")
+            if found is not None:
+                return found
+        return None
+    return None if a == b else f"{path}: {str(a)[:80]!r} / {str(b)[:80]!r}"
+
+
 async def _builds(
     http: httpx.AsyncClient, sid: str, queries: list[str], walls: list[float] | None = None
 ) -> list[dict[str, Any]]:
@@ -169,6 +213,14 @@ async def compare(args: argparse.Namespace) -> None:
                 if _comparable(a) != _comparable(b)
             ]
             print(f"{len(queries)} builds compared: {len(differ)} differ {differ[:10]}")
+            apart = [scores_apart(*(_comparable(first[n][i]) for n in ("A", "B"))) for i in differ]
+            beyond = [i for i, gap in zip(differ, apart, strict=True) if gap is None]
+            gaps = [gap for gap in apart if gap is not None]
+            print(f"  {len(beyond)} differ in more than their scores {beyond[:10]}; the others' "
+                  f"scores at most {max(gaps, default=0.0):.6f} apart")  # fmt: skip
+            for i in beyond[:3]:
+                a_body, b_body = (_comparable(first[n][i]) for n in ("A", "B"))
+                print(f"  build {i}: {first_difference(a_body, b_body)}")
             cpu: dict[str, dict[str, list[float]]] = {
                 n: {"server": [], "postgres": []} for n in sides
             }

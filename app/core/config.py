@@ -184,6 +184,13 @@ class RecallSettings(BaseModel):
         description="a session with this many chunks gets an HNSW index of its own (built by the "
         "worker's sweep) and recall searches it through that index instead of an exact scan",
     )
+    vector_scan_in_process_mb: int = Field(
+        32,
+        ge=0,
+        description="a session searched by an exact scan whose chunk vectors take at most this "
+        "many MB is scanned in process (its vectors kept with its BM25 index); a larger one in "
+        "PostgreSQL; 0: always in PostgreSQL",
+    )
     vector_index_ef_search: int = Field(
         100, gt=0, description="HNSW candidate list of a session's vector index search (recall)"
     )
@@ -191,7 +198,10 @@ class RecallSettings(BaseModel):
         512, gt=0, description="maintenance_work_mem of one session's vector index build"
     )
     lexical_index_cache_sessions: int = Field(
-        256, ge=0, description="per-process BM25 indexes, windows and notes kept (one per session)"
+        256,
+        ge=0,
+        description="per-process BM25 indexes (with chunk vectors, see "
+        "`vector_scan_in_process_mb`), windows and notes kept (one per session)",
     )
     user_memory_budget_tokens: int = Field(
         150,

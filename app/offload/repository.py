@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
+import numpy as np
 import psycopg
 from sqlalchemy import func, select, text, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -250,57 +251,41 @@ async def _has_vector_index(db: AsyncSession | AsyncConnection, name: str) -> bo
     return bool(found.scalar_one_or_none())
 
 
-async def nearest_chunks(
-    db: AsyncSession,
+async def nearest_through_index(
+    conn: psycopg.AsyncConnection[Any],
     session_pk: uuid.UUID,
     model: str,
     vector: Sequence[float],
     limit: int,
-    index: VectorIndexScan | None = None,
+    index: VectorIndexScan,
 ) -> dict[str, float]:
-    """Cosine similarity of the session's chunks closest to `vector`, best first.
+    """Cosine similarity of the session's chunks closest to `vector`, best first, through the
+    session's own HNSW index (`ensure_vector_index`): cost about constant in the session's size,
+    approximate. Until the worker's sweep has built it the same statement is an exact scan of the
+    session's rows (each vector cast, ~1.5 KB copied a row): correct, slower for that while.
 
-    A session with an HNSW index of its own (`index` given and `ensure_vector_index` done) is
-    searched through it: cost about constant in the session's size, approximate. Any other
-    session by an exact scan of its own rows through the session index, linear in its chunks; no
-    index over the whole table: the server's pgvector (0.6) has no iterative index scans, so a
-    scan of a shared index filtered to one session returns at most `ef_search` rows before the
-    filter, too few for a session that is a small part of the table. The exact scan compares the
-    vectors as stored, without a cast to the model's dimension (a cast copies every vector); one
-    model's vectors all have that dimension.
-    """
-    params = {"vector": vector_literal(vector), "limit": limit}
-    if index is not None and await _has_vector_index(db, vector_index_name(session_pk, model)):
-        # No sort: the planner's other way, the session index and a sort, is the exact scan; it
-        # takes it when the statistics predate the session's growth.
-        sort = await db.execute(
-            text(
-                "SELECT current_setting('enable_sort'), set_config('hnsw.ef_search', :ef, true), "
-                "set_config('enable_sort', 'off', true)"
-            ),
+    No index over the whole table: the server's pgvector (0.6) has no iterative index scans, so
+    a scan of a shared index filtered to one session returns at most `ef_search` rows before the
+    filter, too few for a session that is a small part of the table. Sorting is off for the
+    statement: the planner's other way, the session index and a sort, is the exact scan, which it
+    takes when the statistics predate the session's growth. The settings are local to a
+    transaction, sent with it in one round trip (pipelined: BEGIN, the settings, the search,
+    COMMIT); through SQLAlchemy the same search took 9 statements, ~5 ms around a 7 ms search."""
+    dim = int(index.dim)
+    query = (
+        f"SELECT id, CAST(embedding AS vector({dim})) <=> CAST(%(vector)s AS vector({dim})) "
+        # (a `%` of the model's name doubled: the driver's placeholders start with one)
+        f"AS distance FROM chunks WHERE {_session_vectors(session_pk, model).replace('%', '%%')} "
+        "ORDER BY distance LIMIT %(limit)s"
+    )
+    async with conn.pipeline(), conn.transaction():
+        await conn.execute(
+            "SELECT set_config('hnsw.ef_search', %(ef)s, true), "
+            "set_config('enable_sort', 'off', true)",
             {"ef": str(max(index.ef_search, limit))},
         )
-        previous = sort.scalar_one()
-        query = text(
-            f"SELECT id, CAST(embedding AS vector({int(index.dim)})) "
-            f"<=> CAST(:vector AS vector({int(index.dim)})) AS distance FROM chunks "
-            f"WHERE {_session_vectors(session_pk, model)} ORDER BY distance LIMIT :limit"
-        )
-        found = {str(cid): 1.0 - float(d) for cid, d in await db.execute(query, params)}
-        await db.execute(
-            text("SELECT set_config('enable_sort', :previous, true)"), {"previous": previous}
-        )
-        return found
-    query = text(
-        """
-        SELECT id, embedding <=> CAST(:vector AS vector) AS distance FROM chunks
-        WHERE session_id = :session AND status = 'active' AND embedding_model = :model
-        ORDER BY distance LIMIT :limit
-        """
-    )
-    params |= {"session": session_pk, "model": model}
-    rows = await db.execute(query, params)
-    return {str(cid): 1.0 - float(distance) for cid, distance in rows}
+        cursor = await conn.execute(query, {"vector": vector_literal(vector), "limit": limit})
+    return {str(cid): 1.0 - float(distance) for cid, distance in await cursor.fetchall()}
 
 
 async def sessions_needing_vector_index(
@@ -420,8 +405,10 @@ _SHOWN = (
     "c.id, c.status, c.turn_first, c.turn_last, c.part, c.parts, c.ts_last, c.raw_text, c.trusted, "
     "c.token_count"
 )
-# The exact scan of one session's vectors (see `nearest_chunks`), ranked by distance: the head of
-# both statements below, so that they return the nearest in the same order.
+# The exact scan of one session's vectors, ranked by distance: the head of both statements below,
+# so that they return the nearest in the same order. It compares the vectors as stored, without
+# a cast to the model's dimension (a cast copies every vector); one model's vectors all have that
+# dimension.
 _RANKED_NEAREST = (
     "WITH near AS (SELECT id, embedding <=> CAST(%(vector)s AS vector) AS distance FROM chunks "
     "WHERE session_id = %(session)s AND status = 'active' AND embedding_model = %(model)s "
@@ -460,7 +447,7 @@ async def nearest_and_shown(
     ids: Sequence[str],
     known: Collection[str] = frozenset(),
 ) -> RecallRows:
-    """The exact scan of `nearest_chunks` (none without `vector`) and the shown rows of its
+    """The exact scan of the session's vectors (none without `vector`) and the shown rows of its
     chunks and of `ids` (any status: the caller keeps the active ones), in one statement.
     `known`: chunks whose rows the caller holds. With any, the scan returns ids and distances
     only, and the rows of its chunks not `known` (with those of `ids`) come from a second
@@ -496,6 +483,33 @@ async def _shown_by_id(
         return {}
     cursor = await conn.execute(_SHOWN_BY_ID, {"ids": list(ids)})
     return {str(row[0]): ShownChunk(str(row[0]), *row[1:-1]) for row in await cursor.fetchall()}
+
+
+# pgvector's binary form of a vector (`vector_send`): dimension and a reserved field (int16
+# each), then the components as big-endian float32.
+_VECTOR_HEADER_BYTES = 4
+_VECTORS_BY_ID = (
+    "SELECT id, vector_send(embedding) FROM chunks WHERE session_id = %(session)s "
+    "AND id = ANY(CAST(%(ids)s AS uuid[])) AND embedding_model = %(model)s "
+    "AND embedding IS NOT NULL"
+)
+
+
+async def chunk_vectors(
+    conn: psycopg.AsyncConnection[Any], session_pk: uuid.UUID, model: str, ids: Sequence[str]
+) -> dict[str, np.ndarray]:
+    """The vectors of `model` of the session's chunks `ids` that have one, as float32 arrays.
+    Read in binary: ~1.5 KB a 384-d vector, where the text form is ~3x larger and slow to
+    parse."""
+    if not ids:
+        return {}
+    cursor = await conn.execute(
+        _VECTORS_BY_ID, {"session": session_pk, "model": model, "ids": list(ids)}, binary=True
+    )
+    return {
+        str(cid): np.frombuffer(data, dtype=">f4", offset=_VECTOR_HEADER_BYTES).astype(np.float32)
+        for cid, data in await cursor.fetchall()
+    }
 
 
 # --- forget and erase ----------------------------------------------------------------------------

@@ -121,7 +121,7 @@ async def index_large_sessions(context: AppContext, at_most: int = 1) -> list[uu
     """Give the largest sessions without one an HNSW index of their vectors (at most `at_most`
     per call: a build of 10^5 vectors takes minutes), and drop the indexes of deleted sessions
     and of other models. Recall searches a session through its index once it has
-    `recall.vector_index_min_chunks` chunks (`app.offload.repository.nearest_chunks`)."""
+    `recall.vector_index_min_chunks` chunks (`app.offload.repository.nearest_through_index`)."""
     embedder = context.embedder
     if embedder is None:
         return []

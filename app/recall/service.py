@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
+import numpy as np
 import psycopg
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -54,6 +55,7 @@ from app.recall.rerank import (
 from app.recall.rewrite import RewrittenQuery, content_term_count, rewrite_query
 from app.recall.stem import by_stem
 from app.recall.trim import trim_chunk
+from app.recall.vectors import ChunkVectors
 from app.sessions import repository as sessions_repository
 
 logger = logging.getLogger("contextd.recall")
@@ -198,6 +200,10 @@ def _stemmed(
     return [(cid, by_stem(counts)) for cid, counts in stats]
 
 
+# A vector scan over more than this many bytes of vectors runs in a worker thread (numpy releases
+# the GIL): ~2,700 chunks of 384 dimensions, about 0.2 ms of scan.
+INLINE_SCAN_BYTES = 4 * 2**20
+
 # The chunks of a session this process keeps what recall read of (`_SessionChunks`): a shown
 # chunk's rendered turns, a vector candidate's row. Each is read once per process, not on every
 # build that meets the chunk again.
@@ -225,17 +231,35 @@ class _SessionChunks:
     lines: dict[str, ChunkLines] = field(default_factory=dict)
     rows: dict[str, repository.ShownChunk] = field(default_factory=dict)
     keys: dict[str, str] = field(default_factory=dict)
+    vectors: ChunkVectors | None = None  # when the session's vector arm scans in process
 
     def carried_to(self, index: BM25Index) -> "_SessionChunks":
-        """This state's lines, rows and keys for the chunks `index` (of a later version) still
-        holds."""
+        """This state's lines, rows, keys and vectors for the chunks `index` (of a later
+        version) still holds."""
         active = set(index.ids)
         return _SessionChunks(
             index,
             {c: t for c, t in self.lines.items() if c in active},
             {c: r for c, r in self.rows.items() if c in active},
             {c: k for c, k in self.keys.items() if c in active},
+            None if self.vectors is None else self.vectors.kept_for(active),
         )
+
+    def unvectored(self, model: str) -> list[str]:
+        """The active chunks whose vector of `model` this process does not hold."""
+        held = self.vectors
+        if held is None or held.model != model:
+            return list(self.index.ids)
+        if len(held.ids) == len(self.index.ids):  # held ones are active ones
+            return []
+        return [cid for cid in self.index.ids if cid not in held.held]
+
+    def add_vectors(self, model: str, vectors: Mapping[str, np.ndarray]) -> ChunkVectors:
+        held = self.vectors
+        if held is None or held.model != model:
+            held = ChunkVectors(model)
+        self.vectors = held.with_vectors(vectors)
+        return self.vectors
 
     def keep(self, chunk_id: str, lines: ChunkLines) -> None:
         _kept(self.lines, chunk_id, lines)
@@ -300,7 +324,9 @@ async def _session_chunks(
             added = await repository.term_stats(db, session.id, sorted(active - known))
             await release(db)
             index = await asyncio.to_thread(earlier.index.extended, _stemmed(added))
-            state = _SessionChunks(index, earlier.lines, earlier.rows, earlier.keys)
+            state = _SessionChunks(
+                index, earlier.lines, earlier.rows, earlier.keys, earlier.vectors
+            )
     if state is None:
         stats = await repository.term_stats(db, session.id)
         await release(db)
@@ -322,6 +348,51 @@ def _vector_index(context: AppContext, session: Session) -> repository.VectorInd
     return repository.VectorIndexScan(context.embedder.dim, settings.vector_index_ef_search)
 
 
+def _scans_in_process(context: AppContext, session: Session) -> bool:
+    """Whether the session's vector arm is an exact scan in process (`app.recall.vectors`): a
+    session searched by an exact scan whose vectors fit `recall.vector_scan_in_process_mb`,
+    when this process keeps sessions' state at all."""
+    settings = context.settings.recall
+    embedder = context.embedder
+    return (
+        embedder is not None
+        and settings.lexical_index_cache_sessions > 0
+        and _vector_index(context, session) is None
+        and session.chunk_count * embedder.dim * 4 <= settings.vector_scan_in_process_mb * 2**20
+    )
+
+
+def _missing_vectors(
+    context: AppContext, session: Session, chunks: _SessionChunks, model: str
+) -> "asyncio.Future[dict[str, np.ndarray]] | None":
+    """The read of the vectors of the session's active chunks this process does not hold yet
+    (every chunk at the session's first build here; then those embedded since), started now
+    so that it runs while the query embeds; None when every one is held."""
+    unvectored = chunks.unvectored(model)
+    if not unvectored:
+        return None
+    return asyncio.ensure_future(
+        read_once(
+            context.reader,
+            lambda conn: repository.chunk_vectors(conn, session.id, model, unvectored),
+        )
+    )
+
+
+async def _scan_in_process(
+    chunks: _SessionChunks,
+    model: str,
+    missing: "asyncio.Future[dict[str, np.ndarray]] | None",
+    qvec: Sequence[float],
+    limit: int,
+) -> dict[str, float]:
+    """The vector arm over the vectors this process holds, with those `missing` added."""
+    vectors = chunks.add_vectors(model, await missing if missing is not None else {})
+    if vectors.nbytes <= INLINE_SCAN_BYTES:
+        return vectors.nearest(qvec, limit)
+    return await asyncio.to_thread(vectors.nearest, qvec, limit)
+
+
 async def _exact(
     context: AppContext, session: Session, needles: Sequence[str], limit: int
 ) -> list[str]:
@@ -334,23 +405,31 @@ async def _exact(
     )
 
 
+def _discard(read: "asyncio.Future[Any] | None") -> None:
+    """Cancel a read no longer wanted; one that failed already has its error taken (not logged
+    as never retrieved: the build reported or did without it)."""
+    if read is not None and not read.cancel() and not read.cancelled():
+        read.exception()
+
+
 async def _nearest_and_shown(
-    db: AsyncSession,
     context: AppContext,
     session: Session,
     chunks: _SessionChunks,
     qvec: Sequence[float] | None,
     limit: int,
     others: "asyncio.Future[repository.RecallRows]",
+    vectors_read: "asyncio.Future[dict[str, np.ndarray]] | None",
     fallbacks: list[str],
 ) -> repository.RecallRows:
     """The vector arm (with a query vector) and the shown rows of its chunks, with `others` (the
-    shown rows of the other arms' candidates, being read meanwhile), read on the reader pool: one
-    statement when the session is searched by an exact scan. Its chunks' rows come from those
-    this process keeps (`chunks.rows`) when it keeps any: the scan then returns ids and
-    distances, and only the rows of chunks not kept are read. A session with its own HNSW index
-    is searched in a transaction (the index scan's settings are local to one). A failing vector
-    arm leaves lexical recall (`vector_unavailable`)."""
+    shown rows of the other arms' candidates, being read meanwhile). The arm is a scan in
+    process when `_scans_in_process` (`vectors_read`: the read of the vectors not held yet);
+    otherwise on the reader pool, one statement when the session is searched by an exact scan.
+    Its chunks' rows come from those this process keeps (`chunks.rows`) when it keeps any: the
+    scan then returns ids and distances, and only the rows of chunks not kept are read. A
+    session with its own HNSW index is searched through it (`repository.nearest_through_index`).
+    A failing vector arm leaves lexical recall (`vector_unavailable`)."""
     embedder = context.embedder
     found: dict[str, float] = {}
     near: dict[str, repository.ShownChunk] = {}
@@ -358,7 +437,9 @@ async def _nearest_and_shown(
         if qvec is not None and embedder is not None:
             index = _vector_index(context, session)
             try:
-                if index is None:
+                if _scans_in_process(context, session):
+                    found = await _scan_in_process(chunks, embedder.name, vectors_read, qvec, limit)
+                elif index is None:
                     rows = await read_once(
                         context.reader,
                         lambda conn: repository.nearest_and_shown(
@@ -367,18 +448,19 @@ async def _nearest_and_shown(
                     )
                     found, near = rows.nearest, rows.shown
                 else:
-                    async with db.begin_nested():
-                        found = await repository.nearest_chunks(
-                            db, session.id, embedder.name, qvec, limit, index
-                        )
-                    await release(db)
+                    found = await read_once(
+                        context.reader,
+                        lambda conn: repository.nearest_through_index(
+                            conn, session.id, embedder.name, qvec, limit, index
+                        ),
+                    )
             except (SQLAlchemyError, psycopg.Error) as exc:
                 logger.warning("vector recall unavailable, lexical only: %s", exc)
                 fallbacks.append("vector_unavailable")
-                await release(db)
         known = (await others).shown
     finally:
-        others.cancel()  # read already (nothing to cancel), unless the vector arm raised
+        for read in (others, vectors_read):  # read already, unless the vector arm raised
+            _discard(read)
     for cid in found:
         kept = None if cid in near else chunks.row(cid)
         if kept is not None:
@@ -613,9 +695,9 @@ class QueryVectors:
     encode while the event loop does other work. Each awaiting part gets the embedding's
     fallbacks in its own list. The owner `cancel`s what is still running when it is done.
 
-    A new vector is stored in the cache by `store`, which the part that searches with it awaits
-    beside its search: the store's JSON and round trip were ~1.3 ms of a 1-client build's
-    critical path between the embedding and the vector search."""
+    A new vector is stored in the cache by `store`, which the part that searches with it runs
+    beside its search and ranking: the store's JSON and round trip were ~1.3 ms of a 1-client
+    build's critical path between the embedding and the vector search."""
 
     def __init__(self, context: AppContext, timeout_s: float | None = None) -> None:
         self._context = context
@@ -826,10 +908,13 @@ async def recall(
     embedded = llm_query or embedding_query(query, rewritten)
     vectors.start(embedded)
     others: asyncio.Future[repository.RecallRows] | None = None
+    vectors_read: asyncio.Future[dict[str, np.ndarray]] | None = None
     try:
         exact = await _exact(context, session, [*rewritten.ids, *rewritten.quoted], candidates)
         clock.lap("exact")
         kept = await _session_chunks(db, context, session)
+        if context.embedder is not None and _scans_in_process(context, session):
+            vectors_read = _missing_vectors(context, session, kept, context.embedder.name)
         lexical = _lexical(kept.index, query_terms, candidates)
         clock.lap("lexical")
         # The exact and lexical candidates' rows are read while the query embeds: after it, the
@@ -856,17 +941,19 @@ async def recall(
         await release(db)  # the embedding may be a network wait
         qvec = await vectors.vector(embedded, fallbacks)
     except BaseException:
-        if others is not None:
-            others.cancel()
+        for read in (others, vectors_read):
+            _discard(read)
         raise
     finally:
         if query_vectors is None:  # only when an arm above failed: the embedding is not wanted
             vectors.cancel()
     clock.lap("embed")
 
-    rows, _ = await asyncio.gather(
-        _nearest_and_shown(db, context, session, kept, qvec, candidates, others, fallbacks),
-        vectors.store(),
+    # The new query vector's store (a Redis round trip) overlaps the ranking below: with the
+    # vector arm in process nothing else waits on I/O here. The cache logs its own failures.
+    stored = asyncio.ensure_future(vectors.store())
+    rows = await _nearest_and_shown(
+        context, session, kept, qvec, candidates, others, vectors_read, fallbacks
     )
     vector = rows.nearest
     memory_vector: dict[str, float] = {}
@@ -979,6 +1066,7 @@ async def recall(
         )
 
     clock.lap("select")
+    await stored
     return RecallOutcome(
         query=rewritten,
         hits=[hit(s) for s in selection.selected],

@@ -3,6 +3,7 @@ returning what the exact scan returns (on a real PostgreSQL+pgvector)."""
 
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.cache import Cache
 from app.core.config import Settings
+from app.core.db import driver_connection
 from app.embeddings.base import vector_literal
 from app.offload import repository
 from tests.offload.test_offload_service import session_pk
@@ -64,6 +66,11 @@ async def add_session(
     return pk
 
 
+async def exact_scan(driver: Any, pk: uuid.UUID, query: list[float]) -> dict[str, float]:
+    """The session's 10 nearest chunks by the exact scan recall runs in PostgreSQL."""
+    return (await repository.nearest_and_shown(driver, pk, MODEL, query, 10, [])).nearest
+
+
 @pytest.fixture
 async def autocommit(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     async with engine.connect() as conn:
@@ -100,29 +107,29 @@ async def test_a_large_session_is_searched_through_its_own_index_with_the_exact_
 
     index = repository.VectorIndexScan(DIM, 100)
     queries = vectors[rng.integers(0, CHUNKS, 12)] + 0.2 * rng.standard_normal((12, DIM))
-    async with transaction(engine) as db:
-        for query in queries:
-            exact = await repository.nearest_chunks(db, pk, MODEL, list(query), 10)
-            approximate = await repository.nearest_chunks(db, pk, MODEL, list(query), 10, index)
-            assert list(approximate) == list(exact)
-            assert [round(s, 5) for s in approximate.values()] == [
-                round(s, 5) for s in exact.values()
-            ]
-        # Sorting is allowed again for what follows in the transaction.
-        assert (await db.execute(text("SELECT current_setting('enable_sort')"))).scalar() == "on"
-        await db.execute(text("SELECT pg_stat_force_next_flush()"))
+    driver = await driver_connection(autocommit)  # as the reader pool's: autocommit
+    for query in queries:
+        exact = await exact_scan(driver, pk, list(query))
+        approximate = await repository.nearest_through_index(
+            driver, pk, MODEL, list(query), 10, index
+        )
+        assert list(approximate) == list(exact)
+        assert [round(s, 5) for s in approximate.values()] == [round(s, 5) for s in exact.values()]
+    # The search's settings were local to its own transaction.
+    setting = await driver.execute("SELECT current_setting('enable_sort')")
+    assert await setting.fetchone() == ("on",)
+    await driver.execute("SELECT pg_stat_force_next_flush()")
     # Every approximate search went through the index, none of the exact ones.
     assert await index_scans(autocommit, name) - scans_before == len(queries)
 
     # A forgotten chunk leaves the index's rows with its status: it is never returned again.
     query = list(queries[0])
+    best = next(iter(await repository.nearest_through_index(driver, pk, MODEL, query, 10, index)))
     async with transaction(engine) as db:
-        best = next(iter(await repository.nearest_chunks(db, pk, MODEL, query, 10, index)))
         await repository.tombstone_chunks(db, [uuid.UUID(best)])
-    async with transaction(engine) as db:
-        after = await repository.nearest_chunks(db, pk, MODEL, query, 10, index)
-        assert best not in after and len(after) == 10
-        assert list(after) == list(await repository.nearest_chunks(db, pk, MODEL, query, 10))
+    after = await repository.nearest_through_index(driver, pk, MODEL, query, 10, index)
+    assert best not in after and len(after) == 10
+    assert list(after) == list(await exact_scan(driver, pk, query))
 
 
 async def test_indexes_of_deleted_sessions_and_of_other_models_are_dropped(
