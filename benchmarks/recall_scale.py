@@ -468,7 +468,8 @@ def reader_plan(conn: psycopg.Connection, statement: str, params: dict[str, Any]
 
 def index_plan(conn: psycopg.Connection, session: uuid.UUID, vector: str) -> str:
     """EXPLAIN (ANALYZE, BUFFERS) of the HNSW search of a session with its own index, as
-    `nearest_chunks` sends it (literal session and model, no sort, `hnsw.ef_search`), warm."""
+    `nearest_through_index` sends it (literal session and model, no sort, `hnsw.ef_search`),
+    warm."""
     ef = load_settings().recall.vector_index_ef_search
     statement = (
         f"EXPLAIN (ANALYZE, BUFFERS) SELECT id, CAST(embedding AS vector({DIM})) "
@@ -487,20 +488,22 @@ def index_plan(conn: psycopg.Connection, session: uuid.UUID, vector: str) -> str
 def explain_arms(conn: psycopg.Connection, sid: str, indexed: bool) -> dict[str, str]:
     """The plans and times of recall's database arms on session `sid`, with the statements of
     `app.offload.repository`: the vector arm (ids and distances, as a build that keeps the
-    chunks' rows sends it; the HNSW search when the session has its index) and the exact hits
-    of a query's ID that no chunk holds (as the benchmark's queries' IDs)."""
+    chunks' rows sends it; the HNSW search when the session has its index; none for a session
+    whose vectors recall scans in process) and the exact hits of a query's ID that no chunk
+    holds (as the benchmark's queries' IDs)."""
     stored = stored_session(conn, sid)
     assert stored is not None
-    session = stored[0]
+    session, chunks = stored
     row = conn.execute(
         "SELECT embedding::text FROM chunks WHERE session_id = %s LIMIT 1", (session,)
     ).fetchone()
     assert row is not None
     vector = row[0]
     plans = {}
+    in_process = load_settings().recall.vector_scan_in_process_mb * 2**20
     if indexed:
         plans["vector"] = index_plan(conn, session, vector)
-    else:
+    elif chunks * DIM * 4 > in_process:
         params = {"vector": vector, "session": session, "model": MODEL, "limit": 30}
         plans["vector"] = reader_plan(conn, _NEAREST, params)
     needle = "7fa3c"
