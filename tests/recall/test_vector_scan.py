@@ -16,13 +16,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import driver_connection
-from app.core.text import terms
 from app.db.models import Chunk
 from app.embeddings.base import vector_literal
 from app.offload import repository
 from app.recall.vectors import ChunkVectors
 from tests.offload.test_vector_index import MODEL, add_session, clustered_vectors
 from tests.prompt.test_recall_needles import filler, load, offloaded, recalled_block
+from tests.recall.test_kept_rows import DIM, bag_of_terms
 from tests.recall.test_shown_lines import same_build
 from tests.support.factories import transaction
 from tests.support.loopback import loopback_server, with_openai_embedder
@@ -126,16 +126,16 @@ def same_but_rounding(a: dict[str, Any], b: dict[str, Any]) -> bool:
 # A loopback embedder that knows two synonyms in each language, so that only the vector arm can
 # find the one from the other: the lexical arms share no term between them.
 SYNONYMS = {"aubergine": "eggplant", "矮瓜": "茄子"}
-DIM = 8
 
 
 def synonym_vector(text: str) -> list[float]:
-    vector = [0.1] * DIM
-    for term in terms(text):
-        term = SYNONYMS.get(term, term)
-        vector[hashlib.sha1(term.encode()).digest()[0] % DIM] += 1.0
-    for word in ("eggplant", "茄子"):
-        if word in text or any(k in text for k, v in SYNONYMS.items() if v == word):
+    """`bag_of_terms` of the text with each synonym written as the other word, turned towards an
+    axis of its own when it holds that word."""
+    for word, same in SYNONYMS.items():
+        text = text.replace(word, same)
+    vector = bag_of_terms(text)
+    for word in SYNONYMS.values():
+        if word in text:
             vector = [x / 10 for x in vector]
             vector[(hashlib.sha1(word.encode()).digest()[0] + 1) % DIM] += 5.0
     norm = math.sqrt(sum(x * x for x in vector))
