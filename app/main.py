@@ -9,6 +9,7 @@ from starlette.routing import NoMatchFound
 from app import __version__, health
 from app.core.config import Settings, load_settings
 from app.core.context import AppContext
+from app.core.cpu import one_blas_thread
 from app.core.direct import DirectRoutes
 from app.core.errors import install_error_handlers
 from app.core.observability import Metrics, RequestContextMiddleware
@@ -36,6 +37,7 @@ def create_app(settings: Settings | None = None, metrics: Metrics | None = None)
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         encoding()  # load the tokenizer before the first request, not during it
+        one_blas_thread()
         context = AppContext.create(settings, metrics)
         await context.start_embedder(warm=("query",))  # embedded on the request path
         app.state.context = context

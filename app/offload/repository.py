@@ -251,43 +251,6 @@ async def _has_vector_index(db: AsyncSession | AsyncConnection, name: str) -> bo
     return bool(found.scalar_one_or_none())
 
 
-async def nearest_through_index(
-    conn: psycopg.AsyncConnection[Any],
-    session_pk: uuid.UUID,
-    model: str,
-    vector: Sequence[float],
-    limit: int,
-    index: VectorIndexScan,
-) -> dict[str, float]:
-    """Cosine similarity of the session's chunks closest to `vector`, best first, through the
-    session's own HNSW index (`ensure_vector_index`): cost about constant in the session's size,
-    approximate. Until the worker's sweep has built it the same statement is an exact scan of the
-    session's rows (each vector cast, ~1.5 KB copied a row): correct, slower for that while.
-
-    No index over the whole table: the server's pgvector (0.6) has no iterative index scans, so
-    a scan of a shared index filtered to one session returns at most `ef_search` rows before the
-    filter, too few for a session that is a small part of the table. Sorting is off for the
-    statement: the planner's other way, the session index and a sort, is the exact scan, which it
-    takes when the statistics predate the session's growth. The settings are local to a
-    transaction, sent with it in one round trip (pipelined: BEGIN, the settings, the search,
-    COMMIT); through SQLAlchemy the same search took 9 statements, ~5 ms around a 7 ms search."""
-    dim = int(index.dim)
-    query = (
-        f"SELECT id, CAST(embedding AS vector({dim})) <=> CAST(%(vector)s AS vector({dim})) "
-        # (a `%` of the model's name doubled: the driver's placeholders start with one)
-        f"AS distance FROM chunks WHERE {_session_vectors(session_pk, model).replace('%', '%%')} "
-        "ORDER BY distance LIMIT %(limit)s"
-    )
-    async with conn.pipeline(), conn.transaction():
-        await conn.execute(
-            "SELECT set_config('hnsw.ef_search', %(ef)s, true), "
-            "set_config('enable_sort', 'off', true)",
-            {"ef": str(max(index.ef_search, limit))},
-        )
-        cursor = await conn.execute(query, {"vector": vector_literal(vector), "limit": limit})
-    return {str(cid): 1.0 - float(distance) for cid, distance in await cursor.fetchall()}
-
-
 async def sessions_needing_vector_index(
     db: AsyncSession | AsyncConnection, model: str, min_chunks: int
 ) -> list[uuid.UUID]:
@@ -483,6 +446,49 @@ async def _shown_by_id(
         return {}
     cursor = await conn.execute(_SHOWN_BY_ID, {"ids": list(ids)})
     return {str(row[0]): ShownChunk(str(row[0]), *row[1:-1]) for row in await cursor.fetchall()}
+
+
+async def nearest_through_index(
+    conn: psycopg.AsyncConnection[Any],
+    session_pk: uuid.UUID,
+    model: str,
+    vector: Sequence[float],
+    limit: int,
+    index: VectorIndexScan,
+) -> RecallRows:
+    """The session's chunks closest to `vector` (cosine similarity, best first) and their shown
+    rows, through the session's own HNSW index (`ensure_vector_index`): cost about constant in
+    the session's size, approximate. Until the worker's sweep has built it the same statement is
+    an exact scan of the session's rows (each vector cast, ~1.5 KB copied a row): correct, slower
+    for that while. The rows come with the search: in a session this large few of them are among
+    those a process keeps.
+
+    No index over the whole table: the server's pgvector (0.6) has no iterative index scans, so
+    a scan of a shared index filtered to one session returns at most `ef_search` rows before the
+    filter, too few for a session that is a small part of the table. Sorting is off for the
+    statement: the planner's other way, the session index and a sort, is the exact scan, which it
+    takes when the statistics predate the session's growth. The settings are local to a
+    transaction, sent with it in one round trip (pipelined: BEGIN, the settings, the search,
+    COMMIT); through SQLAlchemy the same search took 9 statements, ~5 ms around a 7 ms search."""
+    dim = int(index.dim)
+    query = (
+        f"WITH near AS (SELECT id, CAST(embedding AS vector({dim})) "
+        f"<=> CAST(%(vector)s AS vector({dim})) AS distance FROM chunks "
+        # (a `%` of the model's name doubled: the driver's placeholders start with one)
+        f"WHERE {_session_vectors(session_pk, model).replace('%', '%%')} "
+        f"ORDER BY distance LIMIT %(limit)s) "
+        f"SELECT {_SHOWN}, near.distance FROM near JOIN chunks c ON c.id = near.id"
+    )
+    async with conn.pipeline(), conn.transaction():
+        await conn.execute(
+            "SELECT set_config('hnsw.ef_search', %(ef)s, true), "
+            "set_config('enable_sort', 'off', true)",
+            {"ef": str(max(index.ef_search, limit))},
+        )
+        cursor = await conn.execute(query, {"vector": vector_literal(vector), "limit": limit})
+    found = sorted(await cursor.fetchall(), key=lambda row: float(row[-1]))
+    shown = {str(row[0]): ShownChunk(str(row[0]), *row[1:-1]) for row in found}
+    return RecallRows({str(row[0]): 1.0 - float(row[-1]) for row in found}, shown)
 
 
 # pgvector's binary form of a vector (`vector_send`): dimension and a reserved field (int16

@@ -448,12 +448,13 @@ async def _nearest_and_shown(
                     )
                     found, near = rows.nearest, rows.shown
                 else:
-                    found = await read_once(
+                    rows = await read_once(
                         context.reader,
                         lambda conn: repository.nearest_through_index(
                             conn, session.id, embedder.name, qvec, limit, index
                         ),
                     )
+                    found, near = rows.nearest, rows.shown
             except (SQLAlchemyError, psycopg.Error) as exc:
                 logger.warning("vector recall unavailable, lexical only: %s", exc)
                 fallbacks.append("vector_unavailable")

@@ -110,9 +110,10 @@ async def test_a_large_session_is_searched_through_its_own_index_with_the_exact_
     driver = await driver_connection(autocommit)  # as the reader pool's: autocommit
     for query in queries:
         exact = await exact_scan(driver, pk, list(query))
-        approximate = await repository.nearest_through_index(
-            driver, pk, MODEL, list(query), 10, index
-        )
+        found = await repository.nearest_through_index(driver, pk, MODEL, list(query), 10, index)
+        approximate = found.nearest
+        assert list(found.shown) == list(approximate)  # the rows come with the search
+        assert all(found.shown[cid].raw_text.startswith("chunk ") for cid in approximate)
         assert list(approximate) == list(exact)
         assert [round(s, 5) for s in approximate.values()] == [round(s, 5) for s in exact.values()]
     # The search's settings were local to its own transaction.
@@ -124,10 +125,11 @@ async def test_a_large_session_is_searched_through_its_own_index_with_the_exact_
 
     # A forgotten chunk leaves the index's rows with its status: it is never returned again.
     query = list(queries[0])
-    best = next(iter(await repository.nearest_through_index(driver, pk, MODEL, query, 10, index)))
+    found = await repository.nearest_through_index(driver, pk, MODEL, query, 10, index)
+    best = next(iter(found.nearest))
     async with transaction(engine) as db:
         await repository.tombstone_chunks(db, [uuid.UUID(best)])
-    after = await repository.nearest_through_index(driver, pk, MODEL, query, 10, index)
+    after = (await repository.nearest_through_index(driver, pk, MODEL, query, 10, index)).nearest
     assert best not in after and len(after) == 10
     assert list(after) == list(await exact_scan(driver, pk, query))
 

@@ -1,7 +1,8 @@
 """The vector arm's exact scan in process (`app.recall.vectors`): the same nearest chunks as
 PostgreSQL's exact scan, the vectors read back as stored, and through the API the same builds as
-the scan in PostgreSQL, with chunks embedded after the first build joining the scan, in English
-and Chinese (a real embeddings server on loopback, the worker embedding the chunks)."""
+the scan in PostgreSQL and as the search through the session's own HNSW index, with chunks
+embedded after the first build joining the scan, in English and Chinese (a real embeddings server
+on loopback, the worker embedding the chunks)."""
 
 import hashlib
 import math
@@ -161,20 +162,25 @@ async def test_builds_scanned_in_process_equal_those_scanned_in_postgres_and_see
     headers = {"Authorization": f"Bearer {admin_key}"}
     with loopback_server(embeddings) as embedder:
         api_settings = with_openai_embedder(settings, embedder.url)
-        pg_settings = api_settings.model_copy(
-            update={
-                "recall": api_settings.recall.model_copy(update={"vector_scan_in_process_mb": 0})
-            }
-        )
+
+        def recall_with(**changed: Any) -> Settings:
+            return api_settings.model_copy(
+                update={"recall": api_settings.recall.model_copy(update=changed)}
+            )
+
         with (
             run_server(api_settings, with_worker=True) as api,
-            run_server(pg_settings) as scanned_in_postgres,
+            run_server(recall_with(vector_scan_in_process_mb=0)) as scanned_in_postgres,
+            run_server(recall_with(vector_index_min_chunks=1)) as through_index,
         ):
             async with (
                 httpx.AsyncClient(base_url=api.url, headers=headers, timeout=60) as http,
                 httpx.AsyncClient(
                     base_url=scanned_in_postgres.url, headers=headers, timeout=60
                 ) as pg_http,
+                httpx.AsyncClient(
+                    base_url=through_index.url, headers=headers, timeout=60
+                ) as index_http,
             ):
 
                 async def build(client: httpx.AsyncClient) -> dict[str, Any]:
@@ -206,6 +212,23 @@ async def test_builds_scanned_in_process_equal_those_scanned_in_postgres_and_see
                 assert late in recalled_block(after), after["recall"]
                 assert same_but_rounding(after, await build(pg_http))
                 assert same_build(after, await build(http))  # all held now
+
+                # Through the session's own HNSW index (built here as the worker's sweep would
+                # for a large session), rows read with the search: the same build.
+                async with engine.connect() as conn:
+                    autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                    pk, model = (
+                        await autocommit.execute(
+                            text(
+                                "SELECT c.session_id, c.embedding_model FROM chunks c "
+                                "JOIN sessions s ON s.id = c.session_id "
+                                "WHERE s.external_id = :sid LIMIT 1"
+                            ),
+                            {"sid": sid},
+                        )
+                    ).one()
+                    assert await repository.ensure_vector_index(autocommit, pk, model, DIM, 64)
+                assert same_but_rounding(after, await build(index_http))
 
                 # Held vectors are not read again (a chunk's vector never changes): rewritten
                 # behind the servers' backs, the scan in PostgreSQL sees it, this one does not.
