@@ -5,7 +5,9 @@ in words such as "1:56 pm on 8 May, 2023", "May 8, 2023", "2023年5月8日"); ot
 the time the turn was stored. Offloaded history is dated by it (headers, chunk breaks), and each
 chunk is searchable by its dates as terms: the day `YYYY-MM-DD` and the month `YYYY-MM`.
 Relative expressions in a query ("yesterday", "last week", "in May", "上个月", "3天前") become
-the same terms, counted from the time of the conversation's latest turn.
+the same terms, counted from the time of the conversation's latest turn, and so do the dates it
+names outright ("on April 10, 2022", "during March 2023", "2022年4月10日", "between August 11 and
+August 15 2023").
 """
 
 import re
@@ -103,7 +105,23 @@ _AGO_RE = re.compile(
 _ZH_AGO_RE = re.compile(
     r"(\d{1,3}|[一二两三四五六七八九十]{1,2})\s*(天|个?星期|周|个月)(?:以|之)?前"
 )
-_IN_MONTH_RE = re.compile(rf"\b(?:in|during|since|last|this|early|late|mid)\s+({_MONTH})\b", re.I)
+# A month named without its year ("in May"): the latest such month. One with its year is an
+# absolute date (`_absolute_terms`).
+_IN_MONTH_RE = re.compile(
+    rf"\b(?:in|during|since|last|this|early|late|mid)\s+({_MONTH})\b(?!\.?,?\s*\d{{4}})", re.I
+)
+_MONTH_YEAR_RE = re.compile(rf"\b({_MONTH})\.?,?\s+(\d{{4}})\b", re.I)
+_MONTH_DAY_RE = re.compile(
+    rf"\b({_MONTH})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?!,?\s*\d{{4}}|:)", re.I
+)
+_DAY_MONTH_RE = re.compile(
+    rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+({_MONTH})\b(?!\.?,?\s*\d{{4}})", re.I
+)
+_ISO_DAY_RE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+_ZH_MONTH_YEAR_RE = re.compile(r"(\d{4})\s*年\s*(\d{1,2})\s*月(?!\s*\d)")
+_ZH_MONTH_DAY_RE = re.compile(r"(?<![\d年])(?<!年\s)(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]")
+_RANGE_RE = re.compile(r"\bbetween\b|\bfrom\b.+\b(?:to|until|till)\b|到|至", re.I)
+RANGE_DAYS_MAX = 31  # a range of dates in a question ("between May 3 and May 9") up to a month
 _ZH_MONTH_RE = re.compile(r"(?<![\d年])(\d{1,2}|[一二三四五六七八九十]{1,2})\s*月份?(?![\d日号])")
 _WORD_NUM = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
 
@@ -156,7 +174,55 @@ def query_date_terms(query: str, now: datetime) -> list[str]:
         month = int(m[1]) if m[1].isdigit() else _ZH_NUM.get(m[1], 0)
         if 1 <= month <= 12:
             out.append(_latest(month, today))
+    out += _absolute_terms(query, today)
     return list(dict.fromkeys(out))
+
+
+def _absolute_terms(query: str, today: date) -> list[str]:
+    """The days and months a query names outright ("on April 10, 2022", "March 2023", "8 May",
+    "2022年4月10日", "4月10号"; without a year the latest such day), and every day between two
+    of them when it asks about a range ("between August 11 and August 15 2023"). A day also
+    searches its month: a chunk holds the dates of its turns, the first of which may be on
+    another day of that month."""
+    days: list[date] = []
+    months: list[str] = []
+    for pattern, order in ((_DAY_MONTH_YEAR_RE, "dmy"), (_MONTH_DAY_YEAR_RE, "mdy")):
+        for m in pattern.finditer(query):
+            day, month, year = (m[1], m[2], m[3]) if order == "dmy" else (m[2], m[1], m[3])
+            days += _valid(int(year), MONTHS[month.lower()], int(day))
+    for m in _ISO_DAY_RE.finditer(query):
+        days += _valid(int(m[1]), int(m[2]), int(m[3]))
+    for m in _ZH_DATE_RE.finditer(query):
+        days += _valid(int(m[1]), int(m[2]), int(m[3]))
+    for pattern, order in ((_MONTH_DAY_RE, "md"), (_DAY_MONTH_RE, "dm")):
+        for m in pattern.finditer(query):
+            day, month = (m[2], m[1]) if order == "md" else (m[1], m[2])
+            days += _latest_day(MONTHS[month.lower()], int(day), today)
+    for m in _ZH_MONTH_DAY_RE.finditer(query):
+        days += _latest_day(int(m[1]), int(m[2]), today)
+    for m in _MONTH_YEAR_RE.finditer(query):
+        months.append(_month_term(int(m[2]), MONTHS[m[1].lower()]))
+    for m in _ZH_MONTH_YEAR_RE.finditer(query):
+        if 1 <= int(m[2]) <= 12:
+            months.append(_month_term(int(m[1]), int(m[2])))
+    if len(days) >= 2 and _RANGE_RE.search(query):
+        first, last = min(days), max(days)
+        if (last - first).days < RANGE_DAYS_MAX:
+            days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
+    return [term for day in days for term in (day.isoformat(), day.isoformat()[:7])] + months
+
+
+def _valid(year: int, month: int, day: int) -> list[date]:
+    found = _date(year, month, day)
+    return [found] if found is not None else []
+
+
+def _latest_day(month: int, day: int, today: date) -> list[date]:
+    """The most recent `month`/`day` on or before `today` (this year's or last year's)."""
+    this_year = _date(today.year, month, day)
+    if this_year is not None and this_year <= today:
+        return [this_year]
+    return _valid(today.year - 1, month, day)
 
 
 def _ago(today: date, n: int, unit: str) -> list[str]:

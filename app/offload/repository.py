@@ -476,7 +476,10 @@ async def nearest_through_index(
         f"<=> CAST(%(vector)s AS vector({dim})) AS distance FROM chunks "
         # (a `%` of the model's name doubled: the driver's placeholders start with one)
         f"WHERE {_session_vectors(session_pk, model).replace('%', '%%')} "
-        f"ORDER BY distance LIMIT %(limit)s) "
+        # The limit written out, as the session is: under the reader pool's generic plans a
+        # `LIMIT $n` counts as a tenth of the session, and the join then read every chunk
+        # (36.6 ms at 10^5 chunks, against 2.4 ms through the primary key).
+        f"ORDER BY distance LIMIT {int(limit)}) "
         f"SELECT {_SHOWN}, near.distance FROM near JOIN chunks c ON c.id = near.id"
     )
     async with conn.pipeline(), conn.transaction():
@@ -485,7 +488,7 @@ async def nearest_through_index(
             "set_config('enable_sort', 'off', true)",
             {"ef": str(max(index.ef_search, limit))},
         )
-        cursor = await conn.execute(query, {"vector": vector_literal(vector), "limit": limit})
+        cursor = await conn.execute(query, {"vector": vector_literal(vector)})
     found = sorted(await cursor.fetchall(), key=lambda row: float(row[-1]))
     shown = {str(row[0]): ShownChunk(str(row[0]), *row[1:-1]) for row in found}
     return RecallRows({str(row[0]): 1.0 - float(row[-1]) for row in found}, shown)

@@ -44,3 +44,41 @@ def test_relative_expressions_in_english_and_chinese() -> None:
     assert query_date_terms("two days ago", NOW) == ["2023-07-10"]
     assert query_date_terms("what is the hotel budget?", NOW) == []
     assert query_date_terms("我们可能会去", NOW) == []
+
+
+def test_dates_named_outright_in_english_and_chinese() -> None:
+    def terms(query: str) -> list[str]:
+        return query_date_terms(query, NOW)
+
+    assert terms("How was John feeling on April 10, 2022?") == ["2022-04-10", "2022-04"]
+    assert terms("what happened on 8 May 2023") == ["2023-05-08", "2023-05"]
+    assert terms("the 2023-05-08 call") == ["2023-05-08", "2023-05"]
+    assert terms("2022年4月10日他在做什么") == ["2022-04-10", "2022-04"]
+    assert terms("Did Andrew have a dog during March 2021?") == ["2021-03"]  # not the latest
+    assert terms("2021年3月去了哪里") == ["2021-03"]
+    # without a year: the latest such day on or before the conversation's time
+    assert terms("what did we agree on May 3?") == ["2023-05-03", "2023-05"]
+    assert terms("the party on 20 August") == ["2022-08-20", "2022-08"]
+    assert terms("4月10号发生了什么") == ["2023-04-10", "2023-04"]
+    # a range: every day of it, up to a month
+    assert terms("Where was John between August 11 and August 14 2022?") == [
+        "2022-08-11",
+        "2022-08",
+        "2022-08-12",
+        "2022-08-13",
+        "2022-08-14",
+    ]
+    assert terms("从2023年5月1日到2023年5月3日") == [
+        "2023-05-01",
+        "2023-05",
+        "2023-05-02",
+        "2023-05-03",
+    ]
+    assert terms("between May 1, 2021 and May 1, 2023") == [
+        "2021-05-01",
+        "2021-05",
+        "2023-05-01",
+        "2023-05",
+    ]  # too long a range: its ends only
+    for no_date in ("May I ask what the budget is?", "order 4471 of 12 items", "at 10:30"):
+        assert terms(no_date) == []
