@@ -511,11 +511,17 @@ def wait_healthy(base: str, server: subprocess.Popen[bytes], failure: str) -> No
 
 @contextmanager
 def contextd_dev(
-    workdir: Path, port: int, serve_args: list[str], redis_port: int | None = None
+    workdir: Path,
+    port: int,
+    serve_args: list[str],
+    redis_port: int | None = None,
+    *,
+    persist: bool = False,
 ) -> Iterator[DevServer]:
     """`contextd dev` (default settings) on an embedded stack of its own (Valkey on
-    `redis_port`, else the embedded default)."""
-    stack = EmbeddedStack(workdir / "stack", persist=False).start(redis_port)
+    `redis_port`, else the embedded default). `persist`: the stack's data stays in `workdir`
+    when it stops (the next start on it finds them), else it is deleted."""
+    stack = EmbeddedStack(workdir / "stack", persist=persist).start(redis_port)
     env = dict(
         os.environ,
         DATABASE_URL=stack.database_url,

@@ -1,7 +1,8 @@
 """build-prompt with recall as history grows: chunks per session, and sessions in the database.
 
     .venv/bin/python -m benchmarks.recall_scale [--chunks 100,1000,10000,100000]
-        [--sessions 100,1000,10000,100000] [--requests 40] [--rounds 3] [--json out.json]
+        [--sessions 100,1000,10000,100000] [--requests 40] [--rounds 3] [--warmup 40]
+        [--data-dir DIR [--load-only]] [--port P] [--explain] [--json out.json]
 
 Starts a `contextd dev` (default settings, its own embedded Postgres and Valkey) and writes the
 history straight into Postgres (COPY), as the offload and the worker would have: chunks of four
@@ -14,21 +15,44 @@ sends build-prompt requests with distinct queries (recall in auto mode, so every
 command prints p50/p95 of the client wall time and the server's stages (`timings_ms`), and the
 first build of each session (the per-process BM25 index is built then).
 
-  chunks:   one session per size (10^2 .. 10^5 chunks) in one database; measured in `--rounds`
-            rounds, each round going through every size, so the ratios are side by side;
+  chunks:   one session per size (10^2 .. 10^5 chunks) in one database, beside 1,000 small
+            sessions (5 chunks, 10 turns each: the planner then expects a session to be a small
+            part of the table, as in any database of many sessions; with the measured sessions
+            alone, the generic plan of a statement filtered by session expects a third of the
+            table and scans all of it); measured in `--rounds` rounds, each round going through
+            every size, so the ratios are side by side;
   sessions: one `contextd dev` with its own database per size (10^2 .. 10^5 sessions of 5
             chunks and 10 turns each, besides the measured session of 1,000 chunks), all loaded
             first, then measured in `--rounds` interleaved rounds, so the ratios are side by side
             (two sizes, e.g. `--sessions 100,100000`, keep the machine's memory in bounds);
             `--explain` prints the plans of the vector and exact-hits queries in each database.
+
+Kept stores (`--data-dir DIR`): each axis's database (`DIR/chunks`, `DIR/s<N>`: an embedded
+PostgreSQL and Valkey each) stays in DIR when the command ends, and a later run with the same DIR
+measures what is there instead of loading it again: a session `scale-c<N>` already holding N
+chunks (with its HNSW index) and a database already holding N sessions are reused, a missing one
+is loaded (a store holding something else is an error: delete that directory). So another
+checkout (e.g. after a merge) measures the same data with the same command; `contextd dev` runs
+that checkout's migrations on the kept database when it starts. `--load-only` loads what is
+missing (and waits for the HNSW index) and stops. Without `--data-dir` the stores live in a
+temporary directory, deleted at the end. Loading 10^5 sessions took ~5-15 min, a 10^5-chunk
+session and its index ~10 min on the 2 cores. Every point gets `--warmup` builds (default 40, not
+counted) after its first build: a reused store starts with cold buffers, and a 10^5-chunk
+session's HNSW index (195 MB) takes ~50 searches to be read into them (the first one read 3,785
+pages in 68 ms, the 50th 37).
+
+Ports: the chunks axis's server on `--port`, its Valkey on the next; the sessions axis's i-th
+server on `--port` + 2 + 2i, its Valkey on the next (PostgreSQL listens on a Unix socket).
 """
 
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import random
+import re
 import tempfile
 import time
 import uuid
@@ -38,10 +62,11 @@ from typing import Any
 
 import httpx
 import psycopg
+from psycopg import sql
 
 from app.core.config import load_settings
 from app.core.text import lexical_document, terms
-from app.offload.repository import vector_index_name
+from app.offload.repository import _NEAREST, _exact_statement, vector_index_name
 from benchmarks.build_prompt_latency import WORDS, percentile, turn_text
 from benchmarks.floor_compare import DevServer, contextd_dev
 
@@ -50,13 +75,17 @@ MODEL = "e5-small-q4"
 TURNS_PER_CHUNK = 4
 WINDOW_TURNS = 10
 BIG = "scale-big"
+NEIGHBOUR = "scale-n"  # the small sessions beside those of the chunks axis
+NEIGHBOURS = 1000
 
 
 POOL = 10_000  # distinct chunk texts the history is drawn from
 
 
-def text_pool(rng: random.Random) -> list[tuple[str, str, int, str]]:
+@functools.cache
+def text_pool(seed: int) -> list[tuple[str, str, int, str]]:
     """(text, term counts as JSON, term total, lexical source) of `POOL` synthetic chunks."""
+    rng = random.Random(seed)
     pool = []
     for i in range(POOL):
         turn = 1 + i * TURNS_PER_CHUNK
@@ -128,7 +157,22 @@ def add_history(
     session: uuid.UUID,
     n: int,
 ) -> None:
-    """`n` more chunks in front of the session's window, as an offload would leave them."""
+    """`n` more chunks in front of the session's window, as an offload would leave them, in one
+    transaction: the worker's sweep would otherwise see the chunks before the session's counters,
+    "repair" its chunk count and start the session's vector index on part of the history (its
+    build then holds the lock the `ANALYZE` below needs for the many minutes it takes)."""
+    with conn.transaction():
+        _add_history(conn, rng, pool, tenant, session, n)
+
+
+def _add_history(
+    conn: psycopg.Connection,
+    rng: random.Random,
+    pool: list[tuple[str, str, int, str]],
+    tenant: uuid.UUID,
+    session: uuid.UUID,
+    n: int,
+) -> None:
     first_turn, chunks = conn.execute(
         "SELECT coalesce(max(turn_last), 0) + 1, count(*) FROM chunks WHERE session_id = %s",
         (session,),
@@ -143,10 +187,12 @@ def add_history(
     # Statistics before the count that lets the worker start the session's vector index: its
     # build (CONCURRENTLY) holds the lock ANALYZE needs until it ends.
     conn.execute("ANALYZE chunks")
+    # `turn_count` counts the session's turn rows (the offloaded turns are not written here):
+    # a count the rows do not match would have the worker's sweep repair it during the run.
     conn.execute(
         "UPDATE sessions SET chunk_count = %s, chunks_version = chunks_version + 1, "
         "last_seq = %s, turn_count = %s, version = version + 1 WHERE id = %s",
-        (chunks + n, first_turn + WINDOW_TURNS - 1, first_turn + WINDOW_TURNS - 1, session),
+        (chunks + n, first_turn + WINDOW_TURNS - 1, WINDOW_TURNS, session),
     )
 
 
@@ -189,7 +235,8 @@ def add_sessions(
         ):
             for k, sid in enumerate(ids):
                 last = 5 * TURNS_PER_CHUNK + WINDOW_TURNS
-                copy.write_row((sid, tenant, f"{prefix}{start + offset + k}", 5, 1, last, last))
+                name = f"{prefix}{start + offset + k}"
+                copy.write_row((sid, tenant, name, 5, 1, last, WINDOW_TURNS))
         rows = []
         for sid in ids:
             rows += chunk_rows(rng, pool, tenant, sid, 1, 5)
@@ -290,6 +337,14 @@ async def new_session(
     return row[0], row[1]
 
 
+def stored_session(conn: psycopg.Connection, sid: str) -> tuple[uuid.UUID, int] | None:
+    """(primary key, chunk count) of session `sid` when the store holds it already."""
+    row = conn.execute(
+        "SELECT id, chunk_count FROM sessions WHERE external_id = %s", (sid,)
+    ).fetchone()
+    return None if row is None else (row[0], int(row[1]))
+
+
 def wait_for_vector_index(conn: psycopg.Connection, session: uuid.UUID, limit_s: float) -> float:
     """Seconds until the worker's sweep has built the session's vector index."""
     name = vector_index_name(session, MODEL)
@@ -304,43 +359,73 @@ def wait_for_vector_index(conn: psycopg.Connection, session: uuid.UUID, limit_s:
     raise SystemExit(f"no vector index after {limit_s:.0f} s")
 
 
+async def first_builds(http: httpx.AsyncClient, sid: str, seed: int, warmup: int) -> float:
+    """The session's first build in this process (ms), then `warmup` builds not counted: the
+    measured rounds start with the process's caches and the database's buffers warm."""
+    cold = await cold_build(http, sid, seed)
+    if warmup:
+        await measure(http, sid, warmup, seed=-1 - seed)
+    return cold
+
+
+def side_by_side(rounds: dict[int, list[dict[str, Any]]]) -> list[float]:
+    """Each round's p50 at the largest size over its p50 at the smallest."""
+    low, high = min(rounds), max(rounds)
+    return [
+        round(percentile(b["walls"], 0.5) / percentile(a["walls"], 0.5), 3)
+        for a, b in zip(rounds[low], rounds[high], strict=True)
+    ]
+
+
 async def chunks_axis(
-    args: argparse.Namespace,
-    http: httpx.AsyncClient,
-    conn: psycopg.Connection,
-    rng: random.Random,
-    pool: list[tuple[str, str, int, str]],
+    args: argparse.Namespace, http: httpx.AsyncClient, conn: psycopg.Connection
 ) -> dict[int, Any]:
     print("chunks in one session (one session per size, rounds side by side)", flush=True)
     sessions: dict[int, str] = {}
     out: dict[int, Any] = {}
     min_chunks = load_settings().recall.vector_index_min_chunks
+    loaded = False
+    if stored_session(conn, f"{NEIGHBOUR}1") is None:
+        with conn.transaction():
+            tenant, _ = await new_session(http, conn, f"{NEIGHBOUR}0")
+            add_sessions(conn, random.Random(0), text_pool(11), tenant, NEIGHBOUR, 1, NEIGHBOURS)
+        loaded = True
     for n in args.chunks:
         sid = f"scale-c{n}"
-        tenant, pk = await new_session(http, conn, sid)
-        started = time.monotonic()
-        add_history(conn, rng, pool, tenant, pk, n)
-        out[n] = {"load_s": round(time.monotonic() - started, 1)}
+        stored = stored_session(conn, sid)
+        if stored is None:
+            tenant, pk = await new_session(http, conn, sid)
+            started = time.monotonic()
+            add_history(conn, random.Random(n), text_pool(11), tenant, pk, n)
+            out[n] = {"load_s": round(time.monotonic() - started, 1)}
+            loaded = True
+        elif stored[1] == n:
+            pk = stored[0]
+            out[n] = {"reused": True}
+        else:
+            raise SystemExit(f"{sid} holds {stored[1]} chunks, not {n}: delete the store")
         if n >= min_chunks:
             waited = wait_for_vector_index(conn, pk, args.index_wait)
             out[n]["vector_index_wait_s"] = round(waited, 1)
             print(f"  {n} chunks: vector index ready after {waited:.0f} s", flush=True)
         sessions[n] = sid
+    if loaded:
+        conn.execute("VACUUM ANALYZE")
+    if args.load_only:
+        return out
     for n, sid in sessions.items():
-        out[n]["cold_ms"] = await cold_build(http, sid, seed=n)
+        out[n]["cold_ms"] = await first_builds(http, sid, n, args.warmup)
     rounds: dict[int, list[dict[str, Any]]] = {n: [] for n in sessions}
     for r in range(args.rounds):
         for n, sid in sessions.items():
             rounds[n].append(await measure(http, sid, args.requests, seed=1000 * r + n))
-    for n in sessions:
+    for n, sid in sessions.items():
         out[n] |= summary(rounds[n])
         print_point(f"{n} chunks", out[n])
-    low, high = min(sessions), max(sessions)
-    ratios = [
-        percentile(b["walls"], 0.5) / percentile(a["walls"], 0.5)
-        for a, b in zip(rounds[low], rounds[high], strict=True)
-    ]
-    out[high]["round_ratio_to_smallest"] = [round(x, 3) for x in ratios]
+        if args.explain:
+            out[n]["plans"] = explain_arms(conn, sid, indexed=n >= min_chunks)
+            print_plans(f"{n} chunks", out[n]["plans"])
+    out[max(sessions)]["round_ratio_to_smallest"] = side_by_side(rounds)
     return out
 
 
@@ -348,47 +433,90 @@ async def load_sessions_point(
     http: httpx.AsyncClient, conn: psycopg.Connection, sessions: int, seed: int
 ) -> dict[str, Any]:
     """One database of the sessions axis: the measured session (1,000 chunks) and `sessions - 1`
-    small ones, analysed; then the first build."""
+    small ones, analysed; kept as it is when the store holds them already."""
+    row = conn.execute("SELECT count(*) FROM sessions").fetchone()
+    stored = 0 if row is None else int(row[0])
+    if stored_session(conn, BIG) is not None:
+        if stored != sessions:
+            raise SystemExit(f"the store holds {stored} sessions, not {sessions}: delete it")
+        return {"reused": True}
     rng = random.Random(seed)
-    pool = text_pool(rng)
+    pool = text_pool(seed)
     started = time.monotonic()
     tenant, measured = await new_session(http, conn, BIG)
     add_history(conn, rng, pool, tenant, measured, 1000)
     add_sessions(conn, rng, pool, tenant, "scale-s", 1, sessions - 1)
     conn.execute("VACUUM ANALYZE")
-    out: dict[str, Any] = {"load_s": round(time.monotonic() - started, 1)}
-    out["cold_ms"] = await cold_build(http, BIG, seed=sessions)
-    return out
+    return {"load_s": round(time.monotonic() - started, 1)}
 
 
-def explain_arms(conn: psycopg.Connection) -> dict[str, str]:
-    """EXPLAIN ANALYZE of the database arms of recall (vector, exact hits) on the measured
-    session, with the statements of `app.offload.repository`: the plan and its times."""
-    session = conn.execute("SELECT id FROM sessions WHERE external_id = %s", (BIG,)).fetchone()
-    assert session is not None
-    vector = conn.execute(
-        "SELECT embedding::text FROM chunks WHERE session_id = %s LIMIT 1", (session[0],)
+def reader_plan(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> str:
+    """EXPLAIN (ANALYZE, BUFFERS) of `statement` (psycopg placeholders) as the reader pool runs
+    it: prepared, with the generic plan (`app.core.db.READER_PLANS`), the third run (warm)."""
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
+    prepared = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", statement)
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    conn.execute(f"PREPARE arm AS {prepared}")
+    values = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
+    explain = sql.SQL("EXPLAIN (ANALYZE, BUFFERS) EXECUTE arm ({})").format(values)
+    try:
+        for _ in range(3):
+            rows = conn.execute(explain).fetchall()
+    finally:
+        conn.execute("DEALLOCATE arm")
+        conn.execute("RESET plan_cache_mode")
+    return "\n".join(r[0] for r in rows)
+
+
+def index_plan(conn: psycopg.Connection, session: uuid.UUID, vector: str) -> str:
+    """EXPLAIN (ANALYZE, BUFFERS) of the HNSW search of a session with its own index, as
+    `nearest_through_index` sends it (literal session and model, no sort, `hnsw.ef_search`),
+    warm."""
+    ef = load_settings().recall.vector_index_ef_search
+    statement = (
+        f"EXPLAIN (ANALYZE, BUFFERS) SELECT id, CAST(embedding AS vector({DIM})) "
+        f"<=> CAST(%(v)s AS vector({DIM})) AS distance FROM chunks "
+        f"WHERE session_id = '{session}'::uuid AND status = 'active' "
+        f"AND embedding_model = '{MODEL}' ORDER BY distance LIMIT 30"
+    )
+    with conn.transaction():
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(ef, 30)),))
+        conn.execute("SET LOCAL enable_sort = off")
+        for _ in range(3):
+            rows = conn.execute(statement, {"v": vector}).fetchall()
+    return "\n".join(r[0] for r in rows)
+
+
+def explain_arms(conn: psycopg.Connection, sid: str, indexed: bool) -> dict[str, str]:
+    """The plans and times of recall's database arms on session `sid`, with the statements of
+    `app.offload.repository`: the vector arm (ids and distances, as a build that keeps the
+    chunks' rows sends it; the HNSW search when the session has its index; none for a session
+    whose vectors recall scans in process) and the exact hits of a query's ID that no chunk
+    holds (as the benchmark's queries' IDs)."""
+    stored = stored_session(conn, sid)
+    assert stored is not None
+    session, chunks = stored
+    row = conn.execute(
+        "SELECT embedding::text FROM chunks WHERE session_id = %s LIMIT 1", (session,)
     ).fetchone()
-    assert vector is not None
-    statements = {
-        "vector": (
-            "SELECT id, embedding <=> CAST(%(v)s AS vector) AS distance FROM chunks "
-            "WHERE session_id = %(s)s AND status = 'active' AND embedding_model = %(m)s "
-            "ORDER BY distance LIMIT 30"
-        ),
-        "exact": (
-            "SELECT id FROM chunks WHERE session_id = %(s)s AND status = 'active' "
-            "AND raw_text ILIKE '%%ord-4471%%' AND lexical @@ plainto_tsquery('simple', "
-            "'ord-4471 ord 4471') ORDER BY turn_last DESC LIMIT 30"
-        ),
-    }
-    params = {"v": vector[0], "s": session[0], "m": MODEL}
+    assert row is not None
+    vector = row[0]
     plans = {}
-    for arm, sql in statements.items():
-        for _ in range(3):  # warm: the measured builds run against a warm cache
-            rows = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params).fetchall()
-        plans[arm] = "\n".join(r[0] for r in rows).replace(vector[0], "[query vector]")
-    return plans
+    in_process = load_settings().recall.vector_scan_in_process_mb * 2**20
+    if indexed:
+        plans["vector"] = index_plan(conn, session, vector)
+    elif chunks * DIM * 4 > in_process:
+        params = {"vector": vector, "session": session, "model": MODEL, "limit": 30}
+        plans["vector"] = reader_plan(conn, _NEAREST, params)
+    needle = "7fa3c"
+    params = {"limit": 30, "n0": f"%{needle}%", "t0": lexical_document(needle)}
+    plans["exact"] = reader_plan(conn, _exact_statement(session, 1, by_terms=True), params)
+    return {arm: plan.replace(vector, "[query vector]") for arm, plan in plans.items()}
+
+
+def print_plans(label: str, plans: dict[str, str]) -> None:
+    for arm, plan in plans.items():
+        print(f"--- {label}, {arm} arm\n{plan}", flush=True)
 
 
 async def sessions_axis(args: argparse.Namespace, servers: list[DevServer]) -> dict[int, Any]:
@@ -404,7 +532,12 @@ async def sessions_axis(args: argparse.Namespace, servers: list[DevServer]) -> d
         for n, server in zip(args.sessions, servers, strict=True):
             with psycopg.connect(server.database_url, autocommit=True) as conn:
                 out[n] = await load_sessions_point(clients[n], conn, n, seed=11)
-            print(f"  {n} sessions loaded in {out[n]['load_s']:.0f} s", flush=True)
+            state = f"loaded in {out[n]['load_s']:.0f} s" if "load_s" in out[n] else "kept"
+            print(f"  {n} sessions {state}", flush=True)
+        if args.load_only:
+            return out
+        for n in args.sessions:
+            out[n]["cold_ms"] = await first_builds(clients[n], BIG, n, args.warmup)
         rounds: dict[int, list[dict[str, Any]]] = {n: [] for n in args.sessions}
         for r in range(args.rounds):
             order = args.sessions if r % 2 == 0 else args.sessions[::-1]
@@ -415,27 +548,19 @@ async def sessions_axis(args: argparse.Namespace, servers: list[DevServer]) -> d
             print_point(f"{n} sessions", out[n])
             if args.explain:
                 with psycopg.connect(server.database_url, autocommit=True) as conn:
-                    out[n]["plans"] = explain_arms(conn)
-                for arm, plan in out[n]["plans"].items():
-                    print(f"--- {n} sessions, {arm} arm\n{plan}", flush=True)
-        low, high = min(args.sessions), max(args.sessions)
-        ratios = [
-            percentile(b["walls"], 0.5) / percentile(a["walls"], 0.5)
-            for a, b in zip(rounds[low], rounds[high], strict=True)
-        ]
-        out[high]["round_ratio_to_smallest"] = [round(x, 3) for x in ratios]
+                    out[n]["plans"] = explain_arms(conn, BIG, indexed=False)
+                print_plans(f"{n} sessions", out[n]["plans"])
+        out[max(args.sessions)]["round_ratio_to_smallest"] = side_by_side(rounds)
     finally:
         for client in clients.values():
             await client.aclose()
     return out
 
 
-async def run(args: argparse.Namespace, base: str, database_url: str) -> dict[int, Any]:
-    rng = random.Random(11)
-    pool = text_pool(rng)
-    async with httpx.AsyncClient(base_url=base, timeout=600) as http:
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            return await chunks_axis(args, http, conn, rng, pool)
+async def run(args: argparse.Namespace, server: DevServer) -> dict[int, Any]:
+    async with httpx.AsyncClient(base_url=server.url, timeout=600) as http:
+        with psycopg.connect(server.database_url, autocommit=True) as conn:
+            return await chunks_axis(args, http, conn)
 
 
 def main() -> None:
@@ -449,26 +574,49 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=40, help="builds per point and round")
     parser.add_argument("--rounds", type=int, default=3, help="measurement rounds per point")
     parser.add_argument(
+        "--warmup", type=int, default=40, help="builds per point before the rounds, not counted"
+    )
+    parser.add_argument(
         "--index-wait", type=float, default=3600, help="longest wait for a vector index, s"
     )
     parser.add_argument("--port", type=int, default=random.randint(18100, 18900))
+    parser.add_argument(
+        "--data-dir", type=Path, help="keep the stores here; reuse what is loaded there already"
+    )
+    parser.add_argument(
+        "--load-only", action="store_true", help="load the stores (--data-dir) and stop"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
         "--explain", action="store_true", help="print the vector and exact-hits plans per size"
     )
     args = parser.parse_args()
+    if args.load_only and args.data_dir is None:
+        parser.error("--load-only keeps nothing without --data-dir")
     out: dict[str, Any] = {}
     load = os.getloadavg()
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {os.cpu_count()} cores")
-    with tempfile.TemporaryDirectory(prefix="recall-scale-") as tmp:
+    persist = args.data_dir is not None
+    with contextlib.ExitStack() as stack:
+        root = args.data_dir or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="recall-scale-"))
+        )
         if args.chunks:
-            with contextd_dev(Path(tmp) / "chunks", args.port, []) as server:
-                out["chunks"] = asyncio.run(run(args, server.url, server.database_url))
+            with contextd_dev(
+                root / "chunks", args.port, [], args.port + 1, persist=persist
+            ) as server:
+                out["chunks"] = asyncio.run(run(args, server))
         if args.sessions:
-            with contextlib.ExitStack() as stack:
+            with contextlib.ExitStack() as servers_stack:
                 servers = [
-                    stack.enter_context(
-                        contextd_dev(Path(tmp) / f"s{n}", args.port + 1 + i, [], args.port + 50 + i)
+                    servers_stack.enter_context(
+                        contextd_dev(
+                            root / f"s{n}",
+                            args.port + 2 + 2 * i,
+                            [],
+                            args.port + 3 + 2 * i,
+                            persist=persist,
+                        )
                     )
                     for i, n in enumerate(args.sessions)
                 ]
@@ -479,7 +627,7 @@ def main() -> None:
         args.json.write_text(json.dumps(out, indent=2))
     for kind, low, high in (("chunks", 1000, 100_000), ("sessions", 100, 100_000)):
         points = out.get(kind, {})
-        if low in points and high in points:
+        if "p50" in points.get(low, {}) and "p50" in points.get(high, {}):
             ratio = points[high]["p50"] / points[low]["p50"]
             rounds = [
                 round(b / a, 2)
