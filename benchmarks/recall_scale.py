@@ -162,38 +162,27 @@ def add_history(
     "repair" its chunk count and start the session's vector index on part of the history (its
     build then holds the lock the `ANALYZE` below needs for the many minutes it takes)."""
     with conn.transaction():
-        _add_history(conn, rng, pool, tenant, session, n)
-
-
-def _add_history(
-    conn: psycopg.Connection,
-    rng: random.Random,
-    pool: list[tuple[str, str, int, str]],
-    tenant: uuid.UUID,
-    session: uuid.UUID,
-    n: int,
-) -> None:
-    first_turn, chunks = conn.execute(
-        "SELECT coalesce(max(turn_last), 0) + 1, count(*) FROM chunks WHERE session_id = %s",
-        (session,),
-    ).fetchone() or (1, 0)
-    for start in range(0, n, 5000):
-        count = min(5000, n - start)
-        copy_chunks(conn, chunk_rows(rng, pool, tenant, session, first_turn, count))
-        first_turn += count * TURNS_PER_CHUNK
-    # The window moves behind the new history, as after an offload.
-    conn.execute("DELETE FROM turns WHERE session_id = %s", (session,))
-    insert_window(conn, rng, tenant, session, first_turn)
-    # Statistics before the count that lets the worker start the session's vector index: its
-    # build (CONCURRENTLY) holds the lock ANALYZE needs until it ends.
-    conn.execute("ANALYZE chunks")
-    # `turn_count` counts the session's turn rows (the offloaded turns are not written here):
-    # a count the rows do not match would have the worker's sweep repair it during the run.
-    conn.execute(
-        "UPDATE sessions SET chunk_count = %s, chunks_version = chunks_version + 1, "
-        "last_seq = %s, turn_count = %s, version = version + 1 WHERE id = %s",
-        (chunks + n, first_turn + WINDOW_TURNS - 1, WINDOW_TURNS, session),
-    )
+        first_turn, chunks = conn.execute(
+            "SELECT coalesce(max(turn_last), 0) + 1, count(*) FROM chunks WHERE session_id = %s",
+            (session,),
+        ).fetchone() or (1, 0)
+        for start in range(0, n, 5000):
+            count = min(5000, n - start)
+            copy_chunks(conn, chunk_rows(rng, pool, tenant, session, first_turn, count))
+            first_turn += count * TURNS_PER_CHUNK
+        # The window moves behind the new history, as after an offload.
+        conn.execute("DELETE FROM turns WHERE session_id = %s", (session,))
+        insert_window(conn, rng, tenant, session, first_turn)
+        # Statistics before the count that lets the worker start the session's vector index: its
+        # build (CONCURRENTLY) holds the lock ANALYZE needs until it ends.
+        conn.execute("ANALYZE chunks")
+        # `turn_count` counts the session's turn rows (the offloaded turns are not written here):
+        # a count the rows do not match would have the worker's sweep repair it during the run.
+        conn.execute(
+            "UPDATE sessions SET chunk_count = %s, chunks_version = chunks_version + 1, "
+            "last_seq = %s, turn_count = %s, version = version + 1 WHERE id = %s",
+            (chunks + n, first_turn + WINDOW_TURNS - 1, WINDOW_TURNS, session),
+        )
 
 
 def insert_window(
