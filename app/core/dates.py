@@ -11,7 +11,7 @@ August 15 2023").
 """
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -89,9 +89,12 @@ def said_at(metadata: Mapping[str, Any] | None, stored_at: datetime) -> datetime
 
 def date_terms(*moments: datetime) -> list[str]:
     """Search terms of the days and months of `moments` (UTC): `2023-05-08`, `2023-05`."""
+    return _day_terms(moment.astimezone(UTC).date() for moment in moments)
+
+
+def _day_terms(days: Iterable[date]) -> list[str]:
     out: dict[str, None] = {}
-    for moment in moments:
-        day = moment.astimezone(UTC).date()
+    for day in days:
         out[day.isoformat()] = None
         out[day.isoformat()[:7]] = None
     return list(out)
@@ -209,7 +212,7 @@ def _absolute_terms(query: str, today: date) -> list[str]:
         first, last = min(days), max(days)
         if (last - first).days < RANGE_DAYS_MAX:
             days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
-    return [term for day in days for term in (day.isoformat(), day.isoformat()[:7])] + months
+    return _day_terms(days) + months
 
 
 def _valid(year: int, month: int, day: int) -> list[date]:

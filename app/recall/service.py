@@ -222,8 +222,9 @@ class _SessionChunks:
     An active chunk's row and live turns never change: forgetting any of its turns tombstones
     the chunk and re-chunks the rest under new ids (`app.erasure.service`), an offload writes a
     chunk and marks its turns in one transaction, and only its vector is written later. So kept
-    lines and rows are those a read would return for every chunk the build's own read found
-    active (the vector arm's statement reads active chunks only), in any process; and a
+    lines and rows are those a read would return for every chunk the build found active (the
+    vector arm returns active chunks only: its statement reads active ones, the scan in process
+    holds the chunks of this state's index), in any process; and a
     forgotten chunk's lines and row are dropped at the session's next build in this process (a
     new `chunks_version`, whose index no longer holds the chunk)."""
 
@@ -364,13 +365,15 @@ def _scans_in_process(context: AppContext, session: Session) -> bool:
 
 def _missing_vectors(
     context: AppContext, session: Session, chunks: _SessionChunks, model: str
-) -> "asyncio.Future[dict[str, np.ndarray]] | None":
+) -> "asyncio.Future[dict[str, np.ndarray]]":
     """The read of the vectors of the session's active chunks this process does not hold yet
     (every chunk at the session's first build here; then those embedded since), started now
-    so that it runs while the query embeds; None when every one is held."""
+    so that it runs while the query embeds; done already when every one is held."""
     unvectored = chunks.unvectored(model)
     if not unvectored:
-        return None
+        held: asyncio.Future[dict[str, np.ndarray]] = asyncio.get_running_loop().create_future()
+        held.set_result({})
+        return held
     return asyncio.ensure_future(
         read_once(
             context.reader,
@@ -382,12 +385,12 @@ def _missing_vectors(
 async def _scan_in_process(
     chunks: _SessionChunks,
     model: str,
-    missing: "asyncio.Future[dict[str, np.ndarray]] | None",
+    missing: "asyncio.Future[dict[str, np.ndarray]]",
     qvec: Sequence[float],
     limit: int,
 ) -> dict[str, float]:
     """The vector arm over the vectors this process holds, with those `missing` added."""
-    vectors = chunks.add_vectors(model, await missing if missing is not None else {})
+    vectors = chunks.add_vectors(model, await missing)
     if vectors.nbytes <= INLINE_SCAN_BYTES:
         return vectors.nearest(qvec, limit)
     return await asyncio.to_thread(vectors.nearest, qvec, limit)
@@ -424,12 +427,13 @@ async def _nearest_and_shown(
 ) -> repository.RecallRows:
     """The vector arm (with a query vector) and the shown rows of its chunks, with `others` (the
     shown rows of the other arms' candidates, being read meanwhile). The arm is a scan in
-    process when `_scans_in_process` (`vectors_read`: the read of the vectors not held yet);
-    otherwise on the reader pool, one statement when the session is searched by an exact scan.
-    Its chunks' rows come from those this process keeps (`chunks.rows`) when it keeps any: the
-    scan then returns ids and distances, and only the rows of chunks not kept are read. A
-    session with its own HNSW index is searched through it (`repository.nearest_through_index`).
-    A failing vector arm leaves lexical recall (`vector_unavailable`)."""
+    process when the session's is (`_scans_in_process`: then `vectors_read` is the read of the
+    vectors not held yet, None otherwise); otherwise on the reader pool, one statement when the
+    session is searched by an exact scan. Its chunks' rows come from those this process keeps
+    (`chunks.rows`) when it keeps any: the scan then returns ids and distances, and only the
+    rows of chunks not kept are read. A session with its own HNSW index is searched through it
+    (`repository.nearest_through_index`). A failing vector arm leaves lexical recall
+    (`vector_unavailable`)."""
     embedder = context.embedder
     found: dict[str, float] = {}
     near: dict[str, repository.ShownChunk] = {}
@@ -437,7 +441,7 @@ async def _nearest_and_shown(
         if qvec is not None and embedder is not None:
             index = _vector_index(context, session)
             try:
-                if _scans_in_process(context, session):
+                if vectors_read is not None:
                     found = await _scan_in_process(chunks, embedder.name, vectors_read, qvec, limit)
                 elif index is None:
                     rows = await read_once(
@@ -465,7 +469,7 @@ async def _nearest_and_shown(
     for cid in found:
         kept = None if cid in near else chunks.row(cid)
         if kept is not None:
-            near[cid] = kept  # active: the vector arm reads active chunks only
+            near[cid] = kept  # active: the vector arm returns active chunks only
     missing = [cid for cid in found if cid not in near and cid not in known]
     if missing:
         rows = await read_once(
