@@ -111,11 +111,26 @@ async def locomo_session(db: AsyncSession, run_id: str, sample_id: str) -> Sessi
     return session
 
 
+def dev_context(data_dir: Path) -> AppContext:
+    """The context of the `contextd dev` whose data directory is `data_dir` (its database and
+    cache, read from its `dev.json`)."""
+    dev = json.loads((data_dir / "dev.json").read_text())
+    return AppContext.create(Settings(database_url=dev["database_url"], redis_url=dev["redis_url"]))
+
+
+async def dia_ids_by_seq(db: AsyncSession, session: Session) -> dict[int, str]:
+    """The LoCoMo dia_id of each of the session's turns, by seq."""
+    found = await db.execute(
+        text("SELECT seq, metadata->>'dia_id' FROM turns WHERE session_id = :s"),
+        {"s": session.id},
+    )
+    return {int(seq): dia for seq, dia in found.all() if dia}
+
+
 async def ask(run_id: str, data: str, data_dir: Path, only: set[int] | None) -> list[Asked]:
     """One recall per scored question (categories 1-4 with evidence), as build-prompt asks it."""
-    dev = json.loads((data_dir / "dev.json").read_text())
-    settings = Settings(database_url=dev["database_url"], redis_url=dev["redis_url"])
-    context = AppContext.create(settings)
+    context = dev_context(data_dir)
+    settings = context.settings
     await context.start_embedder()
     out: list[Asked] = []
     try:
@@ -124,11 +139,7 @@ async def ask(run_id: str, data: str, data_dir: Path, only: set[int] | None) -> 
                 continue
             async with context.sessionmaker() as db:
                 session = await locomo_session(db, run_id, conv.sample_id)
-                found = await db.execute(
-                    text("SELECT seq, metadata->>'dia_id' FROM turns WHERE session_id = :s"),
-                    {"s": session.id},
-                )
-                seq_to_dia = {int(seq): dia for seq, dia in found.all() if dia}
+                seq_to_dia = await dia_ids_by_seq(db, session)
                 window = await sessions_repository.window_turns(db, session.id)
                 notes_block = render_notes_block(
                     (await current_notes(db, context.cache, session)).notes

@@ -27,6 +27,7 @@ PURE = (
     "app.offload.chunking",
     "app.notes.policy",
     "app.notes.rules",
+    "app.recall.adapter",
     "app.recall.bm25",
     "app.recall.fusion",
     "app.recall.rerank",

@@ -148,6 +148,12 @@ class RecallSettings(BaseModel):
     weight_exact: float = Field(3.0, ge=0, description="fusion weight of exact ID/quote hits")
     weight_lexical: float = Field(1.0, ge=0, description="fusion weight of the BM25 arm")
     weight_vector: float = Field(1.0, ge=0, description="fusion weight of the vector arm")
+    query_adapter: bool = Field(
+        True,
+        description="the chunk vector arm searches with the query's embedding moved toward the "
+        "statements that answer it (`app/recall/adapter.py`, fitted for e5; other embedders are "
+        "unchanged); remembered items use the embedding as it is",
+    )
     per_item_max_tokens: int = Field(300, gt=0, description="a recalled item is cut to this")
     rerank_url: str | None = Field(None, description="HTTP cross-encoder; unset: feature rerank")
     rerank_style: Literal["tei", "jina", "cohere"] = Field("tei", description="its API style")

@@ -5,29 +5,31 @@ cross-encoder falls back from). score = Σ weight · feature, every feature in [
 
 - fused    (`FUSED_WEIGHT` 1.0): fused score / best fused score. The retrieval evidence; the
   scale every other weight is set against.
-- rank     (`RANK_WEIGHT` 1.0): 1 / √(fused rank). Where the fused score is flat (many
+- rank     (`RANK_WEIGHT` 0.463): 1 / √(fused rank). Where the fused score is flat (many
   candidates near the best), the order the arms agreed on still counts.
-- adjacent (`ADJACENT_WEIGHT` 1.0): the better `fused` of the candidates whose turns end just
+- adjacent (`ADJACENT_WEIGHT` 0.706): the better `fused` of the candidates whose turns end just
   before or start just after this one's (0 without turns). Evidence often sits next to the best
   hit: a stretch of conversation about the question ranks up together.
-- coverage (`COVERAGE_WEIGHT` 0.9): share of the query's term stems in the text, each weighted
+- coverage (`COVERAGE_WEIGHT` 0.281): share of the query's term stems in the text, each weighted
   by its IDF over the candidates (a stem most candidates hold counts little). Stems compare
   English inflections alike; CJK terms are their own stems, so both languages count the same way.
 - exact    (`EXACT_WEIGHT` 6.0): share of the query's IDs and quoted strings found verbatim
-  (case-insensitive) in the text. 6.0 exceeds the sum of all other weights (5.25), so a candidate
+  (case-insensitive) in the text. 6.0 exceeds the sum of all other weights (3.24), so a candidate
   containing every exact key outranks any candidate containing none: an order number or a quoted
   phrase found verbatim is almost certainly the turn asked about.
-- entity   (`ENTITY_WEIGHT` 1.0): share of the query's names and numbers found verbatim.
+- entity   (`ENTITY_WEIGHT` 0.471): share of the query's names and numbers found verbatim.
 - cjk      (`CJK_WEIGHT` 0.3): share of the query's CJK bigrams present in the text. Chinese words
   are mostly two characters; this restores word matching that unigram-heavy lexical scores blur.
-- recency  (`RECENCY_WEIGHT` 0.05, half-life `RECENCY_HALF_LIFE_TURNS`): 0.5 ** (age / half-life).
+- recency  (`RECENCY_WEIGHT` 0.015, half-life `RECENCY_HALF_LIFE_TURNS`): 0.5 ** (age / half-life).
   Small on purpose: only a tiebreak between equally relevant fragments, preferring the newer
   (more likely still valid) one.
 
 The fused, rank, adjacent, coverage and entity weights were fitted together on the
 LoCoMo tune split (conversations 0-3) by pairwise logistic regression (each evidence chunk
 against every other candidate of its question), then checked on the packed budgets through the
-assembler (README, tuning decisions: "Rerank fitted for what the budget packs").
+assembler (README, tuning decisions: "Rerank fitted for what the budget packs"); fitted again
+once the chunk arm searched with the query adapter (`app.recall.adapter`; the recency weight
+held, in proportion, where it was), which trusts the fused score more than before.
 
 Pure: no I/O, no settings.
 """
@@ -44,13 +46,13 @@ from app.recall.rewrite import RewrittenQuery
 from app.recall.trim import line_stems
 
 FUSED_WEIGHT = 1.0
-RANK_WEIGHT = 1.0
-ADJACENT_WEIGHT = 1.0
-COVERAGE_WEIGHT = 0.9
+RANK_WEIGHT = 0.463
+ADJACENT_WEIGHT = 0.706
+COVERAGE_WEIGHT = 0.281
 EXACT_WEIGHT = 6.0
-ENTITY_WEIGHT = 1.0
+ENTITY_WEIGHT = 0.471
 CJK_WEIGHT = 0.3
-RECENCY_WEIGHT = 0.05
+RECENCY_WEIGHT = 0.015
 RECENCY_HALF_LIFE_TURNS = 50.0
 DEFAULT_TOP_K = 5
 

@@ -40,6 +40,7 @@ from app.embeddings.base import (
 from app.memory import repository as memory_repository
 from app.offload import repository
 from app.offload.chunking import render_turn
+from app.recall.adapter import chunk_query_vector
 from app.recall.bm25 import BM25Index, idf
 from app.recall.cross_encoder import HttpReranker, RerankUnavailable
 from app.recall.fusion import ArmWeights, FusedCandidate, fuse_arms
@@ -439,6 +440,9 @@ async def _nearest_and_shown(
     near: dict[str, repository.ShownChunk] = {}
     try:
         if qvec is not None and embedder is not None:
+            qvec = chunk_query_vector(
+                list(qvec), embedder.name, context.settings.recall.query_adapter
+            )
             index = _vector_index(context, session)
             try:
                 if vectors_read is not None:
