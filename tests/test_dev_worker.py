@@ -18,6 +18,15 @@ from tests.support.waiting import wait_for
 SMALL = {"context_limit": 3000, "reserve_tokens": 200, "min_recent_turns": 2}
 
 
+def proc_bytes(path: str) -> bytes:
+    """A /proc file's bytes, or b"" when its process or thread ended since it was listed (the
+    killed worker is listed until its parent reaps it)."""
+    try:
+        return Path(path).read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return b""
+
+
 def worker_processes(dev: DevServer) -> set[int]:
     """The spawned children of `contextd dev` (not its embedded PostgreSQL and Valkey, nor
     multiprocessing's resource tracker)."""
@@ -26,8 +35,8 @@ def worker_processes(dev: DevServer) -> set[int]:
     return {
         int(child)
         for listed in tasks
-        for child in listed.read_text().split()
-        if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes()
+        for child in proc_bytes(str(listed)).split()
+        if b"spawn_main" in proc_bytes(f"/proc/{int(child)}/cmdline")
     }
 
 
