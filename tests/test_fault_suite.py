@@ -198,11 +198,14 @@ async def test_n_clients_m_turns_with_a_hot_session_and_a_worker(
                     await append(f"own-{c}", turn(c, i))
                     await append("hot", turn(100 + c, i))
                     if i % (turns_each // builds_each) == 0:
-                        # A long system prompt puts the hot session in the emergency band.
+                        # A system prompt this long (1,681 tokens of the 1,800) puts the hot
+                        # session in the emergency band with any turn in its window, however far
+                        # the worker has offloaded: each of these builds that finds more than the
+                        # recent turns the window keeps offloads inline.
                         resp = await http.post(
                             "/v1/sessions/hot/build-prompt",
                             json={
-                                "system": "You are a travel agent. " * 250,
+                                "system": "You are a travel agent. " * 280,
                                 "query": f"Which order ships to Lyon? {c}.{i}",
                             },
                         )
