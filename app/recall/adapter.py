@@ -15,6 +15,7 @@ Pure: no I/O beyond reading the packaged file once.
 """
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -33,11 +34,11 @@ class QueryAdapter:
     toward_from: np.ndarray  # float32, unit
     toward_to: np.ndarray  # float32, unit
 
-    def apply(self, vector: list[float]) -> list[float]:
+    def apply(self, vector: Sequence[float]) -> Sequence[float]:
         x = np.asarray(vector, dtype=np.float32)
         moved = x + self.scale * float(x @ self.toward_from) * self.toward_to
         norm = float(np.linalg.norm(moved))
-        return vector if norm == 0.0 else (moved / norm).tolist()
+        return vector if norm == 0.0 else list((moved / norm).tolist())
 
 
 def adapter_from_json(text: str) -> QueryAdapter:
@@ -56,7 +57,7 @@ def packaged_adapter() -> QueryAdapter:
     return adapter_from_json(resources.files(__package__).joinpath(ADAPTER_FILE).read_text())
 
 
-def chunk_query_vector(vector: list[float], model: str, enabled: bool) -> list[float]:
+def chunk_query_vector(vector: Sequence[float], model: str, enabled: bool) -> Sequence[float]:
     """The vector the chunk arm searches with: adapted when `enabled` and the packaged adapter
     was fitted on `model`'s vectors (another embedder's space has other directions)."""
     if not enabled:

@@ -440,9 +440,7 @@ async def _nearest_and_shown(
     near: dict[str, repository.ShownChunk] = {}
     try:
         if qvec is not None and embedder is not None:
-            qvec = chunk_query_vector(
-                list(qvec), embedder.name, context.settings.recall.query_adapter
-            )
+            qvec = chunk_query_vector(qvec, embedder.name, context.settings.recall.query_adapter)
             index = _vector_index(context, session)
             try:
                 if vectors_read is not None:
