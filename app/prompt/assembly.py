@@ -26,7 +26,10 @@ Precedence when the budget is short (`budget` = C - r):
    after it when they ranked among the first B / `NEIGHBOUR_TOKENS` too (`neighbour_order`):
    evidence often sits next to the best hit, and both scoring says the stretch is about the
    question. A chosen item whose turns continue another's (same UTC day, same trust) is rendered
-   with it under one header (`blocks.stretch_header`): the ~26-token header is paid once.
+   with it under one header (`blocks.stretch_header`): the ~26-token header is paid once. An
+   item that says again what a chosen one says (`repeats`: at least `NEAR_DUPLICATE_SHARE` of
+   its words are in that one's and what it adds holds no number) is skipped (`near_duplicate`):
+   repetitive small talk would otherwise fill the budget with the same lines.
 
 Counting: OpenAI messages are counted by `app.core.tokens.messages_tokens` (reply priming
 included); an Anthropic prompt by `messages_tokens` on `blocks.anthropic_counting_view` (the system
@@ -37,13 +40,15 @@ re-encode the window.
 """
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal
 
 from app.core.tokens import count_tokens, message_tokens
 from app.domain.budget import REPLY_PRIMING_TOKENS
 from app.domain.records import RecalledItem, TurnRecord
+from app.memory.policy import term_set
 from app.prompt.blocks import (
     ABOUT_USER_SHAPE,
     RECALL_SHAPE,
@@ -194,6 +199,29 @@ NEIGHBOUR_OF_FIRST_TOKENS = 1000
 NEIGHBOUR_TOKENS = 33
 
 
+# A candidate whose words are at least this share of one chosen item's words, adding no number,
+# says the same again. Set from first principles, not tuned: a changed value ("900 EUR" → "1200
+# EUR") or a fact in a few new words of a short turn keeps an item (2 new words of 5 is 0.6).
+NEAR_DUPLICATE_SHARE = 0.8
+
+# Chunks recur from build to build: their word sets are worked out once.
+_item_words = lru_cache(maxsize=4096)(term_set)
+
+
+def repeats(words: frozenset[str], chosen: Iterable[frozenset[str]]) -> bool:
+    """Whether an item of `words` says again what one of the `chosen` items' words say: at
+    least `NEAR_DUPLICATE_SHARE` of its words are that item's, and the rest hold no digit."""
+    if not words:
+        return False
+    for kept in chosen:
+        new = words - kept
+        if len(new) <= (1 - NEAR_DUPLICATE_SHARE) * len(words) and not any(
+            ch.isdigit() for word in new for ch in word
+        ):
+            return True
+    return False
+
+
 def _turn_range(item: RecalledItem) -> tuple[int, int] | None:
     if item.turn_first is None:
         return None
@@ -274,8 +302,10 @@ def _choose(
     candidates: `neighbour_order`) while the whole block (`shape` around the rendered items,
     costing `overhead` + its tokens) stays within `limit`. With `render_stretch`, an item whose
     turns continue a chosen one's (same day, same trust) is rendered with it under one header,
-    in place of the chosen one: the header it saves is room for more evidence."""
+    in place of the chosen one: the header it saves is room for more evidence. An item that
+    `repeats` a chosen one is left out (`near_duplicate`)."""
     choice = _Choice([], [], {})
+    chosen_words: list[frozenset[str]] = []
     # Each item is rendered and counted once (`render_one`: text and tokens). Every item starts a
     # token piece (`BlockShape`), so a block's tokens are its head's, each entry's with the
     # separator after it, and the last one's with the tail: a fit test counts only the tested
@@ -384,6 +414,11 @@ def _choose(
             if cost > limit:
                 reason = ("over_budget", cost - choice.used)
                 continue
+            # Checked only for an option that fits: most candidates of a build do not.
+            words = _item_words(item.text)
+            if repeats(words, chosen_words):
+                reason = ("near_duplicate", own_cost(item))
+                break
             if not joins:
                 text, tokens = own(option)
                 separated = tokens_with(text, tokens, shape.separator)
@@ -399,6 +434,7 @@ def _choose(
             entries = kept
             chosen_tokens = sum(e.separated for e in entries)
             choice.chosen.append(option)
+            chosen_words.append(words)
             reason = (None, cost - choice.used)
             choice.used = cost
             break

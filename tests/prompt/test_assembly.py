@@ -434,3 +434,54 @@ def test_adjacent_items_of_another_day_or_trust_keep_their_own_header(later: dic
     assert block.count(" | turn ") == 2
     assert "| turn 10-14 | a]" in block and "| turn 15-19 | c]" in block
     assert prompt.usage["recall"] == message_tokens("system", block)
+
+
+SMALL_TALK = {
+    "en": (
+        "user: Haha, yeah, that is funny. Anyway, how was your day?\n"
+        "assistant: Pretty good, thanks for asking! Nothing special today.",
+        "user: Anyway, how was your day?\n"
+        "assistant: Pretty good, thanks for asking! Nothing special today.",
+        "user: Last weekend I signed up for a pottery class and made my first bowl.",
+    ),
+    "zh": (
+        "user: 哈哈，真好笑。对了，你今天过得怎么样？\n"
+        "assistant: 挺好的，谢谢关心！今天没什么特别的。",
+        "user: 对了，你今天过得怎么样？\nassistant: 挺好的，谢谢关心！今天没什么特别的。",
+        "user: 上周末我报名了陶艺课，做了第一个碗。",
+    ),
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_recall_skips_an_item_that_says_a_chosen_one_again(lang: str) -> None:
+    chat, again, pottery = SMALL_TALK[lang]
+    first = item("a", chat, 81, 84)
+    repeat = item("b", again, 25, 26)
+    answer = item("c", pottery, 5, 5)
+    prompt = assemble_prompt(build(recalled=[first, repeat, answer], top_k=2))
+    # The repeated small talk would have taken the second place; the pottery class gets it.
+    assert prompt.recalled == [first, answer]
+    reasons = {e.id: e.reason for e in prompt.manifest if e.layer == "c3"}
+    assert reasons == {"a": None, "b": "near_duplicate", "c": None}
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        # A changed value is new evidence, however much else the two items share.
+        (
+            "user: The hotel budget is 900 EUR a night for the Lyon trip.\n"
+            "assistant: Noted: hotel budget 900 EUR a night for the Lyon trip.",
+            "user: The hotel budget is 1200 EUR a night for the Lyon trip.\n"
+            "assistant: Noted: hotel budget 1200 EUR a night for the Lyon trip.",
+        ),
+        ("user: 里昂之行的酒店预算是每晚 900 元。", "user: 里昂之行的酒店预算是每晚 1200 元。"),
+        # A short turn with a few new words says something new.
+        ("user: Book the train to Lyon.", "user: Book the train to Lyon, first class, window."),
+    ],
+)
+def test_recall_keeps_an_item_that_adds_a_value_or_words(before: str, after: str) -> None:
+    old, new = item("a", before, 3, 4), item("b", after, 30, 31)
+    prompt = assemble_prompt(build(recalled=[old, new]))
+    assert prompt.recalled == [old, new]
