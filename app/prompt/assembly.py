@@ -27,7 +27,7 @@ Precedence when the budget is short (`budget` = C - r):
    evidence often sits next to the best hit, and both scoring says the stretch is about the
    question. A chosen item whose turns continue another's (same UTC day, same trust) is rendered
    with it under one header (`blocks.stretch_header`): the ~26-token header is paid once. An
-   item that says again what a chosen one says (`repeats`: at least `NEAR_DUPLICATE_SHARE` of
+   item that says again what a chosen one says (`repeats`: more than `NEAR_DUPLICATE_SHARE` of
    its words are in that one's and what it adds holds no number) is skipped (`near_duplicate`):
    repetitive small talk would otherwise fill the budget with the same lines.
 
@@ -199,23 +199,28 @@ NEIGHBOUR_OF_FIRST_TOKENS = 1000
 NEIGHBOUR_TOKENS = 33
 
 
-# A candidate whose words are at least this share of one chosen item's words, adding no number,
-# says the same again. Set from first principles, not tuned: a changed value ("900 EUR" → "1200
-# EUR") or a fact in a few new words of a short turn keeps an item (2 new words of 5 is 0.6).
-NEAR_DUPLICATE_SHARE = 0.8
+# A candidate of which less than a tenth of the words are new against one chosen item, and none
+# of them a number, says the same again (phatic turns: "Wow, amazing!", "Bye, take care"). Set
+# from first principles, not tuned: a changed value ("900 EUR" → "1200 EUR") or one changed word
+# in a short text ("window seats" → "aisle seats") keeps an item.
+NEAR_DUPLICATE_SHARE = 0.9
 
 # Chunks recur from build to build: their word sets are worked out once.
 _item_words = lru_cache(maxsize=4096)(term_set)
 
 
-def repeats(words: frozenset[str], chosen: Iterable[frozenset[str]]) -> bool:
-    """Whether an item of `words` says again what one of the `chosen` items' words say: at
-    least `NEAR_DUPLICATE_SHARE` of its words are that item's, and the rest hold no digit."""
-    if not words:
+def repeats(
+    words: frozenset[str], chosen: Iterable[frozenset[str]], chosen_union: frozenset[str]
+) -> bool:
+    """Whether an item of `words` says again what one of the `chosen` items' words say: more
+    than `NEAR_DUPLICATE_SHARE` of its words are that item's, and the rest hold no digit.
+    `chosen_union` (all of `chosen`'s words) settles most items in one step: what has too many
+    words none of them holds cannot be in one of them."""
+    if not words or len(words & chosen_union) <= NEAR_DUPLICATE_SHARE * len(words):
         return False
     for kept in chosen:
         new = words - kept
-        if len(new) <= (1 - NEAR_DUPLICATE_SHARE) * len(words) and not any(
+        if len(words) - len(new) > NEAR_DUPLICATE_SHARE * len(words) and not any(
             ch.isdigit() for word in new for ch in word
         ):
             return True
@@ -306,6 +311,7 @@ def _choose(
     `repeats` a chosen one is left out (`near_duplicate`)."""
     choice = _Choice([], [], {})
     chosen_words: list[frozenset[str]] = []
+    chosen_union: frozenset[str] = frozenset()
     # Each item is rendered and counted once (`render_one`: text and tokens). Every item starts a
     # token piece (`BlockShape`), so a block's tokens are its head's, each entry's with the
     # separator after it, and the last one's with the tail: a fit test counts only the tested
@@ -416,7 +422,7 @@ def _choose(
                 continue
             # Checked only for an option that fits: most candidates of a build do not.
             words = _item_words(item.text)
-            if repeats(words, chosen_words):
+            if repeats(words, chosen_words, chosen_union):
                 reason = ("near_duplicate", own_cost(item))
                 break
             if not joins:
@@ -435,6 +441,7 @@ def _choose(
             chosen_tokens = sum(e.separated for e in entries)
             choice.chosen.append(option)
             chosen_words.append(words)
+            chosen_union |= words
             reason = (None, cost - choice.used)
             choice.used = cost
             break

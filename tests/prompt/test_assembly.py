@@ -477,6 +477,13 @@ def test_recall_skips_an_item_that_says_a_chosen_one_again(lang: str) -> None:
             "assistant: Noted: hotel budget 1200 EUR a night for the Lyon trip.",
         ),
         ("user: 里昂之行的酒店预算是每晚 900 元。", "user: 里昂之行的酒店预算是每晚 1200 元。"),
+        # One changed word in ten is a changed preference.
+        (
+            "user: For long flights I prefer window seats, please note it.\n"
+            "assistant: Noted: window seats for long flights.",
+            "user: For long flights I prefer aisle seats, please note it.\n"
+            "assistant: Noted: aisle seats for long flights.",
+        ),
         # A short turn with a few new words says something new.
         ("user: Book the train to Lyon.", "user: Book the train to Lyon, first class, window."),
     ],
