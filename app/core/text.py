@@ -7,6 +7,7 @@ see identical terms.
 """
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from itertools import chain
 
@@ -108,3 +109,11 @@ def terms_document(text_terms: Sequence[str]) -> str:
         if _PART_SEPARATOR_RE.search(term):
             out.extend(p for p in _PART_SEPARATOR_RE.split(term) if p)
     return " ".join(out)
+
+
+def term_set(text: str) -> frozenset[str]:
+    """Words and CJK bigrams; single CJK characters only when the text has no bigram (what two
+    texts share when they say the same: `remember`'s dedup, recall's near-duplicates)."""
+    all_terms = terms(unicodedata.normalize("NFKC", text))
+    multi = {t for t in all_terms if not (is_cjk(t) and len(t) == 1)}
+    return frozenset(multi or all_terms)

@@ -16,7 +16,7 @@ from app.core.errors import (
     MissingField,
     UnexpectedField,
 )
-from app.core.text import is_cjk, terms
+from app.core.text import is_cjk, term_set, terms
 from app.memory.schemas import MemoryRequest, MemoryType
 from app.recall.stem import stem
 
@@ -146,13 +146,6 @@ def normalise(text: str) -> str:
     """Case-, width- and punctuation-insensitive form (NFKC folds full-width CJK punctuation)."""
     folded = unicodedata.normalize("NFKC", text).casefold()
     return _PUNCT_RE.sub(" ", folded).strip()
-
-
-def term_set(text: str) -> frozenset[str]:
-    """Words and CJK bigrams; single CJK characters only when the text has no bigram."""
-    all_terms = terms(unicodedata.normalize("NFKC", text))
-    multi = {t for t in all_terms if not (is_cjk(t) and len(t) == 1)}
-    return frozenset(multi or all_terms)
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:

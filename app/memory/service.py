@@ -137,6 +137,7 @@ async def _recall(
         budget_tokens=config.recall_budget_tokens,
         token_counts=costs,
         rangeless={c.id for c in scored if c.id.startswith(MEMORY_PREFIX)},
+        near_duplicates=True,
     ).selected
     matches: list[dict[str, Any]] = []
     for sc in chosen:

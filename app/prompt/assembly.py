@@ -27,9 +27,9 @@ Precedence when the budget is short (`budget` = C - r):
    evidence often sits next to the best hit, and both scoring says the stretch is about the
    question. A chosen item whose turns continue another's (same UTC day, same trust) is rendered
    with it under one header (`blocks.stretch_header`): the ~26-token header is paid once. An
-   item that says again what a chosen one says (`repeats`: more than `NEAR_DUPLICATE_SHARE` of
-   its words are in that one's and what it adds holds no number) is skipped (`near_duplicate`):
-   repetitive small talk would otherwise fill the budget with the same lines.
+   item that says again what a chosen one says (`recall.rerank.repeats`: over 90 % of its words
+   are in that one's and what it adds holds no number) is skipped (`near_duplicate`): repetitive
+   small talk would otherwise fill the budget with the same lines.
 
 Counting: OpenAI messages are counted by `app.core.tokens.messages_tokens` (reply priming
 included); an Anthropic prompt by `messages_tokens` on `blocks.anthropic_counting_view` (the system
@@ -40,15 +40,13 @@ re-encode the window.
 """
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Literal
 
 from app.core.tokens import count_tokens, message_tokens
 from app.domain.budget import REPLY_PRIMING_TOKENS
 from app.domain.records import RecalledItem, TurnRecord
-from app.memory.policy import term_set
 from app.prompt.blocks import (
     ABOUT_USER_SHAPE,
     RECALL_SHAPE,
@@ -66,6 +64,7 @@ from app.prompt.blocks import (
     tool_groups,
     turn_message,
 )
+from app.recall.rerank import repeats, word_set
 
 PromptFormat = Literal["openai", "anthropic"]
 Layer = Literal["c0", "c1", "c2", "c3", "query"]
@@ -197,34 +196,6 @@ COMPACT_FIRST_SHARE = 0.4
 # the README's tuning decisions.
 NEIGHBOUR_OF_FIRST_TOKENS = 1000
 NEIGHBOUR_TOKENS = 33
-
-
-# A candidate of which less than a tenth of the words are new against one chosen item, and none
-# of them a number, says the same again (phatic turns: "Wow, amazing!", "Bye, take care"). Set
-# from first principles, not tuned: a changed value ("900 EUR" → "1200 EUR") or one changed word
-# in a short text ("window seats" → "aisle seats") keeps an item.
-NEAR_DUPLICATE_SHARE = 0.9
-
-# Chunks recur from build to build: their word sets are worked out once.
-_item_words = lru_cache(maxsize=4096)(term_set)
-
-
-def repeats(
-    words: frozenset[str], chosen: Iterable[frozenset[str]], chosen_union: frozenset[str]
-) -> bool:
-    """Whether an item of `words` says again what one of the `chosen` items' words say: more
-    than `NEAR_DUPLICATE_SHARE` of its words are that item's, and the rest hold no digit.
-    `chosen_union` (all of `chosen`'s words) settles most items in one step: what has too many
-    words none of them holds cannot be in one of them."""
-    if not words or len(words & chosen_union) <= NEAR_DUPLICATE_SHARE * len(words):
-        return False
-    for kept in chosen:
-        new = words - kept
-        if len(words) - len(new) > NEAR_DUPLICATE_SHARE * len(words) and not any(
-            ch.isdigit() for word in new for ch in word
-        ):
-            return True
-    return False
 
 
 def _turn_range(item: RecalledItem) -> tuple[int, int] | None:
@@ -421,7 +392,7 @@ def _choose(
                 reason = ("over_budget", cost - choice.used)
                 continue
             # Checked only for an option that fits: most candidates of a build do not.
-            words = _item_words(item.text)
+            words = word_set(item.text)
             if repeats(words, chosen_words, chosen_union):
                 reason = ("near_duplicate", own_cost(item))
                 break

@@ -36,10 +36,12 @@ Pure: no I/O, no settings.
 
 import math
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Literal
 
+from app.core.text import term_set
 from app.core.tokens import count_tokens
 from app.recall.bm25 import idf
 from app.recall.rewrite import RewrittenQuery
@@ -58,7 +60,7 @@ DEFAULT_TOP_K = 5
 
 _CJK_RUN_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 
-DropReason = Literal["in_window", "duplicate", "over_budget", "below_k"]
+DropReason = Literal["in_window", "duplicate", "near_duplicate", "over_budget", "below_k"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +259,34 @@ def text_key(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
+# A candidate of which less than a tenth of the words are new against one chosen item, and none
+# of them a number, says the same again (phatic turns: "Wow, amazing!", "Bye, take care"). Set
+# from first principles, not tuned: a changed value ("900 EUR" → "1200 EUR") or one changed word
+# in a short text ("window seats" → "aisle seats") keeps an item.
+NEAR_DUPLICATE_SHARE = 0.9
+
+# A candidate's words (`term_set`); chunks recur from build to build, so once per text.
+word_set = lru_cache(maxsize=4096)(term_set)
+
+
+def repeats(
+    words: frozenset[str], chosen: Iterable[frozenset[str]], chosen_union: frozenset[str]
+) -> bool:
+    """Whether an item of `words` says again what one of the `chosen` items' words say: more
+    than `NEAR_DUPLICATE_SHARE` of its words are that item's, and the rest hold no digit.
+    `chosen_union` (all of `chosen`'s words) settles most items in one step: what has too many
+    words none of them holds cannot be in one of them."""
+    if not words or len(words & chosen_union) <= NEAR_DUPLICATE_SHARE * len(words):
+        return False
+    for kept in chosen:
+        new = words - kept
+        if len(words) - len(new) > NEAR_DUPLICATE_SHARE * len(words) and not any(
+            ch.isdigit() for word in new for ch in word
+        ):
+            return True
+    return False
+
+
 def select_within_budget(
     scored: Sequence[ScoredCandidate],
     k: int = DEFAULT_TOP_K,
@@ -267,6 +297,7 @@ def select_within_budget(
     overlap_groups: Mapping[str, str] | None = None,
     rangeless: Collection[str] = frozenset(),
     text_keys: Mapping[str, str] | None = None,
+    near_duplicates: bool = False,
 ) -> Selection:
     """Take the best `k` candidates whose tokens fit `budget_tokens` together (None: no budget).
 
@@ -276,7 +307,8 @@ def select_within_budget(
       pieces of one split turn), same normalised text, or a turn range inside a kept one's
       (ids in `rangeless`, e.g. remembered items, have no turns and skip the range checks);
     - "below_k": k candidates are already kept;
-    - "over_budget": it does not fit the tokens left; smaller ones further down are still tried.
+    - "over_budget": it does not fit the tokens left; smaller ones further down are still tried;
+    - "near_duplicate" (with `near_duplicates`): it fits, but `repeats` a kept candidate.
     Tokens come from `token_counts` (what injecting the fragment costs, framing included), else
     `count_tokens(text)`; without a budget nothing is counted (`tokens` stays 0).
     `text_keys`: candidates' `text_key` by id, where the caller keeps them (a ~700-character
@@ -293,6 +325,8 @@ def select_within_budget(
     # a range lies inside a kept one exactly when the kept ranges holding its first turn reach
     # its last (one lookup instead of a pass over every kept range).
     reach: dict[int, int] = {}
+    kept_words: list[frozenset[str]] = []
+    kept_union: frozenset[str] = frozenset()
     for item in scored:
         cand = item.candidate
         first, last = cand.turn_range
@@ -319,6 +353,13 @@ def select_within_budget(
             if used + cost > budget_tokens:
                 dropped.append((item, "over_budget"))
                 continue
+        if near_duplicates:
+            words = word_set(cand.text)
+            if repeats(words, kept_words, kept_union):
+                dropped.append((item, "near_duplicate"))
+                continue
+            kept_words.append(words)
+            kept_union |= words
         selected.append(item)
         used += cost
         kept_texts.add(duplicate_key)

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.cache import Cache
 from app.core.config import Settings
+from app.core.text import term_set
 from tests.conftest import new_key
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import wait_for
@@ -478,3 +479,32 @@ async def test_delete_session_tombstones_then_erases(
     assert {"session", "turns", "chunks", "memories", "redis"} <= set(body["stores"])
     assert await all_text(engine, marker) == []
     assert await redis_hits(cache, marker) == []
+
+
+async def test_recall_leaves_out_what_a_match_already_says(admin: httpx.AsyncClient) -> None:
+    """Repetitive small talk offloaded as several chunks comes back once, not once per chunk."""
+    sid = "small-talk"
+    asks = ["Haha, that is funny. Anyway, how was your day?", "Lol. So how was your day?"]
+    answers = ["Pretty good, thanks for asking! Nothing special today.", "Good, nothing special."]
+    turns = [{"role": "user", "content": "I signed up for a pottery class last weekend."}]
+    for i in range(40):
+        turns.append({"role": "user", "content": asks[i % 2]})
+        turns.append({"role": "assistant", "content": answers[(i // 2) % 2]})
+    assert (await admin.put(f"/v1/sessions/{sid}", json=SMALL)).status_code == 200
+    assert (await admin.post(f"/v1/sessions/{sid}/turns", json={"turns": turns})).status_code == 201
+    offload = {"type": "offload", "until_tokens": 300}
+    resp = await admin.post(f"/v1/sessions/{sid}/memory", json=offload)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["data"]["chunks_written"] >= 4  # several chunks of the same small talk
+
+    found = await admin.post(
+        f"/v1/sessions/{sid}/memory",
+        json={"type": "recall", "query": "how was your day, nothing special?", "top_k": 8},
+    )
+    assert found.status_code == 200, found.text
+    texts = [m["text"] for m in found.json()["data"]["matches"]]
+    assert texts
+    words = [term_set(t) for t in texts]
+    for later, mine in enumerate(words):
+        for earlier in words[:later]:
+            assert len(mine - earlier) >= 0.1 * len(mine), (texts[later], texts)

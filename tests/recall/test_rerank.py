@@ -218,3 +218,26 @@ def test_duplicates_are_found_by_the_keys_given_or_worked_out_alike():
         scored, k=10, budget_tokens=None, text_keys={"e": text_key("Ferry at 9:40, platform 2.")}
     )
     assert {s.id: r for s, r in told.dropped}["e"] == "duplicate"
+
+
+def test_select_skips_near_duplicates_of_kept_candidates_when_asked():
+    chat = "user: Haha, that is funny. Anyway, how was your day?\nassistant: Good, nothing special."
+    scored = _scored(
+        _cand("chat", chat, 1, 80, first=79),
+        _cand("big", "x " * 400, 2, 70),  # does not fit: not kept, so nothing repeats it
+        _cand("again", "user: Anyway, how was your day?\nassistant: Good, nothing special.", 3, 30),
+        _cand("again_zh", "用户：对了，你今天过得怎么样？", 4, 20),
+        _cand("same_zh", "对了，你今天过得怎么样？", 5, 22),
+        _cand("value", "user: Haha, that is funny. Anyway, how was your day 2?", 6, 12),
+    )
+    kwargs = {"k": 10, "budget_tokens": 300}
+    plain = select_within_budget(scored, **kwargs)
+    assert [s.id for s in plain.selected] == ["chat", "again", "again_zh", "same_zh", "value"]
+    sel = select_within_budget(scored, **kwargs, near_duplicates=True)
+    # What a kept candidate already says is left out; a new number is new evidence.
+    assert [s.id for s in sel.selected] == ["chat", "again_zh", "value"]
+    assert {s.id: r for s, r in sel.dropped} == {
+        "big": "over_budget",
+        "again": "near_duplicate",
+        "same_zh": "near_duplicate",
+    }
