@@ -265,8 +265,9 @@ def text_key(text: str) -> str:
 # in a short text ("window seats" → "aisle seats") keeps an item.
 NEAR_DUPLICATE_SHARE = 0.9
 
-# A candidate's words (`term_set`); chunks recur from build to build, so once per text.
-word_set = lru_cache(maxsize=4096)(term_set)
+# A candidate's words (`term_set`, ~20-30 µs for a chunk); chunks recur from build to build, so
+# once per text. ~3.5 KB an entry (text and set): at most ~3.5 MB a process.
+word_set = lru_cache(maxsize=1024)(term_set)
 
 
 def repeats(
