@@ -38,7 +38,7 @@ class QueryAdapter:
         x = np.asarray(vector, dtype=np.float32)
         moved = x + self.scale * float(x @ self.toward_from) * self.toward_to
         norm = float(np.linalg.norm(moved))
-        return vector if norm == 0.0 else list((moved / norm).tolist())
+        return vector if norm == 0.0 else (moved / norm).tolist()
 
 
 def adapter_from_json(text: str) -> QueryAdapter:
