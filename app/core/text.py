@@ -34,6 +34,17 @@ ENGLISH_STOPWORDS = frozenset(
 )
 
 
+# Chinese function characters (pronouns, particles, the commonest verbs, prepositions and measure
+# words): as single-character terms they match nearly any Chinese text, so they are left out the
+# way English stopwords are; the bigrams they are part of stay ("我们", "是否"). Negations (不, 没,
+# 别) are kept, as in English.
+CHINESE_STOP_CHARACTERS = frozenset(
+    "我你他她它们这那个些"  # pronouns, demonstratives, measure words
+    "的了着过吗呢吧啊呀么哦嗯"  # particles
+    "是在有和就都也很与及而或把被给让对之其又还"  # common verbs, prepositions, adverbs
+)
+
+
 def is_cjk(text: str) -> bool:
     return bool(_CJK_RUN_RE.match(text))
 
@@ -56,15 +67,18 @@ class _PieceTerms(dict[str, tuple[str, ...]]):
     on first sight. Text repeats its words (with or without punctuation around them), so most
     pieces are found here and a text's terms are looked up piece by piece in C."""
 
-    def __init__(self, stopwords: frozenset[str]) -> None:
+    def __init__(self, stopwords: frozenset[str], stop_characters: frozenset[str]) -> None:
         super().__init__()
         self.stopwords = stopwords
+        self.stop_characters = stop_characters
 
     def __missing__(self, piece: str) -> tuple[str, ...]:
         found: list[str] = []
         for token in _TERM_TOKEN_RE.findall(piece):
             if _CJK_RUN_RE.match(token):
-                found.extend(cjk_terms(token))
+                found.extend(
+                    t for t in cjk_terms(token) if len(t) > 1 or t not in self.stop_characters
+                )
             elif token not in self.stopwords:
                 found.append(token)
         kept = tuple(found)
@@ -75,7 +89,10 @@ class _PieceTerms(dict[str, tuple[str, ...]]):
         return kept
 
 
-_PIECES = {True: _PieceTerms(ENGLISH_STOPWORDS), False: _PieceTerms(frozenset())}
+_PIECES = {
+    True: _PieceTerms(ENGLISH_STOPWORDS, CHINESE_STOP_CHARACTERS),
+    False: _PieceTerms(frozenset(), frozenset()),
+}
 
 
 def terms(text: str, *, drop_stopwords: bool = True) -> list[str]:

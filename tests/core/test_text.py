@@ -6,9 +6,9 @@ MIXED = (
 )
 MIXED_TERMS = [
     "ord-4471", "shipped", "berlin", "alice@example.com", "said", "don", "t", "e.g", "3.5",
-    "我", "们", "决", "定", "采", "用", "方", "案",
+    "决", "定", "采", "用", "方", "案",
     "我们", "们决", "决定", "定采", "采用", "用方", "方案",
-    "b", "预", "算", "不", "超", "过", "五", "万", "预算", "算不", "不超", "超过", "过五", "五万",
+    "b", "预", "算", "不", "超", "五", "万", "预算", "算不", "不超", "超过", "过五", "五万",
     "ünïcode", "naïve",
 ]  # fmt: skip
 
@@ -23,9 +23,28 @@ def test_terms_of_mixed_text_in_order() -> None:
 def test_terms_do_not_depend_on_whitespace_between_pieces() -> None:
     spaced = "budget\t火车\n\nLyon\u3000酒店\xa0price"
     assert terms(spaced) == ["budget", "火", "车", "火车", "lyon", "酒", "店", "酒店", "price"]
-    sentence = "我们" * 20  # a long piece, not kept in the table: same terms each time
-    bigrams = (["我们", "们我"] * 20)[:-1]
+    sentence = "方案" * 20  # a long piece, not kept in the table: same terms each time
+    bigrams = (["方案", "案方"] * 20)[:-1]
     assert terms(sentence) == terms(sentence) == [*sentence, *bigrams]
+
+
+def test_chinese_function_characters_are_left_out_as_single_characters_only() -> None:
+    # "我", "的", "是" and "了" match nearly any Chinese text on their own; their bigrams stay,
+    # and a negation stays as English keeps "not".
+    assert terms("我的酒店是哪个了") == [
+        "酒",
+        "店",
+        "哪",
+        "我的",
+        "的酒",
+        "酒店",
+        "店是",
+        "是哪",
+        "哪个",
+        "个了",
+    ]
+    assert terms("我不去") == ["不", "去", "我不", "不去"]
+    assert terms("我的", drop_stopwords=False) == ["我", "的", "我的"]
 
 
 def test_terms_document_splits_identifiers_only_when_present() -> None:
