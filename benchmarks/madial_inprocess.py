@@ -45,6 +45,7 @@ from app.recall.rerank import RerankCandidate, feature_rerank
 from app.recall.rewrite import rewrite_query
 from app.recall.service import (
     MEMORY_PREFIX,
+    lexical_arm,
     query_views,
     weighted_terms,
 )
@@ -125,7 +126,7 @@ def rank(
     query_terms.update(dict.fromkeys(query_date_terms(query, datetime.now(UTC)), 1.0))
     # Raw BM25 scores: the relative fusion min-max normalises each arm (recall normalises the
     # items' scores beforehand only to put them next to the chunks', the same order and scale).
-    lexical = dict(pool.index.score(by_stem(query_terms), top_n=candidates))
+    lexical = lexical_arm(pool.index, query_terms, candidates)
     sims = pool.vectors @ qvec
     top = np.argsort(-sims, kind="stable")[:candidates]
     vector = {pool.ids[i]: float(sims[i]) for i in top}

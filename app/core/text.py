@@ -8,7 +8,7 @@ see identical terms.
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import chain
 
 _CJK_CLASS = (
@@ -126,6 +126,14 @@ def terms_document(text_terms: Sequence[str]) -> str:
         if _PART_SEPARATOR_RE.search(term):
             out.extend(p for p in _PART_SEPARATOR_RE.split(term) if p)
     return " ".join(out)
+
+
+def match_terms(query_terms: Iterable[str]) -> set[str]:
+    """The terms a text must share with a query to match it: its words and CJK bigrams, its
+    single CJK characters only when it has nothing longer. A lone shared character is chance in
+    Chinese (住 of 记住 is not 住 of 住在), as a shared letter would be in English."""
+    every = set(query_terms)
+    return {t for t in every if not (len(t) == 1 and is_cjk(t))} or every
 
 
 def term_set(text: str) -> frozenset[str]:

@@ -16,7 +16,7 @@ from app.core.errors import (
     MissingField,
     UnexpectedField,
 )
-from app.core.text import is_cjk, term_set, terms
+from app.core.text import match_terms, term_set, terms
 from app.memory.schemas import MemoryRequest, MemoryType
 from app.recall.stem import stem
 
@@ -192,6 +192,6 @@ def is_match(
     to invent."""
     if exact_hit or (vector_margin is not None and vector_margin >= VECTOR_MATCH_MARGIN):
         return True
-    wanted = {t for t in query_terms if not (is_cjk(t) and len(t) == 1)} or set(query_terms)
+    wanted = match_terms(query_terms)
     # Compared by stem, as the lexical arm ranks them ("dancing" matches "danced").
     return bool({stem(t) for t in wanted} & {stem(t) for t in terms(text)})

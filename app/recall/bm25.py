@@ -16,7 +16,7 @@ Pure: no I/O, no settings.
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -167,10 +167,22 @@ class BM25Index:
         return scores
 
     def score(
-        self, query_terms: Iterable[str] | Mapping[str, float], top_n: int | None = None
+        self,
+        query_terms: Iterable[str] | Mapping[str, float],
+        top_n: int | None = None,
+        *,
+        any_of: Collection[str] = (),
     ) -> list[tuple[str, float]]:
-        """(id, score) of documents matching any query term, best first; ties keep build order."""
+        """(id, score) of documents matching any query term, best first; ties keep build order.
+        `any_of`: when given, only the documents that hold at least one of these terms."""
         scores = self.score_array(query_terms)
+        if any_of:
+            holding = np.zeros(len(self._ids), dtype=bool)
+            for term in any_of:
+                t = self._term_ids.get(term)
+                if t is not None:
+                    holding[self._doc[self._offsets[t] : self._offsets[t + 1]]] = True
+            scores[~holding] = 0.0
         hits = np.flatnonzero(scores > 0.0)
         if hits.size == 0 or (top_n is not None and top_n <= 0):
             return []

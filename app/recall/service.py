@@ -28,7 +28,7 @@ from app.core.context import AppContext
 from app.core.cpu import off_loop
 from app.core.dates import query_date_terms
 from app.core.db import read_once, release
-from app.core.text import terms
+from app.core.text import match_terms, terms
 from app.db.models import Memory, Session
 from app.domain.records import RecalledItem
 from app.embeddings.base import (
@@ -484,10 +484,17 @@ async def _nearest_and_shown(
     return repository.RecallRows(found, {**known, **near})
 
 
-def _lexical(index: BM25Index, query_terms: dict[str, float], limit: int) -> dict[str, float]:
-    """BM25 scores of the best `limit` chunks, best first (query terms stemmed like the index's;
-    LoCoMo tune split B500 .671 -> .681, check .693 -> .701)."""
-    return dict(index.score(by_stem(query_terms), top_n=limit))
+def lexical_arm(index: BM25Index, query_terms: dict[str, float], limit: int) -> dict[str, float]:
+    """BM25 scores of the best `limit` documents, best first (query terms stemmed like the
+    index's; LoCoMo tune split B500 .671 -> .681, check .693 -> .701). A document sharing only
+    single CJK characters with a query that has words or bigrams is no hit (`match_terms`): in a
+    mostly English session "我们住在哪个酒店？" matched "我会记住…" by its 住 and outranked the
+    hotel the vector arm found."""
+    stemmed = by_stem(query_terms)
+    anchors = match_terms(stemmed)
+    return dict(
+        index.score(stemmed, top_n=limit, any_of=anchors if len(anchors) < len(stemmed) else ())
+    )
 
 
 async def show_best_turns(
@@ -564,7 +571,7 @@ def _memory_lexical(
             _stemmed([(mid, Counter(terms(memories[mid].text))) for mid in ids])
         )
         context.lexical_indexes.put(key, index)
-    return dict(index.score(by_stem(query_terms), top_n=limit))
+    return lexical_arm(index, query_terms, limit)
 
 
 async def _memory_vector(
@@ -922,7 +929,7 @@ async def recall(
         kept = await _session_chunks(db, context, session)
         if context.embedder is not None and _scans_in_process(context, session):
             vectors_read = _missing_vectors(context, session, kept, context.embedder.name)
-        lexical = _lexical(kept.index, query_terms, candidates)
+        lexical = lexical_arm(kept.index, query_terms, candidates)
         clock.lap("lexical")
         # The exact and lexical candidates' rows are read while the query embeds: after it, the
         # vector arm's statement reads only its own chunks' rows (the 30 lexical candidates' rows

@@ -1,4 +1,4 @@
-from app.core.text import terms, terms_document
+from app.core.text import match_terms, terms, terms_document
 
 MIXED = (
     'The ORD-4471 shipped to Berlin, alice@example.com said: "don\'t" e.g. 3.5%! '
@@ -53,3 +53,18 @@ def test_terms_document_splits_identifiers_only_when_present() -> None:
         "ord-4471 ord 4471 shipped berlin alice@example.com alice example com said don t "
         "e.g e g 3.5 3 5"
     )
+
+
+def test_match_terms_leave_out_single_cjk_characters_when_there_is_more() -> None:
+    assert match_terms(terms("我们住在哪个酒店？")) == {
+        "我们",
+        "们住",
+        "住在",
+        "在哪",
+        "哪个",
+        "个酒",
+        "酒店",
+    }
+    assert match_terms(terms("Kestrel 酒店")) == {"kestrel", "酒店"}
+    assert match_terms(["住"]) == {"住"}  # nothing longer: the character is all there is
+    assert match_terms(terms("which hotel?")) == {"hotel"}

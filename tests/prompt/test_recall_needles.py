@@ -311,6 +311,29 @@ async def test_a_question_in_one_language_finds_the_fact_in_the_other(
     assert fact in tool.json()["text"], tool.json()["text"]
 
 
+async def test_a_lone_shared_chinese_character_does_not_outrank_the_answer(
+    e5_client: httpx.AsyncClient,
+) -> None:
+    # A mostly English session with one Chinese exchange: the Chinese question shares only 住
+    # (of 记住) with it, and the hotel, found by the vector arm, must still come first.
+    sid = "xl-lone-character"
+    hotel = [
+        ("user", "On the trip we stayed at the Kestrel Inn, room 418."),
+        ("assistant", "Noted: Kestrel Inn, room 418."),
+    ]
+    allergy = [("user", "My daughter has an allergy."), ("assistant", "好的，我会记住花生过敏。")]
+    await load(
+        e5_client, sid, hotel + filler("en", 30, seed=3) + allergy + filler("en", 60, seed=4)
+    )
+    await offloaded(e5_client, sid, embedded=True)
+    resp = await e5_client.post(
+        f"/v1/sessions/{sid}/build-prompt", json={"query": "我们住在哪个酒店？"}
+    )
+    assert resp.status_code == 200, resp.text
+    items = resp.json()["recall"]["items"]
+    assert items and items[0]["turn_range"][0] <= 2, items  # the hotel: turns 1-2
+
+
 @pytest.mark.parametrize(
     ("user", "stored", "question"),
     [

@@ -96,6 +96,16 @@ def test_chinese_corpus_ranks_right_doc_first():
     assert bm25_rank("猫不吃饭怎么办", docs)[0][0] == "z3"
 
 
+def test_any_of_keeps_only_documents_holding_one_of_its_terms():
+    index = BM25Index(DOCS)
+    assert [d for d, _ in index.score(["banana", "cherry"])] == ["d2", "d1", "d3"]
+    assert [d for d, _ in index.score(["banana", "cherry"], any_of=["apple", "date"])] == [
+        "d1",
+        "d3",
+    ]
+    assert index.score(["banana"], any_of=["unknown"]) == []
+
+
 def test_scoring_5000_zipf_docs_returns_top_n():
     rng = random.Random(7)
     vocab = [f"w{i}" for i in range(20_000)]
