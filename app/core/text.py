@@ -137,8 +137,6 @@ def match_terms(query_terms: Iterable[str]) -> set[str]:
 
 
 def term_set(text: str) -> frozenset[str]:
-    """Words and CJK bigrams; single CJK characters only when the text has no bigram (what two
-    texts share when they say the same: `remember`'s dedup, recall's near-duplicates)."""
-    all_terms = terms(unicodedata.normalize("NFKC", text))
-    multi = {t for t in all_terms if not (is_cjk(t) and len(t) == 1)}
-    return frozenset(multi or all_terms)
+    """The `match_terms` of a text (what two texts share when they say the same: `remember`'s
+    dedup, recall's near-duplicates)."""
+    return frozenset(match_terms(terms(unicodedata.normalize("NFKC", text))))

@@ -494,7 +494,7 @@ def lexical_arm(index: BM25Index, query_terms: dict[str, float], limit: int) -> 
     index's; LoCoMo tune split B500 .671 -> .681, check .693 -> .701). A document sharing only
     single CJK characters with a query that has words or bigrams is no hit (`match_terms`): in a
     mostly English session "我们住在哪个酒店？" matched "我会记住…" by its 住 and outranked the
-    hotel the vector arm found."""
+    hotel the vector arm found. Beside them a single character weighs `CJK_CHARACTER_WEIGHT`."""
     stemmed = by_stem(query_terms)
     anchors = match_terms(stemmed)
     if len(anchors) == len(stemmed):  # every English query, or single characters only
