@@ -34,14 +34,16 @@ ENGLISH_STOPWORDS = frozenset(
 )
 
 
-# Chinese function characters (pronouns, particles, the commonest verbs, prepositions and measure
-# words): as single-character terms they match nearly any Chinese text, so they are left out the
-# way English stopwords are; the bigrams they are part of stay ("我们", "是否"). Negations (不, 没,
-# 别) are kept, as in English.
+# Chinese function characters (pronouns, particles, the commonest verbs, prepositions, measure
+# words and question words): as single-character terms they match nearly any Chinese text, so
+# they are left out the way English stopwords are, and so is a bigram of two of them, itself a
+# function word ("我的" is "my", "什么" is "what"); a bigram with a content character stays
+# ("是否", "哪家"). Negations (不, 没, 别) are kept, as in English.
 CHINESE_STOP_CHARACTERS = frozenset(
     "我你他她它们这那个些"  # pronouns, demonstratives, measure words
     "的了着过吗呢吧啊呀么哦嗯"  # particles
     "是在有和就都也很与及而或把被给让对之其又还"  # common verbs, prepositions, adverbs
+    "谁哪什怎"  # question words
 )
 
 
@@ -76,9 +78,7 @@ class _PieceTerms(dict[str, tuple[str, ...]]):
         found: list[str] = []
         for token in _TERM_TOKEN_RE.findall(piece):
             if _CJK_RUN_RE.match(token):
-                found.extend(
-                    t for t in cjk_terms(token) if len(t) > 1 or t not in self.stop_characters
-                )
+                found.extend(t for t in cjk_terms(token) if not self.stop_characters.issuperset(t))
             elif token not in self.stopwords:
                 found.append(token)
         kept = tuple(found)

@@ -7,7 +7,7 @@ MIXED = (
 MIXED_TERMS = [
     "ord-4471", "shipped", "berlin", "alice@example.com", "said", "don", "t", "e.g", "3.5",
     "决", "定", "采", "用", "方", "案",
-    "我们", "们决", "决定", "定采", "采用", "用方", "方案",
+    "们决", "决定", "定采", "采用", "用方", "方案",
     "b", "预", "算", "不", "超", "五", "万", "预算", "算不", "不超", "超过", "过五", "五万",
     "ünïcode", "naïve",
 ]  # fmt: skip
@@ -28,22 +28,13 @@ def test_terms_do_not_depend_on_whitespace_between_pieces() -> None:
     assert terms(sentence) == terms(sentence) == [*sentence, *bigrams]
 
 
-def test_chinese_function_characters_are_left_out_as_single_characters_only() -> None:
-    # "我", "的", "是" and "了" match nearly any Chinese text on their own; their bigrams stay,
-    # and a negation stays as English keeps "not".
-    assert terms("我的酒店是哪个了") == [
-        "酒",
-        "店",
-        "哪",
-        "我的",
-        "的酒",
-        "酒店",
-        "店是",
-        "是哪",
-        "哪个",
-        "个了",
-    ]
+def test_chinese_function_characters_are_left_out_alone_and_in_pairs() -> None:
+    # "我", "的", "是" and "了" match nearly any Chinese text on their own, and so do "我的" and
+    # "哪个" made of them; a bigram with a content character stays, and a negation stays as
+    # English keeps "not".
+    assert terms("我的酒店是哪个了") == ["酒", "店", "的酒", "酒店", "店是"]
     assert terms("我不去") == ["不", "去", "我不", "不去"]
+    assert terms("什么时候") == ["时", "候", "么时", "时候"]
     assert terms("我的", drop_stopwords=False) == ["我", "的", "我的"]
 
 
@@ -56,15 +47,7 @@ def test_terms_document_splits_identifiers_only_when_present() -> None:
 
 
 def test_match_terms_leave_out_single_cjk_characters_when_there_is_more() -> None:
-    assert match_terms(terms("我们住在哪个酒店？")) == {
-        "我们",
-        "们住",
-        "住在",
-        "在哪",
-        "哪个",
-        "个酒",
-        "酒店",
-    }
+    assert match_terms(terms("我们住在哪个酒店？")) == {"们住", "住在", "个酒", "酒店"}
     assert match_terms(terms("Kestrel 酒店")) == {"kestrel", "酒店"}
     assert match_terms(["住"]) == {"住"}  # nothing longer: the character is all there is
     assert match_terms(terms("which hotel?")) == {"hotel"}

@@ -9,6 +9,7 @@ DOCS = {
     "hotel": "我们住的酒店在市中心，离车站很近。",
     "station": "车站门口有一家咖啡店。",
     "english": "We stayed at the Kestrel Inn, room 418.",
+    "address": "我的公司地址在世纪大道100号。",
 }
 
 
@@ -24,6 +25,12 @@ def test_a_document_sharing_only_single_characters_with_the_query_is_no_hit() ->
     assert set(arm("住")) == {"remember", "hotel"}
     # English is scored as before: any shared word.
     assert list(arm("Which inn did we stay at?")) == ["english"]
+
+
+def test_a_document_sharing_only_function_words_with_the_query_is_no_hit() -> None:
+    # 我的 ("my") is a pair of function characters: no more a match than "my" is in English.
+    assert arm("我的牙医是谁？") == {}
+    assert list(arm("我的公司在哪里？")) == ["address"]
 
 
 def test_single_characters_weigh_less_than_the_bigrams_beside_them() -> None:
