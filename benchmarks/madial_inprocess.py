@@ -11,11 +11,15 @@ with the same `near_duplicate` rule `remember` applies. The sessions of the eval
 so only the item arms are fused here.
 
     .venv/bin/python -m benchmarks.madial_inprocess --data ../shared/eval/madial --lang zh
+
+With `--other-language SHARE` each user's items are stored in the other language with that
+probability (`--seed`): a bilingual user, for recall across languages.
 """
 
 import argparse
 import asyncio
 import pickle
+import random
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -41,6 +45,7 @@ from app.eval.madial import (
 from app.memory.policy import embedding_text, is_match, near_duplicate
 from app.recall.bm25 import BM25Index
 from app.recall.fusion import ArmWeights, fuse_arms
+from app.recall.languages import calibrated
 from app.recall.rerank import RerankCandidate, feature_rerank
 from app.recall.rewrite import rewrite_query
 from app.recall.service import (
@@ -88,6 +93,16 @@ class VectorCache:
         return np.stack([self.data[(kind, t)] for t in texts])
 
 
+def bilingual(
+    memories: Sequence[MadialMemory], translations: Sequence[MadialMemory], share: float, seed: int
+) -> list[MadialMemory]:
+    """`memories` with each one that has a translation (MADial's two languages are translations
+    of each other, ids alike) replaced by it with probability `share`: a bilingual user's items."""
+    other = {m.id: m for m in translations}
+    draw = random.Random(seed)
+    return [other[m.id] if m.id in other and draw.random() < share else m for m in memories]
+
+
 async def build_pools(memories: Sequence[MadialMemory], cache: VectorCache) -> dict[str, Pool]:
     by_user: dict[str, list[MadialMemory]] = {}
     for m in memories:
@@ -128,8 +143,9 @@ def rank(
     # items' scores beforehand only to put them next to the chunks', the same order and scale).
     lexical = lexical_arm(pool.index, query_terms, candidates)
     sims = pool.vectors @ qvec
-    top = np.argsort(-sims, kind="stable")[:candidates]
-    vector = {pool.ids[i]: float(sims[i]) for i in top}
+    vector = calibrated(
+        {pool.ids[i]: float(sims[i]) for i in range(len(pool.ids))}, query, pool.texts, candidates
+    )
     fused = fuse_arms(
         exact=[],
         lexical=sorted(lexical, key=lambda d: -lexical[d]),
@@ -202,6 +218,14 @@ async def main() -> None:
     parser.add_argument("--data", default="../shared/eval/madial")
     parser.add_argument("--lang", choices=["zh", "en"], action="append")
     parser.add_argument("--cache", default=".contextd/madial-vectors.pkl")
+    parser.add_argument(
+        "--other-language",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="store this share of each user's items in the other language (seeded draw)",
+    )
+    parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     embedder = create_embedder("e5")
     assert embedder is not None
@@ -210,6 +234,9 @@ async def main() -> None:
     langs: list[Lang] = args.lang or ["zh", "en"]
     for lang in langs:
         memories, dialogues = load_madial(args.data, lang)
+        if args.other_language:
+            translations, _ = load_madial(args.data, "en" if lang == "zh" else "zh")
+            memories = bilingual(memories, translations, args.other_language, args.seed)
         pools = await build_pools(memories, cache)
         qvecs = await query_vectors(dialogues, cache)
         print(line(lang, score(pools, dialogues, qvecs)), flush=True)

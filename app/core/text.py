@@ -51,6 +51,16 @@ def is_cjk(text: str) -> bool:
     return bool(_CJK_RUN_RE.match(text))
 
 
+_CJK_CHARACTER_RE = re.compile(rf"[{_CJK_CLASS}]")
+_WORD_RE = re.compile(_WORD)
+
+
+def mostly_cjk(text: str) -> bool:
+    """Whether `text` is written mostly in CJK: more CJK characters than other words (a CJK
+    character is about a word), so "Bart在圣诞节晚会上跳舞" is and "the 酒店 was fine" is not."""
+    return len(_CJK_CHARACTER_RE.findall(text)) > len(_WORD_RE.findall(text))
+
+
 def cjk_terms(run: str) -> list[str]:
     """Unigrams and overlapping bigrams of one run of CJK characters."""
     terms = list(run)

@@ -70,6 +70,7 @@ class MemoryOut(BaseModel):
     version: int
     supersedes: str | None
     session_id: str | None  # the session that wrote it (None once that session is deleted)
+    embedded: bool = Field(description="false until the worker has embedded the item")
     created_at: datetime
 
 

@@ -425,5 +425,6 @@ def memory_out(memory: Memory, session: Session) -> MemoryOut:
         version=memory.version,
         supersedes=str(memory.supersedes) if memory.supersedes else None,
         session_id=session.external_id if memory.session_id == session.id else None,
+        embedded=memory.embedding_model is not None,
         created_at=memory.created_at,
     )

@@ -44,6 +44,7 @@ from app.recall.adapter import chunk_query_vector
 from app.recall.bm25 import BM25Index, idf
 from app.recall.cross_encoder import HttpReranker, RerankUnavailable
 from app.recall.fusion import ArmWeights, FusedCandidate, fuse_arms
+from app.recall.languages import calibrated, in_other_language
 from app.recall.llm_rewrite import QueryRewriteUnavailable, llm_rewrite
 from app.recall.rerank import (
     RerankCandidate,
@@ -584,18 +585,26 @@ async def _memory_vector(
     db: AsyncSession,
     context: AppContext,
     memories: dict[str, Memory],
+    query: str,
     qvec: Sequence[float],
     limit: int,
 ) -> dict[str, float]:
-    """Cosine similarity of the closest of `memories` (keyed `memory:<id>`), best first."""
+    """Cosine similarity of the closest of `memories` (keyed `memory:<id>`) to `query`, best
+    first; an item in another language than the query's is scored as if in its language
+    (`app.recall.languages`)."""
     embedder = context.embedder
     if embedder is None or not memories:
         return {}
     ids = [m.id for m in memories.values()]
+    texts = {key: m.text for key, m in memories.items()}
+    # An item in the other language may rank in only once calibrated: every item is read then
+    # (an exact scan of tens to hundreds of rows either way).
+    mixed = in_other_language(query, texts)
     found = await memory_repository.nearest_memories(
-        db, ids, embedder.name, embedder.dim, qvec, limit
+        db, ids, embedder.name, embedder.dim, qvec, len(ids) if mixed else limit
     )
-    return {f"{MEMORY_PREFIX}{mid}": sim for mid, sim in found.items()}
+    scores = {f"{MEMORY_PREFIX}{mid}": sim for mid, sim in found.items()}
+    return calibrated(scores, query, texts, limit) if mixed else scores
 
 
 def _memory_exact(memories: dict[str, Memory], needles: Sequence[str]) -> list[str]:
@@ -802,7 +811,7 @@ async def rank_user_memories(
         try:
             async with db.begin_nested():
                 vector, _ = await asyncio.gather(
-                    _memory_vector(db, context, memories, qvec, limit), vectors.store()
+                    _memory_vector(db, context, memories, query, qvec, limit), vectors.store()
                 )
         except (EmbedderUnavailable, SQLAlchemyError) as exc:
             logger.warning("vector ranking of user memories unavailable: %s", exc)
@@ -980,7 +989,7 @@ async def recall(
     if qvec is not None and memories:
         try:
             async with db.begin_nested():
-                memory_vector = await _memory_vector(db, context, memories, qvec, candidates)
+                memory_vector = await _memory_vector(db, context, memories, query, qvec, candidates)
         except (EmbedderUnavailable, SQLAlchemyError) as exc:
             logger.warning("vector ranking of remembered items unavailable: %s", exc)
             if "vector_unavailable" not in fallbacks:

@@ -372,6 +372,55 @@ async def test_a_remembered_item_answers_a_question_in_the_other_language(
     assert about[-1].splitlines()[2].startswith(f"- {stored}"), about[-1]
 
 
+BILINGUAL_ITEMS = (
+    "我的公司地址在世纪大道100号。",
+    "我每周三晚上去游泳。",
+    "我女儿对花生过敏。",
+    "Seat preference: aisle, and KLM when flying to Europe.",
+    "My dentist is Dr. Okafor on Baker Street.",
+)
+
+
+@pytest.mark.parametrize(
+    ("question", "answer"),
+    [
+        ("我的牙医是谁？", "My dentist is Dr. Okafor on Baker Street."),
+        ("What is my daughter allergic to?", "我女儿对花生过敏。"),
+    ],
+)
+async def test_a_bilingual_users_item_in_the_other_language_comes_first(
+    e5_client: httpx.AsyncClient, question: str, answer: str
+) -> None:
+    # e5 puts a Chinese question nearer to every Chinese item than to the English fact it asks
+    # about (.85 against .81 here): without the cross-language offset the dentist is no match.
+    sid = f"xl-bilingual-{len(question)}"
+    body = {"user_id": f"xl-bilingual-user-{len(question)}"}
+    assert (await e5_client.put(f"/v1/sessions/{sid}", json=body)).status_code == 200
+    for text in BILINGUAL_ITEMS:
+        body = {"type": "remember", "text": text, "scope": "user"}
+        assert (await e5_client.post(f"/v1/sessions/{sid}/memory", json=body)).status_code == 200
+
+    async def listed() -> list[dict[str, Any]]:
+        return (await e5_client.get(f"/v1/sessions/{sid}/memories")).json()["memories"]
+
+    def all_embedded(items: list[dict[str, Any]]) -> bool:
+        return len(items) == len(BILINGUAL_ITEMS) and all(i["embedded"] for i in items)
+
+    await wait_for(listed, all_embedded, timeout=120, interval=0.3, what="the items to be embedded")
+    body = {"type": "recall", "query": question}
+    answered = (await e5_client.post(f"/v1/sessions/{sid}/memory", json=body)).json()
+    assert answered["data"]["matches"], answered["text"]
+    assert answered["data"]["matches"][0]["text"] == answer, answered["data"]["matches"]
+    # The same ranking orders the "about this user" block of the user's next session.
+    fresh = f"{sid}-second"
+    body = {"user_id": f"xl-bilingual-user-{len(question)}"}
+    assert (await e5_client.put(f"/v1/sessions/{fresh}", json=body)).status_code == 200
+    resp = await e5_client.post(f"/v1/sessions/{fresh}/build-prompt", json={"query": question})
+    assert resp.status_code == 200, resp.text
+    about = [m["content"] for m in resp.json()["messages"] if m["role"] == "system"]
+    assert about and about[-1].splitlines()[2].startswith(f"- {answer}"), about
+
+
 async def test_a_relative_date_finds_the_turns_of_that_day(
     settings: Settings, api_key: str
 ) -> None:
