@@ -372,6 +372,34 @@ async def test_a_remembered_item_answers_a_question_in_the_other_language(
     assert about[-1].splitlines()[2].startswith(f"- {stored}"), about[-1]
 
 
+async def test_a_chinese_question_finds_the_english_turns_of_a_mostly_chinese_session(
+    e5_client: httpx.AsyncClient,
+) -> None:
+    # A bilingual session: the English exchange amid Chinese turns, one about a hospital visit.
+    # Chunks keep raw cosines (no cross-language offset): the exchange still comes first.
+    sid = "xl-mostly-chinese"
+    dentist = [
+        ("user", "By the way, my dentist is Dr. Okafor on Baker Street."),
+        ("assistant", "Noted: Dr. Okafor, Baker Street."),
+        ("user", "He is open on Saturdays, which suits me."),
+        ("assistant", "Good to know: Saturdays work for Dr. Okafor."),
+    ]
+    health = [("user", "下周二我要去医院体检。"), ("user", "我女儿对花生过敏。")]
+    await load(
+        e5_client,
+        sid,
+        CHINESE_FACTS + health + filler("zh", 30, seed=5) + dentist + filler("zh", 60, seed=6),
+    )
+    await offloaded(e5_client, sid, embedded=True)
+    resp = await e5_client.post(
+        f"/v1/sessions/{sid}/build-prompt", json={"query": "我的牙医是谁？"}
+    )
+    assert resp.status_code == 200, resp.text
+    items = resp.json()["recall"]["items"]
+    first = len(CHINESE_FACTS) + len(health) + 31  # the dentist turns
+    assert items and items[0]["turn_range"][0] <= first <= items[0]["turn_range"][1], items
+
+
 BILINGUAL_ITEMS = (
     "我的公司地址在世纪大道100号。",
     "我每周三晚上去游泳。",
