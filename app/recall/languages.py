@@ -6,7 +6,7 @@ split, each dialogue against the two versions of its relevant memories), a Chine
 cosine to the English version is .086 below its cosine to the Chinese one (standard deviation
 .011); an English dialogue's to the Chinese version .019 below (.016). For a bilingual user the
 items in the other language then never reach the first places: "我的牙医是谁？" scored the
-English "My dentist is Dr. Okafor" .806 against .85 for every Chinese item. The offset is added
+English "My dentist is Dr. Okafor" .806 against .83-.85 for each Chinese item. The offset is added
 to the cosine of a text in the other language, so a fact scores alike in whichever language it
 was stated; texts in the query's language keep their scores, and a one-language pool its order.
 
