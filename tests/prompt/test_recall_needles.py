@@ -311,29 +311,6 @@ async def test_a_question_in_one_language_finds_the_fact_in_the_other(
     assert fact in tool.json()["text"], tool.json()["text"]
 
 
-async def test_a_lone_shared_chinese_character_does_not_outrank_the_answer(
-    e5_client: httpx.AsyncClient,
-) -> None:
-    # A mostly English session with one Chinese exchange: the Chinese question shares only 住
-    # (of 记住) with it, and the hotel, found by the vector arm, must still come first.
-    sid = "xl-lone-character"
-    hotel = [
-        ("user", "On the trip we stayed at the Kestrel Inn, room 418."),
-        ("assistant", "Noted: Kestrel Inn, room 418."),
-    ]
-    allergy = [("user", "My daughter has an allergy."), ("assistant", "好的，我会记住花生过敏。")]
-    await load(
-        e5_client, sid, hotel + filler("en", 30, seed=3) + allergy + filler("en", 60, seed=4)
-    )
-    await offloaded(e5_client, sid, embedded=True)
-    resp = await e5_client.post(
-        f"/v1/sessions/{sid}/build-prompt", json={"query": "我们住在哪个酒店？"}
-    )
-    assert resp.status_code == 200, resp.text
-    items = resp.json()["recall"]["items"]
-    assert items and items[0]["turn_range"][0] <= 2, items  # the hotel: turns 1-2
-
-
 @pytest.mark.parametrize(
     ("user", "stored", "question"),
     [
@@ -372,32 +349,52 @@ async def test_a_remembered_item_answers_a_question_in_the_other_language(
     assert about[-1].splitlines()[2].startswith(f"- {stored}"), about[-1]
 
 
-async def test_a_chinese_question_finds_the_english_turns_of_a_mostly_chinese_session(
+# A mostly English session with one Chinese exchange: the Chinese question shares only 住 (of
+# 记住) with it, and the hotel, found by the vector arm, must still come first.
+LONE_CHARACTER = [
+    ("user", "On the trip we stayed at the Kestrel Inn, room 418."),
+    ("assistant", "Noted: Kestrel Inn, room 418."),
+    *filler("en", 30, seed=3),
+    ("user", "My daughter has an allergy."),
+    ("assistant", "好的，我会记住花生过敏。"),
+    *filler("en", 60, seed=4),
+]
+# A mostly Chinese session with one English exchange, and a hospital visit among the Chinese
+# turns. Chunks keep raw cosines (no cross-language offset): the exchange still comes first.
+MOSTLY_CHINESE = [
+    *CHINESE_FACTS,
+    ("user", "下周二我要去医院体检。"),
+    ("user", "我女儿对花生过敏。"),
+    *filler("zh", 30, seed=5),
+    ("user", "By the way, my dentist is Dr. Okafor on Baker Street."),
+    ("assistant", "Noted: Dr. Okafor, Baker Street."),
+    ("user", "He is open on Saturdays, which suits me."),
+    ("assistant", "Good to know: Saturdays work for Dr. Okafor."),
+    *filler("zh", 60, seed=6),
+]
+
+
+@pytest.mark.parametrize(
+    ("sid", "turns", "question", "answer"),
+    [
+        ("xl-lone-character", LONE_CHARACTER, "我们住在哪个酒店？", "Kestrel Inn"),
+        ("xl-mostly-chinese", MOSTLY_CHINESE, "我的牙医是谁？", "Dr. Okafor"),
+    ],
+)
+async def test_a_bilingual_sessions_exchange_in_the_other_language_comes_first(
     e5_client: httpx.AsyncClient,
+    sid: str,
+    turns: list[tuple[str, str]],
+    question: str,
+    answer: str,
 ) -> None:
-    # A bilingual session: the English exchange amid Chinese turns, one about a hospital visit.
-    # Chunks keep raw cosines (no cross-language offset): the exchange still comes first.
-    sid = "xl-mostly-chinese"
-    dentist = [
-        ("user", "By the way, my dentist is Dr. Okafor on Baker Street."),
-        ("assistant", "Noted: Dr. Okafor, Baker Street."),
-        ("user", "He is open on Saturdays, which suits me."),
-        ("assistant", "Good to know: Saturdays work for Dr. Okafor."),
-    ]
-    health = [("user", "下周二我要去医院体检。"), ("user", "我女儿对花生过敏。")]
-    await load(
-        e5_client,
-        sid,
-        CHINESE_FACTS + health + filler("zh", 30, seed=5) + dentist + filler("zh", 60, seed=6),
-    )
+    await load(e5_client, sid, turns)
     await offloaded(e5_client, sid, embedded=True)
-    resp = await e5_client.post(
-        f"/v1/sessions/{sid}/build-prompt", json={"query": "我的牙医是谁？"}
-    )
+    resp = await e5_client.post(f"/v1/sessions/{sid}/build-prompt", json={"query": question})
     assert resp.status_code == 200, resp.text
     items = resp.json()["recall"]["items"]
-    first = len(CHINESE_FACTS) + len(health) + 31  # the dentist turns
-    assert items and items[0]["turn_range"][0] <= first <= items[0]["turn_range"][1], items
+    seq = next(i for i, (_, text) in enumerate(turns, start=1) if answer in text)
+    assert items and items[0]["turn_range"][0] <= seq <= items[0]["turn_range"][1], items
 
 
 BILINGUAL_ITEMS = (
