@@ -28,7 +28,7 @@ from app.core.context import AppContext
 from app.core.cpu import off_loop
 from app.core.dates import query_date_terms
 from app.core.db import read_once, release
-from app.core.text import match_terms, terms
+from app.core.text import match_terms, mostly_cjk, terms
 from app.db.models import Memory, Session
 from app.domain.records import RecalledItem
 from app.embeddings.base import (
@@ -44,7 +44,7 @@ from app.recall.adapter import chunk_query_vector
 from app.recall.bm25 import BM25Index, idf
 from app.recall.cross_encoder import HttpReranker, RerankUnavailable
 from app.recall.fusion import ArmWeights, FusedCandidate, fuse_arms
-from app.recall.languages import calibrated, in_other_language
+from app.recall.languages import ADAPTED_OFFSETS, RAW_OFFSETS, calibrated, in_other_language
 from app.recall.llm_rewrite import QueryRewriteUnavailable, llm_rewrite
 from app.recall.rerank import (
     RerankCandidate,
@@ -426,6 +426,7 @@ async def _nearest_and_shown(
     others: "asyncio.Future[repository.RecallRows]",
     vectors_read: "asyncio.Future[dict[str, np.ndarray]] | None",
     fallbacks: list[str],
+    query: str,
 ) -> repository.RecallRows:
     """The vector arm (with a query vector) and the shown rows of its chunks, with `others` (the
     shown rows of the other arms' candidates, being read meanwhile). The arm is a scan in
@@ -435,13 +436,18 @@ async def _nearest_and_shown(
     (`chunks.rows`) when it keeps any: the scan then returns ids and distances, and only the
     rows of chunks not kept are read. A session with its own HNSW index is searched through it
     (`repository.nearest_through_index`). A failing vector arm leaves lexical recall
-    (`vector_unavailable`)."""
+    (`vector_unavailable`). For a Chinese `query` the candidates in another language are
+    scored as in its (`app.recall.languages`)."""
     embedder = context.embedder
     found: dict[str, float] = {}
     near: dict[str, repository.ShownChunk] = {}
+    offsets = RAW_OFFSETS
     try:
         if qvec is not None and embedder is not None:
+            raw = qvec
             qvec = chunk_query_vector(qvec, embedder.name, context.settings.recall.query_adapter)
+            if qvec is not raw:  # the adapter returns its input where it does not apply
+                offsets = ADAPTED_OFFSETS
             index = _vector_index(context, session)
             try:
                 if vectors_read is not None:
@@ -482,7 +488,17 @@ async def _nearest_and_shown(
         near = {**near, **rows.shown}
     chunks.keep_rows(near.values())
     chunks.keep_rows(known.values())
-    return repository.RecallRows(found, {**known, **near})
+    shown = {**known, **near}
+    # A Chinese question is scored against the English chunks among the arm's candidates as
+    # against Chinese ones (`app.recall.languages`). For an English question the gap (.018) is
+    # within its spread: English builds skip the language check.
+    if found and mostly_cjk(query):
+        texts = {cid: shown[cid].raw_text for cid in found if cid in shown}
+        if in_other_language(query, texts):
+            found = calibrated(
+                {cid: found[cid] for cid in texts}, query, texts, len(texts), offsets
+            )
+    return repository.RecallRows(found, shown)
 
 
 # A single CJK character is half a word: beside a query's bigrams and words it weighs this much
@@ -982,7 +998,7 @@ async def recall(
     # vector arm in process nothing else waits on I/O here. The cache logs its own failures.
     stored = asyncio.ensure_future(vectors.store())
     rows = await _nearest_and_shown(
-        context, session, kept, qvec, candidates, others, vectors_read, fallbacks
+        context, session, kept, qvec, candidates, others, vectors_read, fallbacks, query
     )
     vector = rows.nearest
     memory_vector: dict[str, float] = {}

@@ -349,14 +349,32 @@ async def test_a_remembered_item_answers_a_question_in_the_other_language(
     assert about[-1].splitlines()[2].startswith(f"- {stored}"), about[-1]
 
 
+HOTEL = [
+    ("user", "Which hotel did we stay at? The Kestrel Inn, room 418."),
+    ("assistant", "Noted: your hotel is the Kestrel Inn, room 418."),
+]
 # A mostly English session with one Chinese exchange: the Chinese question shares only 住 (of
 # 记住) with it, and the hotel, found by the vector arm, must still come first.
 LONE_CHARACTER = [
-    ("user", "On the trip we stayed at the Kestrel Inn, room 418."),
-    ("assistant", "Noted: Kestrel Inn, room 418."),
+    *HOTEL,
     *filler("en", 30, seed=3),
     ("user", "My daughter has an allergy."),
     ("assistant", "好的，我会记住花生过敏。"),
+    *filler("en", 60, seed=4),
+]
+# A mostly English session with a Chinese exchange of small talk: e5 puts the Chinese question
+# nearer to any Chinese chunk than to the English answer (.64 against .59), unless the chunk arm
+# adds the cross-language offset to the English chunks.
+CHINESE_SMALL_TALK = [
+    ("user", "On the trip we stayed at the Kestrel Inn, room 418."),
+    ("assistant", "Noted: Kestrel Inn, room 418."),
+    *filler("en", 30, seed=3),
+    ("user", "上周我们去了海边，天气特别好。"),
+    ("assistant", "听起来很棒！你们玩了什么？"),
+    ("user", "我们在沙滩上散步，还吃了海鲜。"),
+    ("assistant", "海鲜一定很新鲜吧。"),
+    ("user", "对，晚上还看了日落。"),
+    ("assistant", "真是美好的一天。"),
     *filler("en", 60, seed=4),
 ]
 # A mostly Chinese session with one English exchange, and a hospital visit among the Chinese
@@ -378,6 +396,7 @@ MOSTLY_CHINESE = [
     ("sid", "turns", "question", "answer"),
     [
         ("xl-lone-character", LONE_CHARACTER, "我们住在哪个酒店？", "Kestrel Inn"),
+        ("xl-chinese-small-talk", CHINESE_SMALL_TALK, "我们住在哪个酒店？", "Kestrel Inn"),
         ("xl-mostly-chinese", MOSTLY_CHINESE, "我的牙医是谁？", "Dr. Okafor"),
     ],
 )

@@ -1,11 +1,5 @@
 from app.core.text import mostly_cjk
-from app.recall.languages import (
-    CJK_QUERY_OFFSET,
-    OTHER_QUERY_OFFSET,
-    calibrated,
-    cross_language_offset,
-    in_other_language,
-)
+from app.recall.languages import ADAPTED_OFFSETS, RAW_OFFSETS, calibrated, in_other_language
 
 TEXTS = {
     "address": "我的公司地址在世纪大道100号。",
@@ -23,10 +17,10 @@ def test_a_text_is_mostly_cjk_when_its_cjk_characters_outnumber_its_other_words(
 
 
 def test_the_offset_goes_to_a_text_in_the_other_language_only() -> None:
-    assert cross_language_offset(True, True) == cross_language_offset(False, False) == 0.0
-    assert cross_language_offset(True, False) == CJK_QUERY_OFFSET
-    assert cross_language_offset(False, True) == OTHER_QUERY_OFFSET
-    assert CJK_QUERY_OFFSET > OTHER_QUERY_OFFSET > 0
+    for offsets in (RAW_OFFSETS, ADAPTED_OFFSETS):
+        assert offsets.offset(True, True) == offsets.offset(False, False) == 0.0
+        assert offsets.offset(True, False) == offsets.cjk_query > offsets.other_query > 0
+        assert offsets.offset(False, True) == offsets.other_query
 
 
 def test_calibration_lifts_the_fact_in_the_other_language_above_same_language_texts() -> None:
@@ -35,8 +29,10 @@ def test_calibration_lifts_the_fact_in_the_other_language_above_same_language_te
     assert in_other_language("我的牙医是谁？", TEXTS)
     scores = calibrated(cosines, "我的牙医是谁？", TEXTS, limit=2)
     assert list(scores) == ["dentist", "address"]
-    assert abs(scores["dentist"] - (0.806 + CJK_QUERY_OFFSET)) < 1e-12
+    assert abs(scores["dentist"] - (0.806 + RAW_OFFSETS.cjk_query)) < 1e-12
     assert scores["address"] == 0.852
+    adapted = calibrated(cosines, "我的牙医是谁？", TEXTS, limit=1, offsets=ADAPTED_OFFSETS)
+    assert adapted == {"dentist": 0.806 + ADAPTED_OFFSETS.cjk_query}
 
 
 def test_a_pool_in_the_querys_language_keeps_its_scores() -> None:
