@@ -31,7 +31,7 @@ import numpy as np
 
 from app.core.config import Settings
 from app.core.dates import query_date_terms
-from app.core.text import terms
+from app.core.text import mostly_cjk, terms
 from app.embeddings.base import Embedder, l2_normalise
 from app.embeddings.factory import create_embedder
 from app.eval.madial import (
@@ -144,7 +144,10 @@ def rank(
     lexical = lexical_arm(pool.index, query_terms, candidates)
     sims = pool.vectors @ qvec
     vector = calibrated(
-        {pool.ids[i]: float(sims[i]) for i in range(len(pool.ids))}, query, pool.texts, candidates
+        {pool.ids[i]: float(sims[i]) for i in range(len(pool.ids))},
+        mostly_cjk(query),
+        pool.texts,
+        candidates,
     )
     fused = fuse_arms(
         exact=[],

@@ -45,22 +45,20 @@ ADAPTED_OFFSETS = LanguageOffsets(cjk_query=0.110, other_query=0.018)  # the chu
 _written_in_cjk = lru_cache(maxsize=4096)(mostly_cjk)
 
 
-def in_other_language(query: str, texts: Mapping[str, str]) -> bool:
-    """Whether one of `texts` is written in another language than `query`."""
-    query_in_cjk = mostly_cjk(query)
+def in_other_language(query_in_cjk: bool, texts: Mapping[str, str]) -> bool:
+    """Whether one of `texts` is written in another language than the query's (`mostly_cjk`)."""
     return any(_written_in_cjk(t) != query_in_cjk for t in texts.values())
 
 
 def calibrated(
     similarities: Mapping[str, float],
-    query: str,
+    query_in_cjk: bool,
     texts: Mapping[str, str],
     limit: int,
     offsets: LanguageOffsets = RAW_OFFSETS,
 ) -> dict[str, float]:
     """The `limit` best of `similarities` (cosines by id) with the offset added to each whose
-    text (`texts`, by id) is in another language than `query`, best first (ties by id)."""
-    query_in_cjk = mostly_cjk(query)
+    text (`texts`, by id) is in another language than the query's, best first (ties by id)."""
     scores = {
         i: s + offsets.offset(query_in_cjk, _written_in_cjk(texts[i]))
         for i, s in similarities.items()

@@ -494,10 +494,8 @@ async def _nearest_and_shown(
     # within its spread: English builds skip the language check.
     if found and mostly_cjk(query):
         texts = {cid: shown[cid].raw_text for cid in found if cid in shown}
-        if in_other_language(query, texts):
-            found = calibrated(
-                {cid: found[cid] for cid in texts}, query, texts, len(texts), offsets
-            )
+        if in_other_language(True, texts):
+            found = calibrated({cid: found[cid] for cid in texts}, True, texts, len(texts), offsets)
     return repository.RecallRows(found, shown)
 
 
@@ -615,12 +613,13 @@ async def _memory_vector(
     texts = {key: m.text for key, m in memories.items()}
     # An item in the other language may rank in only once calibrated: every item is read then
     # (an exact scan of tens to hundreds of rows either way).
-    mixed = in_other_language(query, texts)
+    query_in_cjk = mostly_cjk(query)
+    mixed = in_other_language(query_in_cjk, texts)
     found = await memory_repository.nearest_memories(
         db, ids, embedder.name, embedder.dim, qvec, len(ids) if mixed else limit
     )
     scores = {f"{MEMORY_PREFIX}{mid}": sim for mid, sim in found.items()}
-    return calibrated(scores, query, texts, limit) if mixed else scores
+    return calibrated(scores, query_in_cjk, texts, limit) if mixed else scores
 
 
 def _memory_exact(memories: dict[str, Memory], needles: Sequence[str]) -> list[str]:

@@ -26,18 +26,18 @@ def test_the_offset_goes_to_a_text_in_the_other_language_only() -> None:
 def test_calibration_lifts_the_fact_in_the_other_language_above_same_language_texts() -> None:
     # The cosines e5 gives "我的牙医是谁？" against these three texts.
     cosines = {"address": 0.852, "swim": 0.828, "dentist": 0.806}
-    assert in_other_language("我的牙医是谁？", TEXTS)
-    scores = calibrated(cosines, "我的牙医是谁？", TEXTS, limit=2)
+    assert in_other_language(True, TEXTS)
+    scores = calibrated(cosines, True, TEXTS, limit=2)
     assert list(scores) == ["dentist", "address"]
     assert abs(scores["dentist"] - (0.806 + RAW_OFFSETS.cjk_query)) < 1e-12
     assert scores["address"] == 0.852
-    adapted = calibrated(cosines, "我的牙医是谁？", TEXTS, limit=1, offsets=ADAPTED_OFFSETS)
+    adapted = calibrated(cosines, True, TEXTS, limit=1, offsets=ADAPTED_OFFSETS)
     assert adapted == {"dentist": 0.806 + ADAPTED_OFFSETS.cjk_query}
 
 
 def test_a_pool_in_the_querys_language_keeps_its_scores() -> None:
     chinese = {k: v for k, v in TEXTS.items() if k != "dentist"}
-    assert not in_other_language("我公司在哪里？", chinese)
+    assert not in_other_language(True, chinese)
     cosines = {"swim": 0.8, "address": 0.9}
-    assert calibrated(cosines, "我公司在哪里？", chinese, limit=5) == {"address": 0.9, "swim": 0.8}
-    assert list(calibrated({"a": 0.5, "b": 0.5}, "x", {"a": "one", "b": "two"}, 5)) == ["a", "b"]
+    assert calibrated(cosines, True, chinese, limit=5) == {"address": 0.9, "swim": 0.8}
+    assert list(calibrated({"a": 0.5, "b": 0.5}, False, {"a": "one", "b": "two"}, 5)) == ["a", "b"]
