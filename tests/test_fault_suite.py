@@ -244,8 +244,17 @@ async def test_n_clients_m_turns_with_a_hot_session_and_a_worker(
         counters, recount = await stored_and_counted(engine, pk)
         assert counters == recount, sid
     async with engine.connect() as conn:
-        inline = await conn.scalar(
-            text("SELECT count(*) FROM offload_events WHERE session_id = :s AND trigger = :t"),
-            {"s": await session_of_key(engine, api_key, "hot"), "t": "emergency"},
+        by_trigger = dict(
+            (
+                await conn.execute(
+                    text(
+                        "SELECT trigger, count(*) FROM offload_events"
+                        " WHERE session_id = :s GROUP BY trigger"
+                    ),
+                    {"s": await session_of_key(engine, api_key, "hot")},
+                )
+            ).all()
         )
-    assert inline > 0  # builds on the hot session did offload inline
+    # Requests on the hot session offloaded inline, beside the worker: a build in the emergency
+    # band, or an append that took the window there (which leaves its build nothing to move).
+    assert by_trigger.get("emergency", 0) + by_trigger.get("append", 0) > 0, by_trigger
