@@ -5,7 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response, status
 
 from app.auth.deps import ReadCaller, WriteCaller
-from app.core.deps import CacheDep, DbDep
+from app.core.deps import CacheDep, DbDep, SettingsDep
 from app.core.errors import COMMON_ERRORS, InvalidReceiptId, NotFound, error_responses
 from app.erasure import repository, service
 from app.erasure.schemas import EraseReceiptOut, SessionErased
@@ -26,9 +26,14 @@ router = APIRouter(tags=["erasure"], responses=error_responses(*COMMON_ERRORS))
     status_code=status.HTTP_202_ACCEPTED,
 )
 async def delete_session(
-    session_id: SessionIdPath, caller: WriteCaller, db: DbDep, cache: CacheDep, response: Response
+    session_id: SessionIdPath,
+    caller: WriteCaller,
+    db: DbDep,
+    settings: SettingsDep,
+    cache: CacheDep,
+    response: Response,
 ) -> SessionErased:
-    receipt_id = await service.delete_session(db, caller, cache, session_id)
+    receipt_id = await service.delete_session(db, caller, settings, cache, session_id)
     response.headers["Location"] = f"/v1/erase-receipts/{receipt_id}"
     return SessionErased(session_id=session_id, erase_receipt_id=receipt_id)
 

@@ -23,7 +23,9 @@ from app.core.config import Settings
 from app.core.db import unit_of_work
 from app.db.models import Session
 from app.erasure import repository
+from app.erasure.service import drop_from_notes
 from app.memory import repository as memory_repository
+from app.notes import repository as notes_repository
 from app.notes.service import refresh_notes
 from app.offload import repository as chunks_repository
 from app.prompt import repository as builds_repository
@@ -71,15 +73,18 @@ async def run_erase(
         if receipt is None or receipt.status == "completed":
             return False
         await repository.count_attempt(db, receipt_id)
-        target = dict(receipt.target)
+        target, tenant_pk = dict(receipt.target), receipt.tenant_id
     session_pk = uuid.UUID(target["session_pk"])
     async with unit_of_work(maker) as db:
         if target["kind"] == "session":
-            stores, texts = await _erase_session_rows(db, session_pk)
+            stores, texts, memory_texts = await _erase_session_rows(db, session_pk)
         else:
-            stores, texts = await _erase_targets(
+            stores, texts, memory_texts = await _erase_targets(
                 db, settings, cache, llm_client, session_pk, target
             )
+        stores["other_notes"] = await _drop_from_other_notes(
+            db, settings, cache, tenant_pk, session_pk, memory_texts
+        )
     redis_report = await _erase_cached(cache, session_pk, target, needles(texts))
     stores["redis"] = redis_report
     async with unit_of_work(maker) as db:
@@ -98,7 +103,9 @@ async def _erase_targets(
     llm_client: httpx.AsyncClient,
     session_pk: uuid.UUID,
     target: dict[str, Any],
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[dict[str, Any], list[str], list[str]]:
+    """Erase a forget's targets; returns the receipt's stores, every erased text, and the
+    erased texts of remembered items."""
     turns, turn_texts = await sessions_repository.erase_turns(db, session_pk)
     chunks, embeddings, chunk_texts = await chunks_repository.erase_chunks(db, session_pk)
     memory_ids = [uuid.UUID(m) for m in target.get("memory_ids", [])]
@@ -124,15 +131,16 @@ async def _erase_targets(
         "notes": _stamp({"rebuilt_from_raw_turns": rebuilt}),
         "prompt_builds": _stamp({"deleted": builds}),
     }
-    return stores, texts
+    return stores, texts, memory_texts
 
 
 async def _erase_session_rows(
     db: AsyncSession, session_pk: uuid.UUID
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[dict[str, Any], list[str], list[str]]:
+    """Delete a session's rows; returns as `_erase_targets` does."""
     session = await db.get(Session, session_pk)
     if session is None:  # a retry after the delete committed
-        return {"session": _stamp({"deleted": True, "already": True})}, []
+        return {"session": _stamp({"deleted": True, "already": True})}, [], []
     _, turn_texts = await sessions_repository.erase_turns(db, session_pk)
     _, _, chunk_texts = await chunks_repository.erase_chunks(db, session_pk)
     memory_texts = await memory_repository.session_memory_texts(db, session_pk)
@@ -151,7 +159,29 @@ async def _erase_session_rows(
         "notes": _stamp({"scratchpad": "deleted"}),
         "prompt_builds": _stamp({"deleted": "all of the session"}),
     }
-    return stores, [*turn_texts, *chunk_texts, *memory_texts]
+    return stores, [*turn_texts, *chunk_texts, *memory_texts], memory_texts
+
+
+async def _drop_from_other_notes(
+    db: AsyncSession,
+    settings: Settings,
+    cache: Cache,
+    tenant_pk: uuid.UUID,
+    session_pk: uuid.UUID,
+    memory_texts: list[str],
+) -> dict[str, Any]:
+    """Erased remembered items out of every other session's notes still quoting them: the
+    request took them out of the user's most recent sessions only
+    (`app.erasure.service.drop_from_user_notes`); here go the rest, and sessions since moved to
+    another user. A notes version written concurrently retries the job (`Conflict`)."""
+    updated = 0
+    quoting = await notes_repository.sessions_quoting_remembered(db, tenant_pk, memory_texts)
+    for other_pk in quoting:
+        other = await sessions_repository.get_session_by_pk(db, other_pk)
+        if other_pk != session_pk and other is not None:
+            await drop_from_notes(db, settings, cache, other, set())
+            updated += 1
+    return _stamp({"sessions_updated": updated})
 
 
 async def _erase_cached(

@@ -216,16 +216,9 @@ async def _forget_memory(
     if memory is None:
         raise NotFound(f"memory {memory_id!r} not found", field="memory_id")
     await memory_repository.set_memory_status(db, [memory.id], "tombstoned")
-    affected = [session]
+    await drop_from_notes(db, settings, cache, session, set())
     if memory.scope == "user" and memory.user_id:
-        for other_pk in await sessions_repository.user_session_ids(
-            db, session.tenant_id, memory.user_id, USER_SESSIONS_UPDATED
-        ):
-            other = await sessions_repository.get_session_by_pk(db, other_pk)
-            if other is not None and other.id != session.id:
-                affected.append(other)
-    for each in affected:
-        await drop_from_notes(db, settings, cache, each, set())
+        await drop_from_user_notes(db, settings, cache, session, memory.user_id)
     receipt_id = await _schedule_erase(
         db, session, {"kind": "memory", "memory_ids": [str(memory.id)]}
     )
@@ -267,6 +260,21 @@ async def drop_from_notes(
     )
 
 
+async def drop_from_user_notes(
+    db: AsyncSession, settings: Settings, cache: Cache, session: Session, user_id: str
+) -> None:
+    """Now: the notes of the user's other sessions (their `remembered` section) without a
+    tombstoned user-scope item of `session`; the most recently changed ones only, so that a
+    request stays short, and the erase job does the rest (`app.erasure.erase`)."""
+    for other_pk in await sessions_repository.user_session_ids(
+        db, session.tenant_id, user_id, USER_SESSIONS_UPDATED
+    ):
+        if other_pk != session.id:
+            other = await sessions_repository.get_session_by_pk(db, other_pk)
+            if other is not None:
+                await drop_from_notes(db, settings, cache, other, set())
+
+
 async def _schedule_erase(db: AsyncSession, session: Session, target: dict[str, Any]) -> uuid.UUID:
     receipt = await repository.add_receipt(
         db, session.tenant_id, session.external_id, {**target, "session_pk": str(session.id)}
@@ -280,14 +288,18 @@ async def _schedule_erase(db: AsyncSession, session: Session, target: dict[str, 
     return receipt.id
 
 
-async def delete_session(db: AsyncSession, caller: Caller, cache: Cache, session_id: str) -> str:
+async def delete_session(
+    db: AsyncSession, caller: Caller, settings: Settings, cache: Cache, session_id: str
+) -> str:
     """Tombstone the whole session now (it is a 404 from this commit on, and its id free for
-    reuse) and enqueue the job that erases it. Returns the erase receipt id."""
+    reuse), with the user-scope items it wrote (out of the user's other notes too), and enqueue
+    the job that erases it. Returns the erase receipt id."""
     session = await require_session(db, caller, session_id)
     now = datetime.now(UTC)
     await sessions_repository.forget_session_turns(db, session.id, now)
     await chunks_repository.tombstone_session_chunks(db, session.id)
-    await memory_repository.tombstone_session_memories(db, session.id)
+    for user_id in await memory_repository.tombstone_session_memories(db, session.id):
+        await drop_from_user_notes(db, settings, cache, session, user_id)
     key = session_cache_key(cache, caller.tenant_id, session_id)
     version = await write_session(
         db,

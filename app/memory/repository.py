@@ -230,13 +230,16 @@ async def session_memory_texts(db: AsyncSession, session_pk: uuid.UUID) -> list[
     return [t for t in rows.scalars() if t]
 
 
-async def tombstone_session_memories(db: AsyncSession, session_pk: uuid.UUID) -> None:
-    """Includes user-scope items the session wrote: they leave the user's other sessions too."""
-    await db.execute(
+async def tombstone_session_memories(db: AsyncSession, session_pk: uuid.UUID) -> set[str]:
+    """Includes user-scope items the session wrote: they leave the user's other sessions too.
+    Returns the users whose items these were."""
+    result = await db.execute(
         update(Memory)
         .where(Memory.session_id == session_pk, Memory.status.in_(["active", "superseded"]))
         .values(status="tombstoned")
+        .returning(Memory.scope, Memory.user_id)
     )
+    return {user_id for scope, user_id in result.all() if scope == "user" and user_id}
 
 
 async def count_session_memories(db: AsyncSession, session_pk: uuid.UUID) -> int:

@@ -1,9 +1,10 @@
 """SQL for the scratchpad (C2): read, compare-and-set write, stale-write counting."""
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -12,6 +13,23 @@ from app.db.models import Scratchpad, Session
 
 async def get_scratchpad(db: AsyncSession, session_pk: uuid.UUID) -> Scratchpad | None:
     return await db.get(Scratchpad, session_pk, populate_existing=True)
+
+
+async def sessions_quoting_remembered(
+    db: AsyncSession, tenant_id: uuid.UUID, texts: Sequence[str]
+) -> list[uuid.UUID]:
+    """The tenant's sessions whose notes quote any of `texts` as a remembered item."""
+    if not texts:
+        return []
+    query = (
+        select(Scratchpad.session_id)
+        .where(
+            Scratchpad.tenant_id == tenant_id,
+            or_(*(Scratchpad.notes["remembered"].contains([{"text": t}]) for t in texts)),
+        )
+        .order_by(Scratchpad.session_id)
+    )
+    return list((await db.execute(query)).scalars().all())
 
 
 async def ensure_scratchpad(db: AsyncSession, session: Session) -> None:

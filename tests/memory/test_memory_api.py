@@ -481,6 +481,57 @@ async def test_delete_session_tombstones_then_erases(
     assert await redis_hits(cache, marker) == []
 
 
+async def remembered_in_notes(admin: httpx.AsyncClient, sid: str) -> list[str]:
+    pad = (await admin.get(f"/v1/sessions/{sid}/scratchpad")).json()
+    return [item["text"] for item in pad["notes"]["remembered"]]
+
+
+async def test_deleting_a_session_takes_its_user_items_out_of_the_users_other_notes(
+    admin: httpx.AsyncClient, engine: AsyncEngine, cache: Cache
+) -> None:
+    """A user-scope item is quoted in the notes of the user's other sessions (their `remembered`
+    section): deleting the session that wrote it takes it out of them at once, and the erase job
+    out of any other notes still quoting it (here a session since moved to another user)."""
+    marker, user = f"zu{uuid.uuid4().hex[:10]}", f"user-{uuid.uuid4().hex[:6]}"
+    origin, other, moved = (f"{name}-{user}" for name in ("origin", "other", "moved"))
+    for sid in (origin, other, moved):
+        assert (await admin.put(f"/v1/sessions/{sid}", json={"user_id": user})).status_code == 200
+    item = f"My locker code is {marker}."
+    remembered = await admin.post(
+        f"/v1/sessions/{origin}/memory", json={"type": "remember", "text": item, "scope": "user"}
+    )
+    assert remembered.status_code == 200, remembered.text
+    for sid in (other, moved):
+        turn = {"role": "user", "content": "Plan the Oslo trip in May."}
+        assert (await admin.post(f"/v1/sessions/{sid}/turns", json={"turns": [turn]})).is_success
+        assert (await admin.post(f"/v1/sessions/{sid}/scratchpad/rebuild")).status_code == 202
+        await wait_for(
+            lambda sid=sid: remembered_in_notes(admin, sid),
+            lambda texts: item in texts,
+            what=f"the notes of {sid} to quote the item",
+        )
+    assert (await admin.put(f"/v1/sessions/{moved}", json={"user_id": "someone-else"})).is_success
+    query = {"query": "Where is my locker?"}
+    before = await admin.post(f"/v1/sessions/{other}/build-prompt", json=query)
+    assert marker in json.dumps(before.json()["messages"])  # and the notes are cached
+
+    resp = await admin.delete(f"/v1/sessions/{origin}")
+    assert resp.status_code == 202
+    # At once: the user's other session neither keeps nor shows it.
+    assert item not in await remembered_in_notes(admin, other)
+    after = await admin.post(f"/v1/sessions/{other}/build-prompt", json=query)
+    assert marker not in json.dumps(after.json()["messages"])
+    receipt = await wait_for(
+        lambda: admin.get(f"/v1/erase-receipts/{resp.json()['erase_receipt_id']}"),
+        lambda r: r.json().get("status") == "completed",
+        what="the session erase",
+    )
+    assert receipt.json()["stores"]["other_notes"]["sessions_updated"] >= 1
+    assert item not in await remembered_in_notes(admin, moved)
+    assert await all_text(engine, marker) == []
+    assert await redis_hits(cache, marker) == []
+
+
 async def test_recall_leaves_out_what_a_match_already_says(admin: httpx.AsyncClient) -> None:
     """Repetitive small talk offloaded as several chunks comes back once, not once per chunk."""
     sid = "small-talk"
