@@ -7,7 +7,9 @@ which strings are cursors of a list (`cursor_pattern`), and so that no cursor ca
 its column cannot hold. Cursors of the earlier base64 form are refused (422, `cursor`).
 """
 
+import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, NamedTuple
 
 from fastapi import Query
@@ -51,6 +53,27 @@ class Page(NamedTuple):
     def after(self) -> tuple[int, ...] | None:
         """The keys of the last row of the previous page, or None on the first page."""
         return decode_cursor(self.cursor, *self.keys) if self.cursor else None
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def created_cursor(created_at: datetime, row_id: uuid.UUID) -> str:
+    """The cursor of a row of a list in (created_at, id) order: microseconds since the epoch
+    and the id as a 128-bit integer (keys `BIGINT_KEY, UUID_KEY`)."""
+    return encode_cursor((created_at - _EPOCH) // timedelta(microseconds=1), row_id.int)
+
+
+def created_after(page: Page) -> tuple[datetime, uuid.UUID] | None:
+    """The (created_at, id) of the last row of the previous page of such a list."""
+    keys = page.after()
+    if keys is None:
+        return None
+    micros, id_int = keys
+    try:
+        return _EPOCH + timedelta(microseconds=micros), uuid.UUID(int=id_int)
+    except (ValueError, OverflowError) as exc:  # beyond a datetime or a UUID
+        raise InvalidInput("malformed cursor", field="cursor") from exc
 
 
 def page_params(*keys: int) -> Callable[..., Awaitable[Page]]:

@@ -65,7 +65,11 @@ class ApiKey(Base):
 
 class Session(Base):
     __tablename__ = "sessions"
-    __table_args__ = (UniqueConstraint("tenant_id", "external_id"),)
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "external_id"),
+        Index("ix_sessions_created", "tenant_id", "created_at", "id"),
+        Index("ix_sessions_user", "tenant_id", "user_id", "created_at", "id"),
+    )
     id: Mapped[uuid.UUID] = _uuid_pk()
     tenant_id: Mapped[uuid.UUID] = _tenant_fk()
     external_id: Mapped[str] = mapped_column(String(128))

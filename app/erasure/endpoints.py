@@ -8,7 +8,7 @@ from app.auth.deps import ReadCaller, WriteCaller
 from app.core.deps import CacheDep, DbDep, SettingsDep
 from app.core.errors import COMMON_ERRORS, InvalidReceiptId, NotFound, error_responses
 from app.erasure import repository, service
-from app.erasure.schemas import EraseReceiptOut, SessionErased
+from app.erasure.schemas import EraseReceiptOut, SessionErased, UserErased
 from app.sessions.endpoints import SessionIdPath
 
 router = APIRouter(tags=["erasure"], responses=error_responses(*COMMON_ERRORS))
@@ -36,6 +36,29 @@ async def delete_session(
     receipt_id = await service.delete_session(db, caller, settings, cache, session_id)
     response.headers["Location"] = f"/v1/erase-receipts/{receipt_id}"
     return SessionErased(session_id=session_id, erase_receipt_id=receipt_id)
+
+
+@router.delete(
+    "/v1/users/{user_id}",
+    operation_id="delete_user",
+    summary="Delete a user's sessions and remembered items",
+    description=(
+        "Everything of one `user_id` in the key's tenant: up to 100 of the user's sessions "
+        "deleted as `DELETE /v1/sessions/{session_id}` deletes one, and every item remembered "
+        "for the user that a session still holds (a session since given another user, or one "
+        "of theirs left for the next call) forgotten. 202 with an erase receipt per session "
+        "and holder; `remaining_sessions` above 0: call again. 404 when the user has neither."
+    ),
+    status_code=status.HTTP_202_ACCEPTED,
+)
+async def delete_user(
+    user_id: Annotated[str, Path(min_length=1, max_length=128)],
+    caller: WriteCaller,
+    db: DbDep,
+    settings: SettingsDep,
+    cache: CacheDep,
+) -> UserErased:
+    return await service.delete_user(db, caller, settings, cache, user_id)
 
 
 @router.get(

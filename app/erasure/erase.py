@@ -23,7 +23,7 @@ from app.core.config import Settings
 from app.core.db import unit_of_work
 from app.db.models import Session
 from app.erasure import repository
-from app.erasure.service import drop_from_notes
+from app.erasure.service import drop_from_notes, erasing
 from app.memory import repository as memory_repository
 from app.notes import repository as notes_repository
 from app.notes.service import refresh_notes
@@ -178,7 +178,7 @@ async def _drop_from_other_notes(
     quoting = await notes_repository.sessions_quoting_remembered(db, tenant_pk, memory_texts)
     for other_pk in quoting:
         other = await sessions_repository.get_session_by_pk(db, other_pk)
-        if other_pk != session_pk and other is not None:
+        if other_pk != session_pk and other is not None and not erasing(other):
             await drop_from_notes(db, settings, cache, other, set())
             updated += 1
     return _stamp({"sessions_updated": updated})

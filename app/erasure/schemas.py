@@ -1,9 +1,9 @@
-"""Wire shapes of erasure: the answer to a session delete and the erase receipt."""
+"""Wire shapes of erasure: the answers to a session delete and a user delete, the erase receipt."""
 
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class EraseReceiptOut(BaseModel):
@@ -20,4 +20,27 @@ class EraseReceiptOut(BaseModel):
 class SessionErased(BaseModel):
     session_id: str
     erase_receipt_id: str
+    status: Literal["pending"] = "pending"
+
+
+class ErasedSession(BaseModel):
+    session_id: str
+    erase_receipt_id: str
+
+
+class ErasedMemory(BaseModel):
+    memory_id: str
+    session_id: str = Field(description="the session that held it (its erase receipt's)")
+    erase_receipt_id: str
+
+
+class UserErased(BaseModel):
+    user_id: str
+    sessions: list[ErasedSession] = Field(description="deleted, as `DELETE /v1/sessions/{id}`")
+    memories: list[ErasedMemory] = Field(
+        description="items remembered for the user in sessions not deleted by this call, forgotten"
+    )
+    remaining_sessions: int = Field(
+        description="the user's sessions this call left (it deletes at most 100): call again"
+    )
     status: Literal["pending"] = "pending"

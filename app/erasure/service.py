@@ -1,8 +1,8 @@
 """Erasure, step one: tombstone in the request's transaction, so recall, build-prompt, notes and
 every cache stop showing the target as soon as the request commits; then enqueue the erase job
-(step two, `app.erasure.erase`) with its receipt. Two entry points: `forget` (the memory tool's
-`forget` type: a chunk, a turn range or a remembered item) and `delete_session` (the whole
-session).
+(step two, `app.erasure.erase`) with its receipt. Three entry points: `forget` (the memory tool's
+`forget` type: a chunk, a turn range or a remembered item), `delete_session` (the whole session)
+and `delete_user` (a user's sessions and the items remembered for them elsewhere).
 
 A chunk only partly covered by a forgotten turn range is tombstoned whole (its raw text, terms and
 embedding mix both), and the turns of it that were *not* forgotten are re-chunked into new chunks,
@@ -29,7 +29,7 @@ from app.core.db import after_commit
 from app.core.errors import Conflict, InvalidInput, NotFound
 from app.db.models import EraseReceipt, Session, Turn
 from app.erasure import repository
-from app.erasure.schemas import EraseReceiptOut
+from app.erasure.schemas import ErasedMemory, ErasedSession, EraseReceiptOut, UserErased
 from app.jobs.queue import TaskName, embedding_lock, enqueue, session_lock
 from app.memory import repository as memory_repository
 from app.memory.schemas import MemoryRequest
@@ -46,6 +46,7 @@ from app.sessions.service import require_session, session_cache_key, to_record, 
 TOMBSTONE_PREFIX = "~erasing~"  # outside SESSION_ID_PATTERN: no request can name it
 NOTES_WRITE_ATTEMPTS = 3  # a notes job may commit a new version between our read and our write
 USER_SESSIONS_UPDATED = 50  # notes of at most this many of a user's sessions updated per forget
+USER_SESSIONS_PER_DELETE = 100  # sessions a user delete tombstones per call: a request stays short
 
 
 def parse_id(value: str, field: str, what: str) -> uuid.UUID:
@@ -271,7 +272,7 @@ async def drop_from_user_notes(
     ):
         if other_pk != session.id:
             other = await sessions_repository.get_session_by_pk(db, other_pk)
-            if other is not None:
+            if other is not None and not erasing(other):
                 await drop_from_notes(db, settings, cache, other, set())
 
 
@@ -295,12 +296,67 @@ async def delete_session(
     reuse), with the user-scope items it wrote (out of the user's other notes too), and enqueue
     the job that erases it. Returns the erase receipt id."""
     session = await require_session(db, caller, session_id)
+    return str(await _erase_session(db, settings, cache, session, user_notes=True))
+
+
+async def delete_user(
+    db: AsyncSession, caller: Caller, settings: Settings, cache: Cache, user_id: str
+) -> UserErased:
+    """Everything of a user: up to `USER_SESSIONS_PER_DELETE` of their sessions deleted as
+    `delete_session` does, and every item remembered for them that a session still holds
+    (one of theirs left for a later call, or a session since given another user) forgotten
+    there, each holder with its erase receipt."""
+    sessions = await sessions_repository.sessions_page(
+        db, caller.tenant_id, user_id=user_id, after=None, limit=USER_SESSIONS_PER_DELETE
+    )
+    erased_sessions = []
+    for session in sessions:
+        session_id = session.external_id  # the tombstone renames it
+        # The user's other sessions go too: their notes are left to the erase jobs.
+        receipt_id = await _erase_session(db, settings, cache, session, user_notes=False)
+        erased_sessions.append(
+            ErasedSession(session_id=session_id, erase_receipt_id=str(receipt_id))
+        )
+    erased_memories: list[ErasedMemory] = []
+    held = await memory_repository.user_memories_by_session(db, caller.tenant_id, user_id)
+    for holder_pk, memory_ids in held.items():
+        holder = await sessions_repository.get_session_by_pk(db, holder_pk)
+        if holder is None:
+            continue
+        await memory_repository.set_memory_status(db, memory_ids, "tombstoned")
+        await drop_from_notes(db, settings, cache, holder, set())
+        receipt_id = await _schedule_erase(
+            db, holder, {"kind": "memory", "memory_ids": [str(m) for m in memory_ids]}
+        )
+        erased_memories.extend(
+            ErasedMemory(
+                memory_id=str(m), session_id=holder.external_id, erase_receipt_id=str(receipt_id)
+            )
+            for m in memory_ids
+        )
+    if not erased_sessions and not erased_memories:
+        raise NotFound(f"no session or remembered item of user {user_id!r}", field="user_id")
+    return UserErased(
+        user_id=user_id,
+        sessions=erased_sessions,
+        memories=erased_memories,
+        remaining_sessions=await sessions_repository.count_sessions(db, caller.tenant_id, user_id),
+    )
+
+
+async def _erase_session(
+    db: AsyncSession, settings: Settings, cache: Cache, session: Session, *, user_notes: bool
+) -> uuid.UUID:
+    """`delete_session` of a loaded session; `user_notes`: update the notes of the user's other
+    sessions now (`drop_from_user_notes`)."""
+    session_id, tenant_id = session.external_id, session.tenant_id
     now = datetime.now(UTC)
     await sessions_repository.forget_session_turns(db, session.id, now)
     await chunks_repository.tombstone_session_chunks(db, session.id)
     for user_id in await memory_repository.tombstone_session_memories(db, session.id):
-        await drop_from_user_notes(db, settings, cache, session, user_id)
-    key = session_cache_key(cache, caller.tenant_id, session_id)
+        if user_notes:
+            await drop_from_user_notes(db, settings, cache, session, user_id)
+    key = session_cache_key(cache, tenant_id, session_id)
     version = await write_session(
         db,
         cache,
@@ -315,19 +371,24 @@ async def delete_session(
     after_commit(db, _retire_cached_view)
     receipt = await repository.add_receipt(
         db,
-        caller.tenant_id,
+        tenant_id,
         session_id,
         {
             "kind": "session",
             "session_pk": str(session.id),
             "session_id": session_id,
-            "tenant_id": str(caller.tenant_id),
+            "tenant_id": str(tenant_id),
         },
     )
     await enqueue(
         db, TaskName.ERASE, {"receipt_id": str(receipt.id)}, lock=session_lock(session.id)
     )
-    return str(receipt.id)
+    return receipt.id
+
+
+def erasing(session: Session) -> bool:
+    """Whether the session is tombstoned, its rows waiting for the erase job."""
+    return session.external_id.startswith(TOMBSTONE_PREFIX)
 
 
 def receipt_out(receipt: EraseReceipt) -> EraseReceiptOut:

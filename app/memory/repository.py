@@ -230,6 +230,27 @@ async def session_memory_texts(db: AsyncSession, session_pk: uuid.UUID) -> list[
     return [t for t in rows.scalars() if t]
 
 
+async def user_memories_by_session(
+    db: AsyncSession, tenant_id: uuid.UUID, user_id: str
+) -> dict[uuid.UUID, list[uuid.UUID]]:
+    """Items written for the user (either scope) and not yet tombstoned, by holding session."""
+    rows = await db.execute(
+        select(Memory.session_id, Memory.id)
+        .where(
+            Memory.tenant_id == tenant_id,
+            Memory.user_id == user_id,
+            Memory.session_id.is_not(None),
+            Memory.status.in_(["active", "superseded"]),
+        )
+        .order_by(Memory.session_id, Memory.id)
+    )
+    held: dict[uuid.UUID, list[uuid.UUID]] = {}
+    for session_pk, memory_pk in rows.all():
+        if session_pk is not None:  # the query's condition, for the type checker
+            held.setdefault(session_pk, []).append(memory_pk)
+    return held
+
+
 async def tombstone_session_memories(db: AsyncSession, session_pk: uuid.UUID) -> set[str]:
     """Includes user-scope items the session wrote: they leave the user's other sessions too.
     Returns the users whose items these were."""

@@ -5,7 +5,6 @@ transaction (the outer layer commits once), and enqueue their follow-up jobs in 
 """
 
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -16,7 +15,7 @@ from app.auth.schemas import Caller
 from app.core.context import AppContext
 from app.core.dates import said_at
 from app.core.errors import InvalidInput, TooLong
-from app.core.pagination import Page, encode_cursor
+from app.core.pagination import Page, created_after, created_cursor
 from app.core.ratelimit import WINDOW_SECONDS, rate_limited
 from app.core.text import lexical_document, terms
 from app.core.tokens import count_tokens
@@ -45,7 +44,6 @@ from app.sessions import repository as sessions_repository
 from app.sessions.schemas import Usage, Watermark
 from app.sessions.service import effective_config, require_session, session_budget
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 USER_SESSIONS_REFRESHED = 50  # notes of at most this many of a user's sessions refreshed per write
 
 
@@ -392,23 +390,17 @@ async def list_memories(
     db: AsyncSession, caller: Caller, session_id: str, page: Page, *, include_superseded: bool
 ) -> MemoryList:
     session = await require_session(db, caller, session_id)
-    after = None
-    keys = page.after()  # (created_at in microseconds since the epoch, id as a 128-bit integer)
-    if keys is not None:
-        micros, id_int = keys
-        try:
-            after = (EPOCH + timedelta(microseconds=micros), uuid.UUID(int=id_int))
-        except (ValueError, OverflowError, OSError) as exc:
-            raise InvalidInput("malformed cursor", field="cursor") from exc
     rows = await repository.list_memories(
-        db, session, include_superseded=include_superseded, after=after, limit=page.limit + 1
+        db,
+        session,
+        include_superseded=include_superseded,
+        after=created_after(page),
+        limit=page.limit + 1,
     )
     shown = rows[: page.limit]
     next_cursor = None
     if len(rows) > page.limit:
-        last = shown[-1]
-        micros = (last.created_at - EPOCH) // timedelta(microseconds=1)
-        next_cursor = encode_cursor(micros, last.id.int)
+        next_cursor = created_cursor(shown[-1].created_at, shown[-1].id)
     return MemoryList(memories=[memory_out(m, session) for m in shown], next_cursor=next_cursor)
 
 

@@ -20,7 +20,7 @@ from app.core.errors import (
     with_rules,
 )
 from app.core.input import BODY_RULES
-from app.core.pagination import BIGINT_KEY, CURSOR_VALUE_MAX, Page, page_params
+from app.core.pagination import BIGINT_KEY, CURSOR_VALUE_MAX, UUID_KEY, Page, page_params
 from app.offload.service import append_turns_and_offload
 from app.sessions import service
 from app.sessions.schemas import (
@@ -30,6 +30,7 @@ from app.sessions.schemas import (
     Role,
     SessionConfigUpdate,
     SessionOut,
+    SessionPage,
     TurnPage,
 )
 
@@ -110,6 +111,26 @@ async def append_turns(
     if outcome.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return outcome.response
+
+
+@router.get(
+    "",
+    operation_id="list_sessions",
+    summary="List sessions",
+    description=(
+        "The key's tenant's sessions, newest first, paginated by an opaque cursor (a session "
+        "changed meanwhile keeps its place); with `user_id`, that user's only. Sessions being "
+        "erased are not listed."
+    ),
+)
+async def list_sessions(
+    caller: ReadCaller,
+    db: DbDep,
+    settings: SettingsDep,
+    page: Annotated[Page, Depends(page_params(BIGINT_KEY, UUID_KEY))],
+    user_id: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+) -> SessionPage:
+    return await service.list_sessions(db, caller, settings, page, user_id)
 
 
 @router.get(

@@ -21,6 +21,7 @@ from sqlalchemy import (
     select,
     table,
     text,
+    tuple_,
     update,
 )
 from sqlalchemy import true as sa_true
@@ -472,22 +473,48 @@ async def sessions_over_watermark(
     return list((await db.execute(query)).scalars())
 
 
+def _listed(tenant_id: uuid.UUID, user_id: str | None = None) -> ColumnElement[bool]:
+    """A tenant's sessions (a user's, with `user_id`), but for those being erased, whose ids no
+    client can name."""
+    listed = (Session.tenant_id == tenant_id) & Session.external_id.regexp_match(SESSION_ID_PATTERN)
+    return listed if user_id is None else listed & (Session.user_id == user_id)
+
+
 async def list_sessions(
     db: AsyncSession, tenant_id: uuid.UUID, *, limit: int, offset: int
 ) -> list[Session]:
-    """A tenant's sessions, most recently changed first (not those being erased, whose ids no
-    client can name)."""
+    """A tenant's sessions, most recently changed first (the inspector's pages)."""
     query = (
         select(Session)
-        .where(
-            Session.tenant_id == tenant_id,
-            Session.external_id.regexp_match(SESSION_ID_PATTERN),
-        )
+        .where(_listed(tenant_id))
         .order_by(Session.updated_at.desc(), Session.id)
         .limit(limit)
         .offset(offset)
     )
     return list((await db.execute(query)).scalars().all())
+
+
+async def sessions_page(
+    db: AsyncSession,
+    tenant_id: uuid.UUID,
+    *,
+    user_id: str | None,
+    after: tuple[datetime, uuid.UUID] | None,
+    limit: int,
+) -> list[Session]:
+    """A tenant's sessions (a user's, with `user_id`), newest first, from the one after the
+    (created_at, id) `after`: a keyset that no later change of a session moves."""
+    query = select(Session).where(_listed(tenant_id, user_id))
+    if after is not None:
+        query = query.where(tuple_(Session.created_at, Session.id) < tuple_(*after))
+    query = query.order_by(Session.created_at.desc(), Session.id.desc()).limit(limit)
+    return list((await db.execute(query)).scalars().all())
+
+
+async def count_sessions(db: AsyncSession, tenant_id: uuid.UUID, user_id: str) -> int:
+    """A user's sessions a client can name."""
+    query = select(func.count()).where(_listed(tenant_id, user_id))
+    return int((await db.execute(query)).scalar_one())
 
 
 async def turn_timeline(db: AsyncSession, session_pk: uuid.UUID) -> list[tuple[int, Any, int]]:

@@ -178,3 +178,22 @@ class SessionOut(BudgetConfig):
     counts: SessionCounts
     last_offload_at: datetime | None
     created_at: datetime
+
+
+class SessionSummary(BaseModel):
+    """A session in a list: what the session's row holds, without counting its remembered items."""
+
+    session_id: str
+    user_id: str | None
+    metadata: dict[str, Any]
+    watermark: Watermark
+    turns: int = Field(description="as `counts.turns` of `GET /v1/sessions/{session_id}`")
+    chunks: int = Field(description="as `counts.chunks` of `GET /v1/sessions/{session_id}`")
+    last_offload_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class SessionPage(BaseModel):
+    sessions: list[SessionSummary]
+    next_cursor: str | None

@@ -26,7 +26,7 @@ from app.core.errors import (
     UnknownToolCall,
 )
 from app.core.input import json_size
-from app.core.pagination import Page, encode_cursor
+from app.core.pagination import Page, created_after, created_cursor, encode_cursor
 from app.core.tokens import message_tokens
 from app.db.models import Session, Turn
 from app.domain.budget import (
@@ -48,6 +48,8 @@ from app.sessions.schemas import (
     SessionConfigUpdate,
     SessionCounts,
     SessionOut,
+    SessionPage,
+    SessionSummary,
     TurnIn,
     TurnOut,
     TurnPage,
@@ -367,6 +369,36 @@ async def list_turns(
             for t in shown
         ],
         next_cursor=encode_cursor(shown[-1].seq) if len(turns) > limit else None,
+    )
+
+
+async def list_sessions(
+    db: AsyncSession, caller: Caller, settings: Settings, page: Page, user_id: str | None
+) -> SessionPage:
+    sessions = await repository.sessions_page(
+        db, caller.tenant_id, user_id=user_id, after=created_after(page), limit=page.limit + 1
+    )
+    shown = sessions[: page.limit]
+    return SessionPage(
+        sessions=[
+            SessionSummary(
+                session_id=s.external_id,
+                user_id=s.user_id,
+                metadata=s.metadata_,
+                watermark=Watermark.of(session_budget(settings, s)),
+                turns=s.turn_count,
+                chunks=s.chunk_count,
+                last_offload_at=s.last_offload_at,
+                created_at=s.created_at,
+                updated_at=s.updated_at,
+            )
+            for s in shown
+        ],
+        next_cursor=(
+            created_cursor(shown[-1].created_at, shown[-1].id)
+            if len(sessions) > page.limit
+            else None
+        ),
     )
 
 

@@ -532,6 +532,45 @@ async def test_deleting_a_session_takes_its_user_items_out_of_the_users_other_no
     assert await redis_hits(cache, marker) == []
 
 
+async def test_deleting_a_user_erases_their_sessions_and_items_held_elsewhere(
+    admin: httpx.AsyncClient, engine: AsyncEngine, cache: Cache
+) -> None:
+    """`DELETE /v1/users/{id}`: the user's sessions go as a session delete takes one, and an item
+    remembered for them in a session since given another user is forgotten there; the other
+    user's own item and session stay."""
+    marker, kept = f"zv{uuid.uuid4().hex[:10]}", f"zk{uuid.uuid4().hex[:10]}"
+    user, other_user = f"dora-{uuid.uuid4().hex[:6]}", f"eli-{uuid.uuid4().hex[:6]}"
+    chat, passed_on = f"chat-{user}", f"passed-{user}"
+    await offloaded_session(admin, chat, f"My bank PIN hint is {marker}.")
+    for sid in (chat, passed_on):
+        assert (await admin.put(f"/v1/sessions/{sid}", json={"user_id": user})).status_code == 200
+    remember = {"type": "remember", "text": f"Locker {marker}", "scope": "user"}
+    assert (await admin.post(f"/v1/sessions/{passed_on}/memory", json=remember)).is_success
+    assert (await admin.put(f"/v1/sessions/{passed_on}", json={"user_id": other_user})).is_success
+    own = {"type": "remember", "text": f"Gym locker {kept}", "scope": "user"}
+    assert (await admin.post(f"/v1/sessions/{passed_on}/memory", json=own)).is_success
+
+    resp = await admin.delete(f"/v1/users/{user}")
+    assert resp.status_code == 202, resp.text
+    body = resp.json()
+    assert [s["session_id"] for s in body["sessions"]] == [chat]
+    assert [m["session_id"] for m in body["memories"]] == [passed_on]
+    assert body["remaining_sessions"] == 0
+    assert (await admin.get(f"/v1/sessions/{chat}")).status_code == 404
+    items = (await admin.get(f"/v1/sessions/{passed_on}/memories")).json()["memories"]
+    assert [m["text"] for m in items] == [f"Gym locker {kept}"]
+    for receipt_id in {r["erase_receipt_id"] for r in [*body["sessions"], *body["memories"]]}:
+        await wait_for(
+            lambda receipt_id=receipt_id: admin.get(f"/v1/erase-receipts/{receipt_id}"),
+            lambda r: r.json().get("status") == "completed",
+            what="the user's erase jobs",
+        )
+    assert await all_text(engine, marker) == []
+    assert await redis_hits(cache, marker) == []
+    assert "memories.text" in await all_text(engine, kept)
+    assert (await admin.delete(f"/v1/users/{user}")).status_code == 404
+
+
 async def test_recall_leaves_out_what_a_match_already_says(admin: httpx.AsyncClient) -> None:
     """Repetitive small talk offloaded as several chunks comes back once, not once per chunk."""
     sid = "small-talk"
