@@ -19,6 +19,7 @@ from tests.support.server import RunningServer
 OPENAPI = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
 SECRET = "ZEBRA-4471"  # in every kind of data the owner stores: turns, chunks, memories, builds
 SID = "shared-name"
+USER = "shared-user"  # the owner's user, whom the intruder tries to erase
 SMALL = {"context_limit": 2000, "reserve_tokens": 200, "min_recent_turns": 2}
 TURNS = [
     {
@@ -70,12 +71,14 @@ async def test_another_tenant_reaches_nothing_through_any_operation(
             base_url=server.url, headers={"Authorization": f"Bearer {other_key}"}
         ) as other,
     ):
-        assert (await owner.put(f"/v1/sessions/{SID}", json=SMALL)).status_code == 200
+        owned = {**SMALL, "user_id": USER}
+        assert (await owner.put(f"/v1/sessions/{SID}", json=owned)).status_code == 200
         assert (await owner.post(f"/v1/sessions/{SID}/turns", json={"turns": TURNS})).is_success
         moved = await owner.post(f"/v1/sessions/{SID}/memory", json={"type": "offload"})
         assert moved.status_code == 200, moved.text
         remembered = await owner.post(
-            f"/v1/sessions/{SID}/memory", json={"type": "remember", "text": f"code {SECRET}"}
+            f"/v1/sessions/{SID}/memory",
+            json={"type": "remember", "text": f"code {SECRET}", "scope": "user"},
         )
         assert remembered.status_code == 200, remembered.text
         built = await owner.post(
@@ -92,6 +95,7 @@ async def test_another_tenant_reaches_nothing_through_any_operation(
             "chunk_id": chunks[0]["chunk_id"],
             "build_id": built.json()["build_id"],
             "receipt_id": receipt,
+            "user_id": USER,
         }
         before = await owner_counts(engine, owner_tenant)
 
@@ -114,6 +118,7 @@ async def test_another_tenant_reaches_nothing_through_any_operation(
             assert SECRET not in resp.text, (method, path)
             if resp.is_success:  # a refusal may echo the id the intruder sent, nothing more
                 assert chunks[0]["chunk_id"] not in resp.text, (method, path)
+                assert USER not in resp.text, (method, path)  # the session list's included
 
         after = await owner_counts(engine, owner_tenant)
         mine = (await owner.get(f"/v1/sessions/{SID}/chunks")).json()["chunks"]
@@ -128,11 +133,13 @@ async def test_another_tenant_reaches_nothing_through_any_operation(
         "get /v1/sessions/{session_id}/chunks/{chunk_id}",
         "get /v1/sessions/{session_id}/builds/{build_id}",
         "get /v1/erase-receipts/{receipt_id}",
+        "delete /v1/users/{user_id}",
     ):
         assert answers[op] == 404, (op, answers[op])
     assert len(answers) >= 16
     # The intruder's own session answered (so the requests were valid ones, not refusals).
     for op in (
+        "get /v1/sessions",
         "get /v1/sessions/{session_id}/chunks",
         "get /v1/sessions/{session_id}/scratchpad",
         "post /v1/sessions/{session_id}/memory",
