@@ -1,5 +1,5 @@
-"""`contextd eval locomo|madial|notes`: drive a running server over HTTP and write a Markdown report
-(spec §8)."""
+"""`contextd eval locomo|madial|notes|agent`: drive a running server over HTTP and write a
+Markdown report (spec §8)."""
 
 import argparse
 import asyncio
@@ -67,6 +67,34 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     from app.eval.notes_driver import add_notes_parser
 
     add_notes_parser(ev_sub)
+    _add_agent_parser(ev_sub)
+
+
+def _add_agent_parser(ev_sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    from app.eval.agent import parse_ranges
+
+    ag = ev_sub.add_parser(
+        "agent", help="tool-calling trajectories: what the next call needs, vs. truncation/clearing"
+    )
+    ag.add_argument("--data", required=True, help="path to a tau-bench style trajectories JSON")
+    ag.add_argument("--url", default="http://127.0.0.1:8080", help="running contextd")
+    ag.add_argument("--api-key", default=None)
+    ag.add_argument("--out", default="eval-report", help="report directory")
+    ag.add_argument(
+        "--limits", type=_ints, default=(2500, 3500, 6000, 12000), help="context limits C"
+    )
+    ag.add_argument("--reserve-tokens", type=int, default=500)
+    ag.add_argument("--tasks", type=parse_ranges, default=None, help="e.g. 0-24 or 0-3,12")
+    ag.add_argument("--trials", type=parse_ranges, default=(0, 1, 2, 3), help="e.g. 0-3")
+    ag.add_argument(
+        "--tune-tasks",
+        type=parse_ranges,
+        default=tuple(range(12)),
+        help="tasks of the tune split (the others form the check split)",
+    )
+    ag.add_argument("--runs", type=int, default=None, help="the first N runs selected")
+    ag.add_argument("--concurrency", type=int, default=2, help="replays in flight")
+    ag.add_argument("--label", default="", help="free text shown in the report header")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,11 +102,46 @@ def run(args: argparse.Namespace) -> int:
         return _run_madial(args)
     if args.eval_command == "locomo":
         return _run_locomo(args)
+    if args.eval_command == "agent":
+        return _run_agent(args)
     if args.eval_command == "notes":
         from app.eval.notes_driver import run_notes_command
 
         return run_notes_command(args)
     raise SystemExit(f"unknown eval {args.eval_command}")
+
+
+def _run_agent(args: argparse.Namespace) -> int:
+    import time
+
+    from app.eval.agent import load_runs
+    from app.eval.agent_driver import AgentEvalConfig, run_agent_eval
+    from app.eval.agent_report import AgentEvalResult, headline_table, write_report
+    from app.eval.agent_score import score_replay
+
+    cfg = AgentEvalConfig(
+        url=args.url,
+        api_key=args.api_key,
+        limits=tuple(args.limits),
+        reserve_tokens=args.reserve_tokens,
+        concurrency=args.concurrency,
+        tune_tasks=tuple(args.tune_tasks),
+    )
+    runs = load_runs(args.data, args.tasks, args.trials)[: args.runs]
+    started = time.monotonic()
+    replays = asyncio.run(run_agent_eval(runs, cfg))
+    figures = [
+        f
+        for replay in replays
+        for f in score_replay(
+            replay, replay.limit - cfg.reserve_tokens, cfg.tune_tasks, cfg.clearing_keep
+        )
+    ]
+    result = AgentEvalResult(cfg, replays, figures, time.monotonic() - started)
+    report, results = write_report(result, Path(args.out), args.data, args.label)
+    print(headline_table(result))
+    print(f"report: {report}\nfigures: {results}")
+    return 0
 
 
 def _run_madial(args: argparse.Namespace) -> int:
