@@ -189,6 +189,7 @@ def write_plot(result: AgentEvalResult, out: Path) -> list[str]:
                         label=f"{SYSTEM_NAMES[system]}, labelled")  # fmt: skip
         ax.set_xscale("log")
         ax.set_xticks(limits, [f"{c:,}" for c in limits])
+        ax.minorticks_off()  # the log axis's own 3x10^3 labels would overprint the limits
         ax.set_xlabel("context limit C (tokens, reserve 500)")
         ax.set_ylabel("dependency retention")
         ax.set_ylim(0, 1.02)
