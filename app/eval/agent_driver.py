@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.eval.agent import AgentRun
+from app.eval.agent import WIRE_FIELDS, AgentRun
 from app.eval.driver import check_response, server_client
 
 
@@ -79,8 +79,7 @@ def _error_of(resp: Any) -> tuple[str, str | None, str]:
 
 def wire_turn(message: dict[str, Any]) -> dict[str, Any]:
     """A trajectory message as an append's turn (the OpenAI fields only)."""
-    keys = ("role", "content", "name", "tool_calls", "tool_call_id")
-    return {k: message[k] for k in keys if message.get(k) is not None}
+    return {k: message[k] for k in WIRE_FIELDS if message.get(k) is not None}
 
 
 async def _build(http: Any, sid: str, system: str, ordinal: int) -> BuildObservation:
