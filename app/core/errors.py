@@ -182,8 +182,14 @@ class UnknownToolCall(InvalidInput):
     code = "unknown_tool_call"
 
 
+class DuplicateToolCallId(InvalidInput):
+    """Two tool calls of one assistant turn with the same id."""
+
+    code = "duplicate_tool_call_id"
+
+
 class DuplicateToolResult(InvalidInput):
-    """A second tool turn answering a tool call that already has its result."""
+    """A tool turn answering a call id whose every call already has its result."""
 
     code = "duplicate_tool_result"
 

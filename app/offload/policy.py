@@ -12,6 +12,7 @@ from itertools import pairwise
 
 from app.domain.budget import RecentFloor
 from app.domain.records import TurnRecord
+from app.domain.tool_calls import tool_pairs
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,18 +29,13 @@ def atomic_units(turns: Sequence[TurnRecord]) -> list[range]:
     """Split `turns` into consecutive index ranges that must move (or chunk) together.
 
     A unit is one turn, or an assistant turn with `tool_calls` through the last tool turn answering
-    one of its call ids (turns in between ride along). Overlapping groups are merged. Tool results
-    whose call is not in `turns` are single-turn units.
+    one of its calls (`tool_pairs`: a reused call id is answered by its latest call, so one reused
+    id does not tie the whole session together). Turns in between ride along; overlapping groups
+    are merged. Tool results whose call is not in `turns` are single-turn units.
     """
-    last_answer: dict[str, int] = {}  # call id -> index of the last tool turn answering it
-    for j, turn in enumerate(turns):
-        if turn.role == "tool" and turn.tool_call_id:
-            last_answer[turn.tool_call_id] = j
     ends = list(range(len(turns)))  # ends[i]: last index that must stay with turn i
-    for i, turn in enumerate(turns):
-        for call in turn.tool_calls or []:
-            answered_at = last_answer.get(str(call.get("id") or ""), -1)
-            ends[i] = max(ends[i], answered_at)
+    for answered_at, (i, _) in tool_pairs(turns).items():
+        ends[i] = max(ends[i], answered_at)
     units: list[range] = []
     start, reach = 0, -1
     for i in range(len(turns)):

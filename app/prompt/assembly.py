@@ -57,6 +57,7 @@ from app.prompt.blocks import (
     counted_item,
     counted_stretch,
     format_ts,
+    paired_turns,
     quoted_body,
     render_about_user_item,
     starts_piece,
@@ -487,8 +488,12 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         kept.append(group)
         c1_cost += cost
     kept.reverse()
+    shown = [t for group in kept for t in group]
+    window = paired_turns(shown)
+    if window != shown:  # a call or result without its partner left out: regroup and recount
+        kept = tool_groups(window)
+        c1_cost = sum(_group_cost(group, anthropic) for group in kept)
     left -= c1_cost
-    window = [t for group in kept for t in group]
     in_window = {t.seq for t in window}
 
     # In Anthropic format the blocks end the system string: charge what each adds to it.

@@ -13,12 +13,13 @@ import json
 import re
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from app.core.tokens import count_tokens, cut_to_tokens, short_tokens
+from app.core.tokens import count_tokens, cut_to_tokens, message_tokens, short_tokens
 from app.domain.records import RecalledItem, TurnRecord
+from app.domain.tool_calls import tool_pairs
 
 RECALL_OPEN = "<recalled_history>"
 RECALL_CLOSE = "</recalled_history>"
@@ -230,18 +231,13 @@ def turn_message(turn: TurnRecord) -> dict[str, Any]:
 def tool_groups(turns: Sequence[TurnRecord]) -> list[list[TurnRecord]]:
     """Split turns into the smallest contiguous groups that never separate a call from a result.
 
-    A cut before turn i is allowed only if no turn at or after i answers a call made before i.
+    A cut before turn i is allowed only if no turn at or after i answers a call made before i
+    (`tool_pairs`).
     """
     if not any(turn.role == "tool" for turn in turns):
         return [[turn] for turn in turns]  # nothing answers a call: every cut is allowed
-    call_at: dict[str, int] = {}
-    needs: list[int] = []
-    for i, turn in enumerate(turns):
-        answered = call_at.get(turn.tool_call_id or "", i) if turn.role == "tool" else i
-        needs.append(answered)
-        if turn.role == "assistant":
-            for call in turn.tool_calls or []:
-                call_at[str(call.get("id"))] = i
+    pairs = tool_pairs(turns)
+    needs = [pairs[i][0] if i in pairs else i for i in range(len(turns))]
     groups: list[list[TurnRecord]] = []
     end, lowest = len(turns), len(turns)
     for i in range(len(turns) - 1, -1, -1):
@@ -251,6 +247,51 @@ def tool_groups(turns: Sequence[TurnRecord]) -> list[list[TurnRecord]]:
             end = i
     groups.reverse()
     return groups
+
+
+def paired_turns(turns: Sequence[TurnRecord]) -> list[TurnRecord]:
+    """The turns a prompt shows (in order) as a message list every provider accepts: each tool
+    result right after the assistant turn holding its call (`tool_pairs`), after its sibling
+    results, and each shown call followed by its result.
+
+    A call without a result among `turns` (the agent is mid-step, or its result is not shown) is
+    taken out of its assistant turn, recounted; the turn is left out when nothing else is left in
+    it. A result whose call is not among `turns` (offloaded, reused id answered already) is left
+    out. A result that came after other turns than its siblings moves up to its call. Returns
+    the input's own records where nothing changes.
+    """
+    if not any(turn.tool_calls or turn.role == "tool" for turn in turns):
+        return list(turns)
+    pairs = tool_pairs(turns)
+    results: dict[int, list[int]] = {}  # assistant position -> positions of its results
+    answered: dict[int, set[int]] = {}  # assistant position -> positions of its answered calls
+    for at, (i, j) in pairs.items():
+        if turns[at].tool_call_id in {turns[r].tool_call_id for r in results.get(i, [])}:
+            continue  # one id twice in one turn (stored before that was refused): shown once
+        results.setdefault(i, []).append(at)
+        answered.setdefault(i, set()).add(j)
+    shown: list[TurnRecord] = []
+    for i, turn in enumerate(turns):
+        if turn.role == "tool":
+            continue  # shown after its call, or not at all
+        if turn.role == "assistant" and turn.tool_calls:
+            kept = answered.get(i, set())
+            if len(kept) < len(turn.tool_calls):
+                if not kept and not turn.content:
+                    continue
+                turn = _without_calls(turn, kept)
+            shown.append(turn)
+            shown.extend(turns[r] for r in results.get(i, []))
+        else:
+            shown.append(turn)
+    return shown
+
+
+def _without_calls(turn: TurnRecord, kept: set[int]) -> TurnRecord:
+    """The assistant turn with only the calls at positions `kept`, its cost recounted."""
+    calls = [call for j, call in enumerate(turn.tool_calls or []) if j in kept] or None
+    tokens = message_tokens(turn.role, turn.content, turn.name, calls, turn.tool_call_id)
+    return replace(turn, tool_calls=calls, token_count=tokens)
 
 
 def _tool_use_block(call: dict[str, Any]) -> dict[str, Any]:

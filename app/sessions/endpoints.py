@@ -9,6 +9,7 @@ from app.core.deps import CacheDep, ContextDep, DbDep, SettingsDep
 from app.core.errors import (
     COMMON_ERRORS,
     Conflict,
+    DuplicateToolCallId,
     DuplicateToolResult,
     InvalidInput,
     MissingToolCallId,
@@ -69,7 +70,12 @@ SessionIdPath = Annotated[
             "a tool result answers a call that an assistant turn of "
             "this request or of the session issued",
         ),
-        Rule(DuplicateToolResult, "one result per tool call"),
+        Rule(
+            DuplicateToolResult,
+            "one result per tool call: a result answers the latest call with its id that has "
+            "no result yet (a later call may reuse an answered id)",
+        ),
+        Rule(DuplicateToolCallId, "the calls of one assistant turn have distinct ids"),
         *BODY_RULES,
         Rule(
             PayloadTooLarge,
@@ -84,6 +90,7 @@ SessionIdPath = Annotated[
         MissingToolCallId,
         UnknownToolCall,
         DuplicateToolResult,
+        DuplicateToolCallId,
         PayloadTooLarge,
         Conflict,
         RequestTimeout,

@@ -17,11 +17,13 @@ from sqlalchemy import (
     delete,
     exists,
     func,
+    literal,
     or_,
     select,
     table,
     text,
     tuple_,
+    union_all,
     update,
 )
 from sqlalchemy import true as sa_true
@@ -86,43 +88,48 @@ async def insert_turns(db: AsyncSession, rows: Sequence[dict[str, Any]]) -> list
     return list(result.scalars().all())
 
 
-async def known_tool_call_ids(
+@dataclass(frozen=True, slots=True)
+class ToolCallTally:
+    """How often the session's live turns issued a tool call id, and answered it."""
+
+    calls: int = 0
+    results: int = 0
+
+
+async def tool_call_tallies(
     db: AsyncSession, session_pk: uuid.UUID, ids: Sequence[str]
-) -> set[str]:
-    """Which of `ids` were issued by a stored assistant turn of the session."""
+) -> dict[str, ToolCallTally]:
+    """For each of `ids` the session's live (not forgotten) turns issued or answered: how many
+    calls and results carry it, in one statement."""
     if not ids:
-        return set()
+        return {}
     calls = (
         func.jsonb_array_elements(Turn.tool_calls)
         .table_valued(column("value", JSONB))
         .render_derived(name="call")
     )
-    query = (
-        select(calls.c.value["id"].astext)
+    issued = (
+        select(calls.c.value["id"].astext.label("id"), literal(1).label("calls"), literal(0))
         .select_from(Turn)
         .join(calls, sa_true())
         .where(
             Turn.session_id == session_pk,
             Turn.tool_calls.is_not(None),
+            Turn.forgotten_at.is_(None),
             calls.c.value["id"].astext.in_(list(ids)),
         )
     )
-    return set((await db.execute(query)).scalars().all())
-
-
-async def answered_tool_call_ids(
-    db: AsyncSession, session_pk: uuid.UUID, ids: Sequence[str]
-) -> set[str]:
-    """Which of `ids` already have a stored (not forgotten) tool result in the session."""
-    if not ids:
-        return set()
-    query = select(Turn.tool_call_id).where(
+    answered = select(Turn.tool_call_id, literal(0), literal(1)).where(
         Turn.session_id == session_pk,
         Turn.role == "tool",
         Turn.tool_call_id.in_(list(ids)),
         Turn.forgotten_at.is_(None),
     )
-    return {str(i) for i in (await db.execute(query)).scalars().all()}
+    both = union_all(issued, answered).subquery()
+    id_, n_calls, n_results = both.c
+    query = select(id_, func.sum(n_calls), func.sum(n_results)).group_by(id_)
+    rows = (await db.execute(query)).all()
+    return {str(i): ToolCallTally(int(c), int(r)) for i, c, r in rows}
 
 
 async def list_turns(

@@ -5,6 +5,7 @@ import hashlib
 import json
 import logging
 import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from app.core.cpu import off_loop
 from app.core.db import after_commit
 from app.core.errors import (
     Conflict,
+    DuplicateToolCallId,
     DuplicateToolResult,
     InvalidInput,
     MissingToolCallId,
@@ -40,7 +42,7 @@ from app.jobs.queue import enqueue_offload
 from app.memory import repository as memory_repository
 from app.offload.repository import active_chunk_count
 from app.sessions import repository
-from app.sessions.repository import Counters
+from app.sessions.repository import Counters, ToolCallTally
 from app.sessions.schemas import (
     AppendedTurn,
     AppendTurnsRequest,
@@ -136,23 +138,52 @@ def _check_turn_size(turn: TurnIn, field: str, settings: Settings) -> None:
         )
 
 
-def _duplicate_result(tool_call_id: str, index: int) -> DuplicateToolResult:
-    return DuplicateToolResult(
-        f"tool call {tool_call_id!r} already has its result (one result per call)",
-        field=f"turns[{index}].tool_call_id",
-    )
+def _unanswered_results(
+    turns: Sequence[TurnIn], stored: Mapping[str, ToolCallTally]
+) -> Iterator[tuple[int, str]]:
+    """The tool results of `turns` (index, call id) that no call waiting for a result answers,
+    after the session's stored calls and results (`stored`, by call id).
+
+    A result answers the latest call with its id that has no result yet (`app.domain.tool_calls`):
+    agents reuse ids such as `call_0`, so what counts is how many calls of an id still wait."""
+    waiting = {i: max(0, tally.calls - tally.results) for i, tally in stored.items()}
+    for index, turn in enumerate(turns):
+        for call in turn.tool_calls or []:
+            waiting[call.id] = waiting.get(call.id, 0) + 1
+        call_id = turn.tool_call_id
+        if turn.role != "tool" or call_id is None:
+            continue
+        if waiting.get(call_id, 0):
+            waiting[call_id] -= 1
+        else:
+            yield index, call_id
+
+
+def _check_tool_results(turns: Sequence[TurnIn], stored: Mapping[str, ToolCallTally]) -> None:
+    """422 for the first tool result that answers no call waiting for one: a duplicate when
+    every call of its id has its result, else an unknown call."""
+    first = next(_unanswered_results(turns, stored), None)
+    if first is None:
+        return
+    index, call_id = first
+    field = f"turns[{index}].tool_call_id"
+    issued = call_id in stored and stored[call_id].calls > 0
+    if issued or any(c.id == call_id for turn in turns[:index] for c in turn.tool_calls or []):
+        raise DuplicateToolResult(
+            f"every tool call {call_id!r} already has its result (one result per call)",
+            field=field,
+        )
+    raise UnknownToolCall(f"no assistant turn issued tool call {call_id!r}", field=field)
 
 
 def _validate_batch(request: AppendTurnsRequest, settings: Settings) -> list[str]:
-    """Checks that need no database. Returns tool_call_ids answered by an earlier stored turn."""
+    """Checks that need no database. Returns the call ids of tool results that the request's
+    own calls do not answer: those the session's stored calls must."""
     if len(request.turns) > settings.limits.max_turns_per_request:
         raise PayloadTooLarge(
             f"at most {settings.limits.max_turns_per_request} turns per request",
             field="turns",
         )
-    issued: set[str] = set()
-    answered: set[str] = set()
-    from_history: list[str] = []
     for i, turn in enumerate(request.turns):
         _check_turn_size(turn, f"turns[{i}]", settings)
         if turn.role == "tool":
@@ -161,11 +192,6 @@ def _validate_batch(request: AppendTurnsRequest, settings: Settings) -> list[str
                     "a tool turn needs the tool_call_id it answers",
                     field=f"turns[{i}].tool_call_id",
                 )
-            if turn.tool_call_id in answered:
-                raise _duplicate_result(turn.tool_call_id, i)
-            answered.add(turn.tool_call_id)
-            if turn.tool_call_id not in issued:
-                from_history.append(turn.tool_call_id)
         elif turn.tool_call_id:
             raise InvalidInput(
                 "only tool turns carry a tool_call_id", field=f"turns[{i}].tool_call_id"
@@ -175,10 +201,18 @@ def _validate_batch(request: AppendTurnsRequest, settings: Settings) -> list[str
                 raise InvalidInput(
                     "only assistant turns carry tool_calls", field=f"turns[{i}].tool_calls"
                 )
-            issued.update(call.id for call in turn.tool_calls)
+            seen: set[str] = set()
+            for j, call in enumerate(turn.tool_calls):
+                if call.id in seen:
+                    raise DuplicateToolCallId(
+                        f"tool call id {call.id!r} is already used by another call of this "
+                        "turn (ids are unique within one assistant turn)",
+                        field=f"turns[{i}].tool_calls[{j}].id",
+                    )
+                seen.add(call.id)
         if turn.content is None and not turn.tool_calls:
             raise InvalidInput("content is required", field=f"turns[{i}].content")
-    return from_history
+    return sorted({call_id for _, call_id in _unanswered_results(request.turns, {})})
 
 
 @dataclass(frozen=True)
@@ -253,19 +287,10 @@ async def append_turns(
                 AppendTurnsResponse.model_validate(earlier.response), True, session.id
             )
 
-    results = [t.tool_call_id for t in request.turns if t.role == "tool" and t.tool_call_id]
-    stored_results = await repository.answered_tool_call_ids(db, session.id, results)
-    for i, turn in enumerate(request.turns):
-        if turn.role == "tool" and turn.tool_call_id in stored_results:
-            raise _duplicate_result(turn.tool_call_id, i)
     if answered_earlier:
-        known = await repository.known_tool_call_ids(db, session.id, answered_earlier)
-        for i, turn in enumerate(request.turns):
-            if turn.role == "tool" and turn.tool_call_id in set(answered_earlier) - known:
-                raise UnknownToolCall(
-                    f"no assistant turn issued tool call {turn.tool_call_id!r}",
-                    field=f"turns[{i}].tool_call_id",
-                )
+        # Under the session lock: concurrent appends to the session see each other's results.
+        tallies = await repository.tool_call_tallies(db, session.id, answered_earlier)
+        _check_tool_results(request.turns, tallies)
 
     rows = [
         {
