@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 from app.core.tokens import message_tokens
 from app.domain.records import TurnRecord
 from app.domain.tool_calls import tool_pairs
+from app.eval.agent import validity_problems
 from app.offload.policy import atomic_units
 from app.prompt.blocks import paired_turns, tool_groups, turn_message
-from tests.support.pairing import anthropic_pairing_errors, pairing_errors
+from tests.support.pairing import anthropic_pairing_errors
 
 T0 = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)
 
@@ -54,7 +55,7 @@ def test_parallel_calls_with_their_results_are_shown_as_they_are() -> None:
     shown = paired_turns(turns)
     assert shown == turns
     assert all(s is t for s, t in zip(shown, turns, strict=True))
-    assert pairing_errors(messages(shown)) == []
+    assert validity_problems(messages(shown)) == []
 
 
 def test_reused_id_pairs_each_result_with_the_latest_unanswered_call() -> None:
@@ -66,8 +67,8 @@ def test_reused_id_pairs_each_result_with_the_latest_unanswered_call() -> None:
     assert tool_pairs(nested) == {2: (1, 0), 3: (0, 0)}
     shown = paired_turns(nested)
     assert seqs(shown) == [1, 4, 2, 3]
-    assert pairing_errors(messages(shown)) == []
-    assert pairing_errors(messages(nested)) != []  # as stored, a provider would refuse it
+    assert validity_problems(messages(shown)) == []
+    assert validity_problems(messages(nested)) != []  # as stored, a provider would refuse it
 
 
 def test_tool_groups_keep_an_older_call_of_a_reused_id_with_its_result() -> None:
@@ -86,7 +87,7 @@ def test_a_call_still_waiting_at_the_end_is_not_shown() -> None:
     assert seqs(shown) == [1, 2]
     assert shown[1].tool_calls is None
     assert shown[1].token_count == message_tokens("assistant", "Looking her up.")
-    assert pairing_errors(messages(shown)) == []
+    assert validity_problems(messages(shown)) == []
 
 
 def test_a_parallel_call_without_its_result_is_taken_out_of_its_turn() -> None:
@@ -99,7 +100,7 @@ def test_a_parallel_call_without_its_result_is_taken_out_of_its_turn() -> None:
     )
     assert shown[0].token_count < turns[0].token_count
     assert shown[1] is turns[1]
-    assert pairing_errors(messages(shown)) == []
+    assert validity_problems(messages(shown)) == []
 
 
 def test_a_result_whose_call_is_not_shown_is_left_out() -> None:
@@ -116,7 +117,7 @@ def test_a_result_that_came_later_moves_up_to_its_call() -> None:
     turns = [calls(1, "a"), turn(2, "user", "hurry up"), result(3, "a")]
     shown = paired_turns(turns)
     assert seqs(shown) == [1, 3, 2]
-    assert pairing_errors(messages(shown)) == []
+    assert validity_problems(messages(shown)) == []
     crossed = [calls(1, "a"), calls(2, "b"), result(3, "b"), result(4, "a")]
     assert seqs(paired_turns(crossed)) == [1, 4, 2, 3]
 
@@ -125,14 +126,14 @@ def test_the_check_itself_finds_each_kind_of_break() -> None:
     def msgs(*turns: TurnRecord) -> list[dict[str, Any]]:
         return messages(list(turns))
 
-    assert pairing_errors(msgs(result(1, "a"))) != []  # result without its call
-    assert pairing_errors(msgs(calls(1, "a"))) != []  # call without its result
-    assert pairing_errors(msgs(calls(1, "a"), turn(2, "user", "x"), result(3, "a"))) != []
-    assert pairing_errors(msgs(calls(1, "a"), result(2, "a"), result(3, "a"))) != []
-    assert pairing_errors(msgs(calls(1, "a", "a"), result(2, "a"), result(3, "a"))) != []
-    assert pairing_errors(msgs(calls(1, "a"), result(2, "a"), result(3, "b"))) != []
+    assert validity_problems(msgs(result(1, "a"))) != []  # result without its call
+    assert validity_problems(msgs(calls(1, "a"))) != []  # call without its result
+    assert validity_problems(msgs(calls(1, "a"), turn(2, "user", "x"), result(3, "a"))) != []
+    assert validity_problems(msgs(calls(1, "a"), result(2, "a"), result(3, "a"))) != []
+    assert validity_problems(msgs(calls(1, "a", "a"), result(2, "a"), result(3, "a"))) != []
+    assert validity_problems(msgs(calls(1, "a"), result(2, "a"), result(3, "b"))) != []
     ok = msgs(calls(1, "a", "b"), result(2, "b"), result(3, "a"), turn(4, "user", "x"))
-    assert pairing_errors(ok) == []
+    assert validity_problems(ok) == []
     use = {"type": "tool_use", "id": "a", "name": "f", "input": {}}
     answer = {"type": "tool_result", "tool_use_id": "a", "content": "1"}
     assert anthropic_pairing_errors([{"role": "assistant", "content": [use]}]) != []
@@ -168,13 +169,13 @@ def random_turns(steps: list[tuple[str, Any]]) -> list[TurnRecord]:
 def test_any_turns_come_out_valid_and_every_window_of_them_too(steps: list[Any]) -> None:
     turns = random_turns(steps)
     shown = paired_turns(turns)
-    assert pairing_errors(messages(shown)) == []
+    assert validity_problems(messages(shown)) == []
     assert paired_turns(shown) == shown  # nothing more to do on a valid list
     # What the assembler keeps is a suffix of whole groups: each is valid as it is.
     groups = tool_groups(shown)
     for start in range(len(groups)):
         suffix = [t for group in groups[start:] for t in group]
-        assert pairing_errors(messages(suffix)) == []
+        assert validity_problems(messages(suffix)) == []
     # Nothing is shown twice, and only calls and results that had a partner are taken out.
     assert len(set(seqs(shown))) == len(shown)
     pairs = tool_pairs(turns)

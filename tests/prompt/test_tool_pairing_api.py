@@ -10,7 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.pairing import anthropic_pairing_errors, pairing_errors
+from app.eval.agent import validity_problems
+from tests.support.pairing import anthropic_pairing_errors
 
 SYSTEM = "You are an airline agent. Use the tools; confirm before booking. 回答要简洁。"
 TOOLS = [
@@ -127,7 +128,7 @@ async def test_every_prompt_of_a_tool_loop_pairs_calls_and_results(
         body = built.json()
         builds += 1
         messages = body["messages"]
-        check = pairing_errors if fmt == "openai" else anthropic_pairing_errors
+        check = validity_problems if fmt == "openai" else anthropic_pairing_errors
         assert check(messages) == [], (n, check(messages))
         assert body["usage"]["total"] <= limit - reserve
         shown = json.dumps(messages, ensure_ascii=False)

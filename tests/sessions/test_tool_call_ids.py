@@ -9,7 +9,8 @@ from typing import Any
 
 import httpx
 
-from tests.support.pairing import anthropic_pairing_errors, pairing_errors
+from app.eval.agent import validity_problems
+from tests.support.pairing import anthropic_pairing_errors
 
 
 def call(call_id: str, arguments: str = '{"reservation_id": "8ZC1KX"}') -> dict[str, Any]:
@@ -44,7 +45,7 @@ async def build(client: httpx.AsyncClient, sid: str, fmt: str = "openai") -> dic
     )
     assert built.status_code == 200, built.text
     body: dict[str, Any] = built.json()
-    errors = (pairing_errors if fmt == "openai" else anthropic_pairing_errors)(body["messages"])
+    errors = (validity_problems if fmt == "openai" else anthropic_pairing_errors)(body["messages"])
     assert errors == [], errors
     return body
 
