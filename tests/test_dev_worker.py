@@ -101,8 +101,9 @@ def test_dev_runs_the_worker_in_a_process_of_its_own(tmp_path: Path) -> None:
                     return body
 
                 # The worker starts once the API answers, in a child process; the API's process
-                # runs none, so the one /readyz counts is the child's.
-                await wait_for(ready, lambda r: r["worker"]["live_workers"] == 1, what="the worker")
+                # runs none, so the two /readyz counts are the child's (its shared slots and
+                # those kept for sessions' jobs: `app.jobs.worker`).
+                await wait_for(ready, lambda r: r["worker"]["live_workers"] == 2, what="the worker")
                 (first,) = worker_processes(dev)
                 await offloaded_by_the_worker(http, "dev-worker-a", "kx4417")
                 # The worker's series reach the API's /metrics (one metrics directory).

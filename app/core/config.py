@@ -259,7 +259,18 @@ class MemorySettings(BaseModel):
 
 
 class WorkerSettings(BaseModel):
-    concurrency: int = Field(2, gt=0, description="jobs one worker process runs at once")
+    concurrency: int = Field(
+        2,
+        gt=0,
+        description="jobs of any kind one worker process runs at once (a session's offload, "
+        "notes and erasure before embeddings and sweeps)",
+    )
+    session_slots: int = Field(
+        1,
+        ge=0,
+        description="more jobs one worker process runs at once, only a session's offload, notes "
+        "and erasure: these never wait for an embedding batch to end; 0: none",
+    )
     heartbeat_seconds: float = Field(5.0, gt=0, description="worker heartbeat interval")
     stalled_after_seconds: float = Field(
         30.0, gt=0, description="a job whose worker is silent this long is retried"

@@ -4,6 +4,10 @@ policy, the process's `AppContext`).
 A job row is inserted with `procrastinate_defer_jobs_v1` on the caller's own connection, inside the
 caller's transaction: the job exists if and only if the write that needs it commits. A pending job
 with the same `queueing_lock` makes the insert a no-op (one pending offload per session).
+
+A worker takes the waiting job of the highest priority first, the oldest among equals
+(`procrastinate_fetch_job_v2`): offloads, notes and erasure go before embeddings (`PRIORITY`),
+and they have slots of their own (`DEFAULT_QUEUE`).
 """
 
 import json
@@ -19,7 +23,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppContext
 
+# A session's short jobs (offload, notes, erasure) and the long background work (embeddings,
+# sweeps, vector index builds): see `QUEUE`.
 DEFAULT_QUEUE = "contextd"
+BACKGROUND_QUEUE = "contextd-background"
 # Offload, embedding, notes and erase jobs are idempotent, so retrying them is always safe.
 DEFAULT_RETRY = RetryStrategy(max_attempts=8, exponential_wait=2)
 
@@ -40,16 +47,40 @@ class TaskName(StrEnum):
     EMBED_MEMORIES = "memory:embed"
 
 
+# A session's offload, notes and erase are short and what its next prompt waits for; embeddings
+# are the long tail (one e5 batch takes seconds, and an offload queues several). In one FIFO
+# queue every embedding job queued before a session's notes ran first: a session's notes stayed
+# at version 0 for 40 offloads while the worker embedded another tenant's backlog. Now the
+# session's jobs take any free slot before an embedding (`PRIORITY`), and every worker process
+# keeps `worker.session_slots` slots that serve only their queue (`app.jobs.worker`): they never
+# wait for a batch or an index build to end. Jobs that share a lock must share a priority:
+# procrastinate orders a lock's jobs by priority before age, and a session's jobs must run in
+# the order they were queued.
+QUEUE: dict[TaskName, str] = {
+    TaskName.OFFLOAD: DEFAULT_QUEUE,
+    TaskName.REFRESH_NOTES: DEFAULT_QUEUE,
+    TaskName.ERASE: DEFAULT_QUEUE,
+    TaskName.EMBED_CHUNKS: BACKGROUND_QUEUE,
+    TaskName.EMBED_MEMORIES: BACKGROUND_QUEUE,
+}
+PRIORITY: dict[TaskName, int] = {
+    TaskName.OFFLOAD: 10,
+    TaskName.REFRESH_NOTES: 10,
+    TaskName.ERASE: 10,
+    TaskName.EMBED_CHUNKS: 0,
+    TaskName.EMBED_MEMORIES: 0,
+}
+
 _DEFER = text(
     "SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW("
-    ":queue, :task, 0, :lock, :queueing_lock, CAST(:args AS jsonb), :scheduled_at"
+    ":queue, :task, :priority, :lock, :queueing_lock, CAST(:args AS jsonb), :scheduled_at"
     ")]::procrastinate_job_to_defer_v1[]))"
 )
 
 
 async def enqueue(
     db: AsyncSession,
-    task_name: str,
+    task_name: TaskName,
     args: dict[str, Any],
     *,
     lock: str | None = None,
@@ -61,8 +92,9 @@ async def enqueue(
         datetime.now(UTC) + timedelta(seconds=delay_seconds) if delay_seconds is not None else None
     )
     params = {
-        "queue": DEFAULT_QUEUE,
+        "queue": QUEUE[task_name],
         "task": task_name,
+        "priority": PRIORITY[task_name],
         "lock": lock,
         "queueing_lock": queueing_lock,
         "args": json.dumps(args),

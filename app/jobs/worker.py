@@ -15,7 +15,7 @@ from procrastinate.jobs import Status
 from app.core.config import Settings
 from app.core.context import AppContext
 from app.erasure.tasks import blueprint as erasure_tasks
-from app.jobs.queue import DEFAULT_QUEUE
+from app.jobs.queue import BACKGROUND_QUEUE, DEFAULT_QUEUE
 from app.memory.tasks import blueprint as memory_tasks
 from app.notes.tasks import blueprint as notes_tasks
 from app.offload.tasks import blueprint as offload_tasks
@@ -98,21 +98,41 @@ async def _run_until_stopped(settings: Settings, context: AppContext) -> None:
     async with job_app.open_async():
         stop = asyncio.Event()
         watcher = asyncio.create_task(_watch_stalled(job_app, settings, stop))
-        try:
-            await job_app.run_worker_async(
-                queues=[DEFAULT_QUEUE],
-                concurrency=settings.worker.concurrency,
-                additional_context={"app": context},
-                install_signal_handlers=False,
-                update_heartbeat_interval=settings.worker.heartbeat_seconds,
-                # A job queued behind a session's lock is announced while the lock is held and
-                # the announcement is spent on a failed fetch; nothing wakes the worker when the
-                # lock is released, so only this poll takes it (procrastinate's default: 5 s).
-                fetch_job_polling_interval=settings.worker.poll_seconds,
-                stalled_worker_timeout=settings.worker.stalled_after_seconds,
-                delete_jobs="successful",
+        # Two procrastinate workers share the process: one takes every job (a session's first,
+        # `app.jobs.queue.PRIORITY`), the other only a session's offload, notes and erasure, so
+        # these have slots that no embedding batch or index build holds (`worker.session_slots`).
+        slots = {"worker": ([DEFAULT_QUEUE, BACKGROUND_QUEUE], settings.worker.concurrency)}
+        if settings.worker.session_slots:
+            slots["session-worker"] = ([DEFAULT_QUEUE], settings.worker.session_slots)
+        workers = [
+            asyncio.create_task(
+                job_app.run_worker_async(
+                    name=name,
+                    queues=queues,
+                    concurrency=concurrency,
+                    additional_context={"app": context},
+                    install_signal_handlers=False,
+                    update_heartbeat_interval=settings.worker.heartbeat_seconds,
+                    # A job queued behind a session's lock is announced while the lock is held
+                    # and the announcement is spent on a failed fetch; nothing wakes the worker
+                    # when the lock is released, so only this poll takes it (procrastinate's
+                    # default: 5 s).
+                    fetch_job_polling_interval=settings.worker.poll_seconds,
+                    stalled_worker_timeout=settings.worker.stalled_after_seconds,
+                    delete_jobs="successful",
+                )
             )
+            for name, (queues, concurrency) in slots.items()
+        ]
+        try:
+            # One stops (its database connection was lost) or fails: both start again.
+            done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_COMPLETED)
+            for finished in done:
+                finished.result()
         finally:
+            for worker in workers:
+                worker.cancel()  # a graceful stop: running jobs end first
+            await asyncio.gather(*workers, return_exceptions=True)
             stop.set()
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

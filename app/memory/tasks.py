@@ -7,7 +7,7 @@ from procrastinate import Blueprint, JobContext
 
 from app.core.db import unit_of_work
 from app.embeddings.batches import embed_pending
-from app.jobs.queue import DEFAULT_QUEUE, DEFAULT_RETRY, TaskName, app_context, enqueue
+from app.jobs.queue import BACKGROUND_QUEUE, DEFAULT_RETRY, TaskName, app_context, enqueue
 from app.memory import repository
 from app.memory.policy import embedding_text
 
@@ -57,11 +57,12 @@ async def sweep_embeddings(job_context: JobContext, timestamp: int) -> int:
 def blueprint() -> Blueprint:
     """A fresh blueprint per job app (see `app.offload.tasks.blueprint`)."""
     tasks = Blueprint()
-    tasks.task(name="embed", queue=DEFAULT_QUEUE, pass_context=True, retry=DEFAULT_RETRY)(
+    # Background work, like the chunks' embeddings (`app.jobs.queue.QUEUE`).
+    tasks.task(name="embed", queue=BACKGROUND_QUEUE, pass_context=True, retry=DEFAULT_RETRY)(
         embed_memories
     )
     tasks.periodic(cron="* * * * *", periodic_id="sweep_embeddings")(
-        tasks.task(name="sweep_embeddings", queue=DEFAULT_QUEUE, pass_context=True)(
+        tasks.task(name="sweep_embeddings", queue=BACKGROUND_QUEUE, pass_context=True)(
             sweep_embeddings
         )
     )

@@ -11,6 +11,7 @@ from app.core.context import AppContext
 from app.core.db import unit_of_work
 from app.embeddings.batches import embed_pending
 from app.jobs.queue import (
+    BACKGROUND_QUEUE,
     DEFAULT_QUEUE,
     DEFAULT_RETRY,
     TaskName,
@@ -177,10 +178,12 @@ def blueprint() -> Blueprint:
     app adds them, so one shared module-level blueprint breaks a second app in the process."""
     tasks = Blueprint()
     tasks.task(name="run", queue=DEFAULT_QUEUE, pass_context=True, retry=DEFAULT_RETRY)(run_offload)
-    tasks.task(name="embed_chunks", queue=DEFAULT_QUEUE, pass_context=True, retry=DEFAULT_RETRY)(
+    # Embeddings and the sweep (its vector index build takes minutes) are background work: out
+    # of the slots kept for a session's offload and notes (`app.jobs.queue.QUEUE`).
+    tasks.task(name="embed_chunks", queue=BACKGROUND_QUEUE, pass_context=True, retry=DEFAULT_RETRY)(
         embed_chunks
     )
     tasks.periodic(cron="* * * * *", periodic_id="sweep")(
-        tasks.task(name="sweep", queue=DEFAULT_QUEUE, pass_context=True)(sweep)
+        tasks.task(name="sweep", queue=BACKGROUND_QUEUE, pass_context=True)(sweep)
     )
     return tasks
