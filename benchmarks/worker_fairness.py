@@ -13,7 +13,9 @@ until an append enqueues an offload, then waits for the offload and for the note
 
 Printed per round: append -> offload, offload -> notes, append -> notes (seconds, polled every
 50 ms), and A's embedding jobs waiting at that moment; then the median and p95 of each. A wait
-longer than `--cap` seconds ends the run and is counted as the cap (marked `>=`).
+longer than `--cap` seconds ends the run and is counted as the cap (marked `>=`). Last, how long
+after its last append B's chunks all have their vectors (embeddings stay first come, first
+served: this is the wait behind A's embedding backlog).
 """
 
 import argparse
@@ -108,6 +110,11 @@ async def b_state(http: httpx.AsyncClient) -> tuple[str | None, int, bool]:
     return session["last_offload_at"], pad["version"], pad["stale"]
 
 
+async def b_unembedded(http: httpx.AsyncClient) -> int:
+    chunks = (await http.get("/v1/sessions/b/chunks", params={"limit": 500})).json()["chunks"]
+    return sum(1 for c in chunks if not c["embedded"])
+
+
 async def tenant_b(
     http: httpx.AsyncClient, database_url: str, rounds: int, cap: float
 ) -> list[Round]:
@@ -151,6 +158,15 @@ async def tenant_b(
         )
         if capped:
             break
+    last_append = appended_at
+    while await b_unembedded(http) and time.monotonic() - last_append < cap:
+        await asyncio.sleep(POLL * 10)
+    left = await b_unembedded(http)
+    print(
+        f"  B's chunks embedded {'>=' if left else ''}{time.monotonic() - last_append:.1f} s "
+        f"after its last append ({left} without a vector)",
+        flush=True,
+    )
     return measured
 
 
