@@ -53,9 +53,9 @@ class TaskName(StrEnum):
 # at version 0 for 40 offloads while the worker embedded another tenant's backlog. Now the
 # session's jobs take any free slot before an embedding (`PRIORITY`), and every worker process
 # keeps `worker.session_slots` slots that serve only their queue (`app.jobs.worker`): they never
-# wait for a batch or an index build to end. Jobs that share a lock must share a priority:
-# procrastinate orders a lock's jobs by priority before age, and a session's jobs must run in
-# the order they were queued.
+# wait for a batch or an index build to end. A session's offload, notes and erase share its
+# lock and so must share a priority: procrastinate orders a lock's jobs by priority before age,
+# and these must run in the order they were queued.
 QUEUE: dict[TaskName, str] = {
     TaskName.OFFLOAD: DEFAULT_QUEUE,
     TaskName.REFRESH_NOTES: DEFAULT_QUEUE,
@@ -70,6 +70,13 @@ PRIORITY: dict[TaskName, int] = {
     TaskName.EMBED_CHUNKS: 0,
     TaskName.EMBED_MEMORIES: 0,
 }
+# A session's chunk embedding jobs also step down by the jobs already waiting under their lock
+# (one lock per session): a session's first job goes before any session's second, so a session
+# whose offloads queued a long backlog does not hold back another's vectors until that backlog
+# is done (first come, first served left a second tenant's chunks without vectors for over two
+# minutes, docs/BENCHMARKS.md). Per session, not per tenant: a tenant with many sessions gets a
+# turn for each. The jobs are independent, so their order within the lock may change.
+BY_LOCK_BACKLOG = frozenset({TaskName.EMBED_CHUNKS})
 
 _DEFER = text(
     "SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW("
@@ -91,10 +98,13 @@ async def enqueue(
     scheduled_at = (
         datetime.now(UTC) + timedelta(seconds=delay_seconds) if delay_seconds is not None else None
     )
+    priority = PRIORITY[task_name]
+    if task_name in BY_LOCK_BACKLOG and lock is not None:
+        priority -= await _waiting_under(db, lock)
     params = {
         "queue": QUEUE[task_name],
         "task": task_name,
-        "priority": PRIORITY[task_name],
+        "priority": priority,
         "lock": lock,
         "queueing_lock": queueing_lock,
         "args": json.dumps(args),
@@ -106,6 +116,14 @@ async def enqueue(
     except IntegrityError:
         return False  # queueing lock held by a pending job: the work is already scheduled
     return True
+
+
+async def _waiting_under(db: AsyncSession, lock: str) -> int:
+    result = await db.execute(
+        text("SELECT count(*) FROM procrastinate_jobs WHERE lock = :lock AND status = 'todo'"),
+        {"lock": lock},
+    )
+    return int(result.scalar_one())
 
 
 def session_lock(session_pk: uuid.UUID) -> str:

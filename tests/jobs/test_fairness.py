@@ -16,6 +16,7 @@ from app.jobs.queue import TaskName, enqueue_offload
 from app.offload.service import offload_session
 from tests.offload.test_embedding_jobs import (
     FLOOR_OF_TWO,
+    chunk_states,
     embeddings_handler,
     progress,
     tagged_turns,
@@ -182,3 +183,65 @@ async def test_offload_and_notes_take_a_freed_slot_before_older_embedding_jobs(
             assert pending["doing"] == 2 and pending["todo"] >= A_SESSIONS - 2
         finally:
             embedder.answers.release(1000)  # the worker stops once its jobs end
+
+
+async def test_a_sessions_first_embedding_job_goes_before_another_sessions_backlog(
+    engine: AsyncEngine, settings: Settings, cache: Cache
+) -> None:
+    """One shared slot: A's session has three embedding jobs queued (three offloads), B's
+    session one, queued last. Once A's first batch is answered, B's chunks get their vectors
+    before A's second job runs."""
+    embedder = HeldEmbedder()
+    env = held_worker_env(settings, "", session_slots=1) | {
+        "CONTEXTD_WORKER__CONCURRENCY": "1",
+        "CONTEXTD_EMBEDDING__BATCH_SIZE": "32",  # one batch per offload's job
+    }
+    with loopback_server(embedder.handle) as provider:
+        env["CONTEXTD_EMBEDDING__OPENAI_BASE_URL"] = provider.url
+        with worker_process(env):
+            try:
+                tenant_a = await new_caller(engine)
+                await configure(engine, tenant_a, settings, cache, "a", **FLOOR_OF_TWO)
+                a_pk = None
+                for first in (0, 14, 22):
+                    count = 14 if first == 0 else 8
+                    turns = tagged_turns(embedder.tag, first, count)
+                    await append(engine, tenant_a, settings, cache, "a", turns)
+                    a_pk = await session_pk(engine, tenant_a.tenant_id, "a")
+                    async with transaction(engine) as db:
+                        done = await offload_session(
+                            db, settings, cache, a_pk, trigger="test", until_tokens=0
+                        )
+                    assert done is not None and done.chunks_written >= 1
+                assert a_pk is not None
+                await wait_for(
+                    embedder.requests_arrived,
+                    lambda n: n == 1,
+                    what="A's first embedding job to hold the shared slot",
+                )
+                a_jobs = await embedding_jobs(engine, [a_pk])  # (the sweep's may come too)
+                assert a_jobs["doing"] == 1 and a_jobs["todo"] >= 2
+
+                tenant_b = await new_caller(engine)
+                await configure(engine, tenant_b, settings, cache, "b", **FLOOR_OF_TWO)
+                await append(engine, tenant_b, settings, cache, "b", tagged_turns(B_TAG, 0, 14))
+                b_pk = await session_pk(engine, tenant_b.tenant_id, "b")
+                async with transaction(engine) as db:
+                    b_done = await offload_session(
+                        db, settings, cache, b_pk, trigger="test", until_tokens=0
+                    )
+                assert b_done is not None and b_done.chunks_written >= 1
+
+                embedder.answers.release()  # A's first batch
+                await wait_for(
+                    embedder.requests_arrived,
+                    lambda n: n == 2,
+                    what="the slot to reach A's embedder again",
+                )
+                b_chunks = await chunk_states(engine, b_pk)
+                assert len(b_chunks) == b_done.chunks_written
+                assert not any(c["missing"] for c in b_chunks)
+                a_jobs = await embedding_jobs(engine, [a_pk])
+                assert a_jobs["doing"] == 1 and a_jobs["todo"] >= 1
+            finally:
+                embedder.answers.release(1000)  # the worker stops once its jobs end
