@@ -4,6 +4,11 @@ Chinese (and other CJK scripts) have no spaces, so a run of CJK characters is in
 characters (unigrams) plus overlapping character bigrams; everything else is split into lower-cased
 word tokens. The same function feeds the Postgres `tsvector` and the in-process BM25, so both arms
 see identical terms.
+
+Identifiers of code and data stay whole terms, so that they match exactly: `snake_case`,
+`SECRET_CONST_3`, dotted names (`client.charge`, `mod3.py`), `HAT069`, `8ZC1KX` and CamelCase
+(lower-cased: `billingclient`). A path (`billing/mod3.py`) is a term too, and so are its segments
+(`billing`, `mod3.py`): a question names a file by its path or by its name alone.
 """
 
 import re
@@ -69,7 +74,7 @@ def cjk_terms(run: str) -> list[str]:
 
 
 # A run of CJK characters, or a word: what `terms` splits text into. Neither holds whitespace.
-_TERM_TOKEN_RE = re.compile(rf"[{_CJK_CLASS}]+|{_WORD}(?:[-_.@]{_WORD})*", re.UNICODE)
+_TERM_TOKEN_RE = re.compile(rf"[{_CJK_CLASS}]+|{_WORD}(?:[-_.@/]{_WORD})*", re.UNICODE)
 _KEPT_PIECE_CHARS = 32  # longer pieces (CJK sentences, long IDs) are rarely seen twice
 _KEPT_PIECES = 65_536  # pieces kept before the table starts again
 
@@ -89,6 +94,8 @@ class _PieceTerms(dict[str, tuple[str, ...]]):
         for token in _TERM_TOKEN_RE.findall(piece):
             if _CJK_RUN_RE.match(token):
                 found.extend(t for t in cjk_terms(token) if not self.stop_characters.issuperset(t))
+            elif "/" in token:
+                found.extend(self._path_terms(token))
             elif token not in self.stopwords:
                 found.append(token)
         kept = tuple(found)
@@ -97,6 +104,17 @@ class _PieceTerms(dict[str, tuple[str, ...]]):
                 self.clear()
             self[piece] = kept
         return kept
+
+    def _path_terms(self, token: str) -> list[str]:
+        """A path's segments, and the whole path when it looks like one: a letter, and three
+        segments or one that is not a plain word (`billing/mod3.py`, `app/recall/rewrite`).
+        Numbers and dates ("24/7", "5/7/2023") and words ("artists/bands", "and/or") are
+        indexed by their parts as before."""
+        segments = [s for s in token.split("/") if s and s not in self.stopwords]
+        looks_like_path = len(segments) > 2 or any(not s.isalpha() for s in segments)
+        if len(segments) > 1 and looks_like_path and any(c.isalpha() for c in token):
+            return [token, *segments]
+        return segments
 
 
 _PIECES = {
@@ -113,7 +131,7 @@ def terms(text: str, *, drop_stopwords: bool = True) -> list[str]:
     return list(chain.from_iterable(map(_PIECES[drop_stopwords].__getitem__, pieces)))
 
 
-_PART_SEPARATOR_RE = re.compile(r"[-_.@]")
+_PART_SEPARATOR_RE = re.compile(r"[-_.@/]")
 
 
 def lexical_document(text: str) -> str:
@@ -124,8 +142,9 @@ def lexical_document(text: str) -> str:
 def terms_document(text_terms: Sequence[str]) -> str:
     """`lexical_document` of text whose `terms()` are already at hand.
 
-    Punctuation inside identifiers (AB-12345, a.b@c.d) would be split by the 'simple' parser, so
-    such terms are kept whole and also contribute their parts (CJK terms hold no separator).
+    Punctuation inside identifiers (AB-12345, a.b@c.d, a/b.py) would be split by the 'simple'
+    parser, so such terms are kept whole and also contribute their parts (CJK terms hold no
+    separator).
     """
     joined = " ".join(text_terms)
     if not _PART_SEPARATOR_RE.search(joined):

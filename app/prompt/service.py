@@ -51,6 +51,7 @@ from app.prompt.schemas import (
     RecalledItemOut,
     RecallReport,
 )
+from app.recall.rewrite import window_query
 from app.recall.service import (
     MEMORY_PREFIX,
     QueryVectors,
@@ -620,7 +621,7 @@ async def _about_user(
         return [], []
     query = req.query
     if query is None:
-        query = next((t.content for t in reversed(window) if t.role == "user"), "")
+        query = window_query(window) or ""
     try:
         async with db.begin_nested():
             ranked = await rank_user_memories(db, context, session, query, [], vectors)
@@ -659,7 +660,7 @@ async def _recall(
         return None, "no_history"
     query = req.query
     if query is None:
-        query = next((t.content for t in reversed(window) if t.role == "user"), None)
+        query = window_query(window)
     if not query:
         return None, "no_query"
     candidates = (

@@ -14,9 +14,11 @@ cross-encoder falls back from). score = Σ weight · feature, every feature in [
   by its IDF over the candidates (a stem most candidates hold counts little). Stems compare
   English inflections alike; CJK terms are their own stems, so both languages count the same way.
 - exact    (`EXACT_WEIGHT` 6.0): share of the query's IDs and quoted strings found verbatim
-  (case-insensitive) in the text. 6.0 exceeds the sum of all other weights (3.24), so a candidate
-  containing every exact key outranks any candidate containing none: an order number or a quoted
-  phrase found verbatim is almost certainly the turn asked about.
+  (case-insensitive) in the text (a tool result's with the text of its call); an identifier of
+  code weighs by its rarity among the candidates (`_key_weights`), any other key 1. 6.0 exceeds the
+  sum of all other weights (3.24), so a candidate containing every exact key outranks any
+  candidate containing none: an order number or a quoted phrase found verbatim is almost
+  certainly the turn asked about.
 - entity   (`ENTITY_WEIGHT` 0.471): share of the query's names and numbers found verbatim.
 - cjk      (`CJK_WEIGHT` 0.3): share of the query's CJK bigrams present in the text. Chinese words
   are mostly two characters; this restores word matching that unigram-heavy lexical scores blur.
@@ -44,7 +46,7 @@ from typing import Literal
 from app.core.text import term_set
 from app.core.tokens import count_tokens
 from app.recall.bm25 import idf
-from app.recall.rewrite import RewrittenQuery
+from app.recall.rewrite import RewrittenQuery, is_code_identifier
 from app.recall.trim import line_stems
 
 FUSED_WEIGHT = 1.0
@@ -72,6 +74,9 @@ class RerankCandidate:
     turn_last: int
     turn_first: int | None = None  # None: the candidate covers turn_last only
     ranged: bool = True  # False: no turns (a remembered item), never adjacent to a candidate
+    # A tool result's: the text of the call it answers, whose keys count as the result's (the
+    # call names the file or record the result holds).
+    call_text: str = ""
 
     @property
     def turn_range(self) -> tuple[int, int]:
@@ -115,14 +120,15 @@ class Selection:
 
 
 def _key_pattern(key: str) -> Callable[[str], bool]:
-    """Case-insensitive verbatim match; Latin/digit keys must not sit inside a longer word.
+    """Case-insensitive verbatim match; Latin/digit keys must not sit inside a longer word or
+    identifier (SECRET_CONST_3 is not in SECRET_CONST_30 nor MY_SECRET_CONST_3).
 
     The word-boundary regex runs only on a text that holds the key as a substring (one C-level
     scan): most candidates hold none of the query's keys."""
     needle = key.casefold()
     if _CJK_RUN_RE.search(needle):
         return lambda text: needle in text
-    rx = re.compile(rf"(?<![0-9a-z]){re.escape(needle)}(?![0-9a-z])")
+    rx = re.compile(rf"(?<![0-9a-z_]){re.escape(needle)}(?![0-9a-z_])")
     return lambda text: needle in text and rx.search(text) is not None
 
 
@@ -135,16 +141,31 @@ def _matchers(keys: Sequence[str]) -> list[list[Callable[[str], bool]]]:
     return out
 
 
+def _found(matchers: Sequence[Sequence[Callable[[str], bool]]], folded_text: str) -> list[bool]:
+    return [any(match(folded_text) for match in forms) for forms in matchers]
+
+
 def _share_found(matchers: Sequence[Sequence[Callable[[str], bool]]], folded_text: str) -> float:
     if not matchers:
         return 0.0
-    found = 0
-    for forms in matchers:
-        for match in forms:
-            if match(folded_text):
-                found += 1
-                break
-    return found / len(matchers)
+    return sum(_found(matchers, folded_text)) / len(matchers)
+
+
+def _key_weights(keys: Sequence[str], found: Sequence[Sequence[bool]]) -> list[float]:
+    """Per exact key, its weight in the `exact` share: 1, or for an identifier of code its
+    IDF over the candidates (`found`: per candidate, per key) relative to a key one candidate
+    holds, at most 1. An order number or a quoted phrase names one thing; an identifier
+    recurs across a codebase (`SECRET_CONST_3` in every module, `client.charge` in every step),
+    and of two the query names the rarer tells the candidates apart (`billing/mod3.py`)."""
+    n = len(found)
+    weights: list[float] = []
+    for k, key in enumerate(keys):
+        if not is_code_identifier(key) or n < 2:
+            weights.append(1.0)
+            continue
+        df = sum(1 for held in found if held[k])
+        weights.append(min(1.0, idf(n, df) / idf(n, 1)))
+    return weights
 
 
 def cjk_bigrams(text: str) -> set[str]:
@@ -208,20 +229,33 @@ def feature_rerank(
 
     Ties keep fused order (fused_rank, then input order).
     """
-    exact_keys = _matchers([*query.ids, *query.quoted])
+    keys = [*query.ids, *query.quoted]
+    exact_keys = _matchers(keys)
     entity_keys = _matchers([*query.entities, *query.numbers])
     query_bigrams = cjk_bigrams(query.rewritten)
     top_fused = max((c.fused_score for c in candidates), default=0.0)
     fused = [c.fused_score / top_fused if top_fused > 0 else 0.0 for c in candidates]
     adjacent = _adjacent_fused(candidates, fused)
     coverage = _coverage(query.raw, [c.text for c in candidates])
+    folded = [c.text.casefold() for c in candidates]
+    keyed = [
+        f"{c.call_text.casefold()}\n{text}" if c.call_text else text
+        for c, text in zip(candidates, folded, strict=True)
+    ]
+    found = [_found(exact_keys, text) for text in keyed]
+    key_weights = _key_weights(keys, found)
+    all_keys = sum(key_weights)
     scored: list[tuple[tuple[float, int, int], ScoredCandidate]] = []
     for position, cand in enumerate(candidates):
-        folded = cand.text.casefold()
+        held = found[position]
         features = RerankFeatures(
             fused=fused[position],
-            exact=_share_found(exact_keys, folded),
-            entity=_share_found(entity_keys, folded),
+            exact=(
+                sum(w for w, h in zip(key_weights, held, strict=True) if h) / all_keys
+                if all_keys > 0
+                else 0.0
+            ),
+            entity=_share_found(entity_keys, keyed[position]),
             cjk=(
                 len(query_bigrams & cjk_bigrams(cand.text)) / len(query_bigrams)
                 if query_bigrams
@@ -299,6 +333,7 @@ def select_within_budget(
     rangeless: Collection[str] = frozenset(),
     text_keys: Mapping[str, str] | None = None,
     near_duplicates: bool = False,
+    keyed_pieces: Collection[str] = frozenset(),
 ) -> Selection:
     """Take the best `k` candidates whose tokens fit `budget_tokens` together (None: no budget).
 
@@ -310,6 +345,9 @@ def select_within_budget(
     - "below_k": k candidates are already kept;
     - "over_budget": it does not fit the tokens left; smaller ones further down are still tried;
     - "near_duplicate" (with `near_duplicates`): it fits, but `repeats` a kept candidate.
+    `keyed_pieces`: pieces of split turns that hold one of the query's exact keys; each is kept
+    beside the other pieces of its turn (a long file's pieces hold different lines: the one
+    that uses `SECRET_CONST_3` and the one that defines it), unless its text is the same.
     Tokens come from `token_counts` (what injecting the fragment costs, framing included), else
     `count_tokens(text)`; without a budget nothing is counted (`tokens` stays 0).
     `text_keys`: candidates' `text_key` by id, where the caller keeps them (a ~700-character
@@ -341,7 +379,8 @@ def select_within_budget(
         range_dup = (
             group is None and cand.id not in rangeless and reach.get(first, first - 1) >= last
         )
-        if (group is not None and group in kept_groups) or duplicate_key in kept_texts or range_dup:
+        same_turn = (group is not None and group in kept_groups) or range_dup
+        if (same_turn and cand.id not in keyed_pieces) or duplicate_key in kept_texts:
             dropped.append((item, "duplicate"))
             continue
         if len(selected) >= k:

@@ -11,14 +11,27 @@ turns' words would only pull recall towards them. Then the most specific items o
 appended: IDs, quoted strings, names, numbers, then content words and CJK bigrams, at most
 `MAX_APPENDED_TERMS`. Otherwise rewritten == raw.
 Pure, regex-based; CJK names are only taken in honorific form (王先生) or as katakana runs.
+
+IDs are exact keys: recall's exact arm looks for them verbatim and its rerank puts a candidate
+holding them above any that does not. Besides order numbers and codes (`HAT069`, `8ZC1KX`), the
+identifiers of code and data are IDs: `snake_case` and `SECRET_CONST_3`, camelCase and
+two-hump CamelCase, dotted names (`client.charge`, `mod3.py`) and paths (`billing/mod3.py`).
+
+A build without a query searches for what the window's latest exchange asks (`window_query`):
+the user's latest turn, and when the agent is in a tool loop (the latest turn a tool result or
+an assistant turn calling tools) the latest calls' argument values and the identifiers their
+results returned.
 """
 
+import json
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.core.text import ENGLISH_STOPWORDS, is_cjk, terms
+from app.domain.records import TurnRecord
 
 CONTEXT_TURNS = 2
 SHORT_QUERY_TERMS = 1
@@ -41,6 +54,26 @@ _KEYWORD_ID_RE = re.compile(
     r"|(?:订单|工单|单号|编号|票号|账号|账户|尾号|运单|流水号|卡号)号?(?:是|为)?[:：\s]*"
     r"([A-Za-z0-9][A-Za-z0-9-]{2,})"
 )
+# Identifiers of code and data; digits alone never make one (dates, fractions and decimals are
+# numbers). A path: segments joined by "/" (from the root or home, three of them, or one holding
+# ".", "_", "-" or a digit: "artists/bands" is words). A dotted name: parts of two characters or
+# more ("e.g." and "a.m." are not). snake_case: words joined by "_". camelCase: a lower-case
+# letter followed by a capital inside one word ("getUser"). CamelCase: three humps, or two with a
+# digit
+# ("BillingClientError", "Mod3Client"); two humps alone are names as often as classes (YouTube,
+# McGee, LeBron: LoCoMo's questions hold those and no class name), and stay names.
+_CODE_ID_RE = re.compile(
+    r"(?<![\w./-])(?:"
+    r"(?:~?/)?[\w.-]+(?:/[\w.-]+)+"  # paths
+    r"|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"  # dotted names
+    r"|[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+"  # snake_case
+    r"|[a-z][a-z0-9]*[A-Z][A-Za-z0-9]*"  # camelCase
+    r"|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+){2,}[A-Za-z0-9]*"  # CamelCase, three humps
+    r"|(?=[A-Za-z]*[0-9])[A-Z][a-z0-9]+[A-Z][A-Za-z0-9]*"  # CamelCase with a digit
+    r")(?![\w/-])",
+    re.ASCII,  # CJK characters around an identifier are not part of it
+)
+_PLAIN_WORD_RE = re.compile(r"[A-Za-z]+")
 _TOKEN_RE = re.compile(r"(?<![A-Za-z0-9])[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*(?![A-Za-z0-9])")
 _NUMBER_WITH_UNIT_RE = re.compile(r"^\d+(?:\.\d+)?[a-z%]+$")
 _DIGIT_GROUPS_RE = re.compile(
@@ -169,6 +202,36 @@ def _names(text: str) -> list[str]:
     return out
 
 
+def _code_identifier(token: str) -> bool:
+    """Whether a `_CODE_ID_RE` match (trailing punctuation stripped) is an identifier."""
+    if not any(c.isalpha() for c in token):
+        return False
+    if "/" in token:
+        segments = [s for s in token.split("/") if s]
+        return (
+            len(segments) > 2
+            or token.startswith(("/", "~", "."))
+            or (len(segments) == 2 and not all(_PLAIN_WORD_RE.fullmatch(s) for s in segments))
+        )
+    if "." in token and "_" not in token:
+        return all(len(part) >= 2 for part in token.split("."))
+    return True
+
+
+def is_code_identifier(text: str) -> bool:
+    """Whether `text` is one identifier of code or data, whole."""
+    match = _CODE_ID_RE.fullmatch(text)
+    return match is not None and _code_identifier(text)
+
+
+def code_identifiers(text: str) -> Iterator[tuple[int, int, str]]:
+    """(start, end, identifier) of each identifier of code or data in `text`, in order."""
+    for m in _CODE_ID_RE.finditer(text):
+        value = m.group(0).rstrip(_TRAILING_PUNCT)
+        if _code_identifier(value):
+            yield m.start(), m.start() + len(value), value
+
+
 def _extract(text: str) -> _Extracted:
     """IDs, numbers, quoted strings and names of `text`; IDs are masked before numbers and names."""
     quoted = [q.strip() for rx in _QUOTE_RES for q in rx.findall(text) if q.strip()]
@@ -188,6 +251,11 @@ def _extract(text: str) -> _Extracted:
         group = 1 if m.group(1) else 2
         ids.append((m.start(group), m.group(group)))
         spans.append((m.start(group), m.end(group)))
+    work = _mask(work, spans)
+    spans = []
+    for start, end, value in code_identifiers(work):
+        ids.append((start, value))
+        spans.append((start, end))
     work = _mask(work, spans)
     spans = []
     for m in _TOKEN_RE.finditer(work):
@@ -330,3 +398,73 @@ def rewrite_query(
         short_query=short and not anaphora,
         appended=appended,
     )
+
+
+# What a tool-loop query takes from the latest exchange: argument values of the latest calls
+# (each cut to `MAX_ARGUMENT_CHARS`: a file being written is no search term), and identifiers
+# from their results (read in the first `MAX_RESULT_CHARS` of each).
+MAX_ARGUMENT_VALUES = 12
+MAX_ARGUMENT_CHARS = 200
+MAX_RESULT_IDENTIFIERS = 12
+MAX_RESULT_CHARS = 20_000
+
+
+def _leaf_values(value: Any) -> Iterator[str]:
+    """The scalar values of a JSON value, depth first (keys are the tool's schema, not data)."""
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _leaf_values(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _leaf_values(item)
+    elif value is not None and not isinstance(value, bool):
+        yield str(value)
+
+
+def call_argument_values(tool_calls: Sequence[dict[str, Any]]) -> list[str]:
+    """The argument values of `tool_calls` (OpenAI-style), in order; arguments that are not a
+    JSON object count as one value, as sent."""
+    values: list[str] = []
+    for call in tool_calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(arguments, str):
+            try:
+                parsed: Any = json.loads(arguments)
+            except ValueError:
+                parsed = arguments
+        else:
+            parsed = arguments
+        values.extend(v.strip()[:MAX_ARGUMENT_CHARS] for v in _leaf_values(parsed) if v.strip())
+    return _dedupe(values)[:MAX_ARGUMENT_VALUES]
+
+
+def result_identifiers(results: Sequence[str]) -> list[str]:
+    """The IDs (codes, identifiers of code and data) the tool `results` hold, first seen first."""
+    found = [i for text in results for i in _extract(text[:MAX_RESULT_CHARS]).ids]
+    return _dedupe(found)[:MAX_RESULT_IDENTIFIERS]
+
+
+def window_query(turns: Sequence[TurnRecord]) -> str | None:
+    """What a build without a query recalls for, from the window's turns (oldest first): the
+    latest user turn, and in a tool loop (the latest turn a tool result or an assistant turn
+    calling tools) the latest calls' argument values and the identifiers of their results after
+    it. The user's words alone are too general there ("check the billing package"); the latest
+    call names what the agent is after (`billing/mod3.py`, `SECRET_CONST_3`). None: nothing to
+    search for."""
+    user = next((t.content for t in reversed(turns) if t.role == "user"), None)
+    if not turns or not (turns[-1].role == "tool" or turns[-1].tool_calls):
+        return user or None
+    calling = next(
+        (i for i in range(len(turns) - 1, -1, -1) if turns[i].tool_calls),
+        None,
+    )
+    if calling is None:  # results whose call left the window
+        arguments: list[str] = []
+        results = [t.content for t in turns[-1:]]
+    else:
+        arguments = call_argument_values(turns[calling].tool_calls or [])
+        results = [t.content for t in turns[calling + 1 :] if t.role == "tool"]
+    identifiers = result_identifiers(results)
+    parts = [user or "", *_dedupe([*arguments, *identifiers])]
+    return " ".join(p for p in parts if p).strip() or None

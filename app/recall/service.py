@@ -9,6 +9,7 @@ rewrite failure the rule-based rewrite (`rewrite_unavailable`).
 
 import asyncio
 import hashlib
+import json
 import logging
 import re
 import statistics
@@ -565,6 +566,105 @@ async def show_best_turns(
     return out
 
 
+# The first this many fused candidates that call tools bring the chunks of their results.
+CALLS_FOLLOWED = 5
+_TOOL_CALLS_MARK = " → tool_calls: "  # the line `turn_body` ends a calling turn with
+
+
+@dataclass(frozen=True)
+class _CallChunk:
+    fused: FusedCandidate
+    text: str
+
+
+@dataclass(frozen=True)
+class ResultOfCall:
+    """A chunk holding a tool result, and the candidate holding the call it answers."""
+
+    chunk: repository.ShownChunk
+    call: _CallChunk
+
+
+def calls_at_end(text: str) -> int:
+    """How many tool calls the last turn of a chunk's `text` makes (0: its last turn calls no
+    tool). A call line cut by a split turn counts as one call."""
+    lines = text.rstrip().rsplit("\n", 1)
+    last = lines[-1]
+    at = last.find(_TOOL_CALLS_MARK)
+    if at < 0:
+        return 0
+    try:
+        calls = json.loads(last[at + len(_TOOL_CALLS_MARK) :])
+    except ValueError:
+        return 1
+    return len(calls) if isinstance(calls, list) and calls else 1
+
+
+async def _results_of_calls(
+    db: AsyncSession,
+    session: Session,
+    fused: Sequence[FusedCandidate],
+    fields: Mapping[str, Mapping[str, Any]],
+) -> dict[str, ResultOfCall]:
+    """The chunks holding the results of the tool calls that end one of the first
+    `CALLS_FOLLOWED` fused chunks, by chunk id. A tool result is data the call asked for, and
+    a long one is chunked apart from its call (`app.offload.chunking`): the piece holding
+    `SECRET_CONST_3 = ...` does not name `billing/mod3.py`, the call that read it does. Found by
+    its call, a result ranks with it (`with_results_of_calls`) and is matched against the
+    query's keys with the call's text (`RerankCandidate.call_text`)."""
+    calls: list[tuple[_CallChunk, int, int]] = []
+    for f in fused:
+        if len(calls) >= CALLS_FOLLOWED:
+            break
+        if f.id.startswith(MEMORY_PREFIX) or f.id not in fields:
+            continue
+        text = fields[f.id]["text"]
+        count = calls_at_end(text)
+        if count:
+            last = fields[f.id]["turn_last"]
+            calls.append((_CallChunk(f, text), last + 1, last + count))
+    found: dict[str, ResultOfCall] = {}
+    for call, first, last in calls:
+        for chunk in await repository.chunks_overlapping(db, session.id, first, last):
+            if chunk.raw_text.startswith("tool") and str(chunk.id) not in found:
+                shown = repository.ShownChunk(
+                    str(chunk.id),
+                    chunk.status,
+                    chunk.turn_first,
+                    chunk.turn_last,
+                    chunk.part,
+                    chunk.parts,
+                    chunk.ts_last,
+                    chunk.raw_text,
+                    chunk.trusted,
+                    chunk.token_count,
+                )
+                found[shown.id] = ResultOfCall(shown, call)
+    return found
+
+
+def with_results_of_calls(
+    fused: Sequence[FusedCandidate], answered: Mapping[str, ResultOfCall]
+) -> list[FusedCandidate]:
+    """`fused` with each result of a call (`answered`) scored as its call when that is better
+    than its own score, the results no arm returned placed right after their call."""
+    if not answered:
+        return list(fused)
+    out: list[FusedCandidate] = []
+    known = {f.id for f in fused}
+    for f in fused:
+        result = answered.get(f.id)
+        if result is not None and result.call.fused.score > f.score:
+            f = replace(f, score=result.call.fused.score, rank=result.call.fused.rank)
+        out.append(f)
+        out.extend(
+            FusedCandidate(id=cid, score=f.score, rank=f.rank)
+            for cid, r in answered.items()
+            if r.call.fused.id == f.id and cid not in known
+        )
+    return out
+
+
 def _normalised(scores: dict[str, float]) -> dict[str, float]:
     """Min-max to [0, 1] (all equal: 1.0), the relative fusion's scale, order kept."""
     if not scores:
@@ -1053,6 +1153,10 @@ async def recall(
             }
         elif f.id in chunks and chunks[f.id].status == "active":
             fields[f.id] = _chunk_fields(chunks[f.id])
+    answered = await _results_of_calls(db, session, fused, fields)
+    fused = with_results_of_calls(fused, answered)
+    for result in answered.values():
+        fields.setdefault(result.chunk.id, _chunk_fields(result.chunk))
     by_id = {f.id: f for f in fused if f.id in fields}
     rerank_input = [
         RerankCandidate(
@@ -1063,10 +1167,12 @@ async def recall(
             turn_last=fields[f.id]["turn_last"] or 0,
             turn_first=fields[f.id]["turn_first"] or 0,
             ranged=not f.id.startswith(MEMORY_PREFIX),
+            call_text=answered[f.id].call.text if f.id in answered else "",
         )
         for f in fused
         if f.id in fields
     ]
+    clock.lap("results_of_calls")
     if context.settings.recall.rerank_url:
         await release(db)  # the cross-encoder is a network wait
     scored = await _rerank(context, rewritten, rerank_input, session.last_seq, fallbacks)
@@ -1086,6 +1192,7 @@ async def recall(
         text_keys={
             cid: kept.text_key(cid, f["text"]) for cid, f in fields.items() if cid not in rangeless
         },
+        keyed_pieces={s.id for s in scored if s.id in groups and s.features.exact > 0},
     )
 
     def hit(item: ScoredCandidate) -> RecallHit:
