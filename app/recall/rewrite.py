@@ -218,6 +218,14 @@ def _code_identifier(token: str) -> bool:
     return True
 
 
+def _code_token(token: str) -> bool:
+    """Whether a `_TOKEN_RE` match is a code: letters and digits mixed, e.g. INV2024001, gpt-4o;
+    not 100km."""
+    mixed = any(c.isalpha() for c in token) and any(c.isdigit() for c in token)
+    shaped = "-" in token or "_" in token or len(token) >= 4
+    return mixed and shaped and not _NUMBER_WITH_UNIT_RE.match(token.lower())
+
+
 def is_code_identifier(text: str) -> bool:
     """Whether `text` is one identifier of code or data, whole."""
     match = _CODE_ID_RE.fullmatch(text)
@@ -259,10 +267,8 @@ def _extract(text: str) -> _Extracted:
     work = _mask(work, spans)
     spans = []
     for m in _TOKEN_RE.finditer(work):
-        token = m.group(0)  # letters and digits mixed, e.g. INV2024001, gpt-4o; not 100km
-        mixed = any(c.isalpha() for c in token) and any(c.isdigit() for c in token)
-        shaped = "-" in token or "_" in token or len(token) >= 4
-        if mixed and shaped and not _NUMBER_WITH_UNIT_RE.match(token.lower()):
+        token = m.group(0)
+        if _code_token(token):
             ids.append((m.start(), token))
             spans.append((m.start(), m.end()))
     work = _mask(work, spans)
@@ -401,12 +407,24 @@ def rewrite_query(
 
 
 # What a tool-loop query takes from the latest exchange: argument values of the latest calls
-# (each cut to `MAX_ARGUMENT_CHARS`: a file being written is no search term), and identifiers
-# from their results (read in the first `MAX_RESULT_CHARS` of each).
+# (each cut to `MAX_ARGUMENT_CHARS`: a file being written is no search term), and the first
+# identifiers in the first `MAX_RESULT_CHARS` of their results (none longer than
+# `MAX_IDENTIFIER_CHARS`, no part longer than `MAX_IDENTIFIER_PART_CHARS`: a base64 blob is no
+# identifier; a JSON result is parsed when at most `MAX_JSON_RESULT_CHARS`, for its values).
 MAX_ARGUMENT_VALUES = 12
 MAX_ARGUMENT_CHARS = 200
 MAX_RESULT_IDENTIFIERS = 12
 MAX_RESULT_CHARS = 20_000
+MAX_IDENTIFIER_CHARS = 64
+MAX_IDENTIFIER_PART_CHARS = 32
+MAX_JSON_RESULT_CHARS = 100_000
+_IDENTIFIER_PART_RE = re.compile(r"[^/._-]+")
+# IDs and identifiers of code in one pass, in order of appearance: a result is read only as far
+# as its first identifiers. A code holds a digit: the lookahead skips plain words in C.
+_RESULT_ID_RE = re.compile(
+    rf"(?P<code>{_CODE_ID_RE.pattern})|(?=[A-Za-z0-9_-]*[0-9])(?P<token>{_TOKEN_RE.pattern})",
+    re.ASCII,
+)
 
 
 def _leaf_values(value: Any) -> Iterator[str]:
@@ -439,10 +457,47 @@ def call_argument_values(tool_calls: Sequence[dict[str, Any]]) -> list[str]:
     return _dedupe(values)[:MAX_ARGUMENT_VALUES]
 
 
+def _identifiers_in(text: str) -> Iterator[str]:
+    """The codes and identifiers of code and data in `text`, in order."""
+    for m in _RESULT_ID_RE.finditer(text, 0, MAX_RESULT_CHARS):
+        value = m.group(0).rstrip(_TRAILING_PUNCT)
+        if len(value) > MAX_IDENTIFIER_CHARS or any(
+            len(part) > MAX_IDENTIFIER_PART_CHARS for part in _IDENTIFIER_PART_RE.findall(value)
+        ):
+            continue
+        if (m.group("code") and _code_identifier(value)) or (
+            m.group("token") and _code_token(value)
+        ):
+            yield value
+
+
+def _result_texts(result: str) -> Iterator[str]:
+    """A tool result's values when it is JSON (its keys are the tool's schema, not data), else
+    the result itself."""
+    stripped = result.strip()
+    if stripped[:1] in ("{", "[") and len(stripped) <= MAX_JSON_RESULT_CHARS:
+        try:
+            yield from _leaf_values(json.loads(stripped))
+            return
+        except ValueError:
+            pass
+    yield result
+
+
 def result_identifiers(results: Sequence[str]) -> list[str]:
-    """The IDs (codes, identifiers of code and data) the tool `results` hold, first seen first."""
-    found = [i for text in results for i in _extract(text[:MAX_RESULT_CHARS]).ids]
-    return _dedupe(found)[:MAX_RESULT_IDENTIFIERS]
+    """The first `MAX_RESULT_IDENTIFIERS` IDs (codes, identifiers of code and data) the tool
+    `results` hold, first seen first."""
+    found: list[str] = []
+    seen: set[str] = set()
+    for result in results:
+        for text in _result_texts(result):
+            for value in _identifiers_in(text):
+                if value.casefold() not in seen:
+                    seen.add(value.casefold())
+                    found.append(value)
+                    if len(found) >= MAX_RESULT_IDENTIFIERS:
+                        return found
+    return found
 
 
 def window_query(turns: Sequence[TurnRecord]) -> str | None:

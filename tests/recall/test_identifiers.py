@@ -240,3 +240,21 @@ def test_pieces_holding_a_key_are_kept_beside_their_sibling() -> None:
     )
     assert [s.id for s in keyed.selected] == ["uses", "defines"]
     assert [(s.id, why) for s, why in keyed.dropped] == [("other", "duplicate")]
+
+
+def test_a_json_result_gives_the_identifiers_of_its_values_not_its_keys() -> None:
+    lookup = turn(2, "assistant", tool_calls=[call("c1", "get_reservation", code="8ZC1KX")])
+    result = turn(
+        3,
+        "tool",
+        json.dumps({"reservation_id": "8ZC1KX", "user_id": "mia_li_3668", "flight": "HAT069"}),
+        tool_call_id="c1",
+    )
+    assert window_query([ASK, lookup, result]) == f"{ASK.content} 8ZC1KX mia_li_3668 HAT069"
+
+
+def test_a_blob_is_no_identifier_and_a_long_result_is_read_only_so_far() -> None:
+    blob = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNg"
+    late = "plain words " * 5000 + "SECRET_CONST_9"
+    result = turn(3, "tool", f"{blob} then {late}", tool_call_id="c1")
+    assert window_query([ASK, GREP, result]) == (f"{ASK.content} SECRET_CONST_3 billing/mod3.py")
