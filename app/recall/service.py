@@ -572,7 +572,9 @@ _TOOL_CALLS_MARK = " → tool_calls: "  # the line `turn_body` ends a calling tu
 
 
 @dataclass(frozen=True)
-class _CallChunk:
+class CallChunk:
+    """A fused candidate whose last turn calls tools, and its text."""
+
     fused: FusedCandidate
     text: str
 
@@ -582,7 +584,7 @@ class ResultOfCall:
     """A chunk holding a tool result, and the candidate holding the call it answers."""
 
     chunk: repository.ShownChunk
-    call: _CallChunk
+    call: CallChunk
 
 
 def calls_at_end(text: str) -> int:
@@ -612,7 +614,7 @@ async def _results_of_calls(
     `SECRET_CONST_3 = ...` does not name `billing/mod3.py`, the call that read it does. Found by
     its call, a result ranks with it (`with_results_of_calls`) and is matched against the
     query's keys with the call's text (`RerankCandidate.call_text`)."""
-    calls: list[tuple[_CallChunk, int, int]] = []
+    calls: list[tuple[CallChunk, int, int]] = []
     for f in fused:
         if len(calls) >= CALLS_FOLLOWED:
             break
@@ -622,7 +624,7 @@ async def _results_of_calls(
         count = calls_at_end(text)
         if count:
             last = fields[f.id]["turn_last"]
-            calls.append((_CallChunk(f, text), last + 1, last + count))
+            calls.append((CallChunk(f, text), last + 1, last + count))
     found: dict[str, ResultOfCall] = {}
     for call, first, last in calls:
         for chunk in await repository.chunks_overlapping(db, session.id, first, last):
@@ -648,8 +650,6 @@ def with_results_of_calls(
 ) -> list[FusedCandidate]:
     """`fused` with each result of a call (`answered`) scored as its call when that is better
     than its own score, the results no arm returned placed right after their call."""
-    if not answered:
-        return list(fused)
     out: list[FusedCandidate] = []
     known = {f.id for f in fused}
     for f in fused:
@@ -1154,9 +1154,11 @@ async def recall(
         elif f.id in chunks and chunks[f.id].status == "active":
             fields[f.id] = _chunk_fields(chunks[f.id])
     answered = await _results_of_calls(db, session, fused, fields)
-    fused = with_results_of_calls(fused, answered)
-    for result in answered.values():
-        fields.setdefault(result.chunk.id, _chunk_fields(result.chunk))
+    if answered:
+        fused = with_results_of_calls(fused, answered)
+        for result in answered.values():
+            fields.setdefault(result.chunk.id, _chunk_fields(result.chunk))
+        clock.lap("results_of_calls")
     by_id = {f.id: f for f in fused if f.id in fields}
     rerank_input = [
         RerankCandidate(
@@ -1172,7 +1174,6 @@ async def recall(
         for f in fused
         if f.id in fields
     ]
-    clock.lap("results_of_calls")
     if context.settings.recall.rerank_url:
         await release(db)  # the cross-encoder is a network wait
     scored = await _rerank(context, rewritten, rerank_input, session.last_seq, fallbacks)

@@ -9,8 +9,11 @@ import pytest
 
 from app.core.text import lexical_document, terms
 from app.domain.records import TurnRecord
+from app.offload.repository import ShownChunk
+from app.recall.fusion import FusedCandidate
 from app.recall.rerank import RerankCandidate, feature_rerank, select_within_budget
 from app.recall.rewrite import code_identifiers, rewrite_query, window_query
+from app.recall.service import CallChunk, ResultOfCall, calls_at_end, with_results_of_calls
 
 SHAPES = [
     ("snake_case", "snake_case"),
@@ -258,3 +261,31 @@ def test_a_blob_is_no_identifier_and_a_long_result_is_read_only_so_far() -> None
     late = "plain words " * 5000 + "SECRET_CONST_9"
     result = turn(3, "tool", f"{blob} then {late}", tool_call_id="c1")
     assert window_query([ASK, GREP, result]) == (f"{ASK.content} SECRET_CONST_3 billing/mod3.py")
+
+
+def test_calls_at_end_counts_the_calls_of_a_chunks_last_turn() -> None:
+    calls = json.dumps([call("c1", "read_file", path="a.py"), call("c2", "read_file", path="b.py")])
+    assert calls_at_end(f"user: read both\nassistant → tool_calls: {calls}") == 2
+    assert calls_at_end(f"assistant → tool_calls: {calls}\ntool[c1]: x = 1") == 0
+    assert calls_at_end('assistant [part 2/2]:\n → tool_calls: [{"id": "c1", "func') == 1
+    assert calls_at_end("user: hello") == 0
+
+
+def shown(cid: str) -> ShownChunk:
+    return ShownChunk(cid, "active", 7, 7, 1, 2, NOW, f"tool[c1] [part 1/2]:\n{cid}", False, 10)
+
+
+def test_a_result_ranks_with_its_call() -> None:
+    call_chunk = FusedCandidate(id="call", score=2.0, rank=1)
+    fused = [call_chunk, FusedCandidate("other", 1.5, 2), FusedCandidate("own", 0.5, 3)]
+    answered = {
+        "new": ResultOfCall(shown("new"), CallChunk(call_chunk, "call text")),
+        "own": ResultOfCall(shown("own"), CallChunk(call_chunk, "call text")),
+    }
+    ranked = with_results_of_calls(fused, answered)
+    assert [(f.id, f.score, f.rank) for f in ranked] == [
+        ("call", 2.0, 1),
+        ("new", 2.0, 1),  # no arm returned it: right after its call, with its score
+        ("other", 1.5, 2),
+        ("own", 2.0, 1),  # returned by an arm below its call: scored as the call
+    ]
