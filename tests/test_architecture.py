@@ -27,6 +27,7 @@ PURE = (
     "app.offload.chunking",
     "app.notes.policy",
     "app.notes.rules",
+    "app.notes.values",
     "app.recall.adapter",
     "app.recall.bm25",
     "app.recall.fusion",
@@ -34,6 +35,7 @@ PURE = (
     "app.recall.rewrite",
     "app.prompt.assembly",
     "app.prompt.blocks",
+    "app.prompt.clearing",
     "app.memory.policy",
 )
 IO_LIBRARIES = ("sqlalchemy", "redis", "httpx", "psycopg", "procrastinate", "app.db", "app.core.db")

@@ -17,7 +17,7 @@ except at the emergency ratio, which overrides hysteresis so the window never ov
 """
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -29,6 +29,8 @@ MAX_WINDOW_TOKENS = 10_000_000
 MAX_RECENT_TURNS = 100_000
 MAX_RECALL_TOP_K = 50
 MAX_RECALL_CANDIDATES = 500
+MAX_TOOL_RESULTS_KEPT = 1_000
+MAX_EXCLUDED_TOOLS = 64
 
 Level = Literal["normal", "offload", "emergency"]
 
@@ -76,6 +78,26 @@ class BudgetConfig(BaseModel):
     )
     recall_candidates: int = Field(
         30, ge=1, le=MAX_RECALL_CANDIDATES, description="R: wide-recall candidates per arm"
+    )
+    # Tool-result clearing (named after Anthropic's `clear_tool_uses` controls); the defaults
+    # were chosen on tau-bench's tune split (README, "Agents that call tools").
+    tool_results_keep: int = Field(
+        3, ge=0, le=MAX_TOOL_RESULTS_KEPT, description="newest tool results never cleared"
+    )
+    tool_results_exclude_tools: tuple[Annotated[str, Field(max_length=128)], ...] = Field(
+        (), max_length=MAX_EXCLUDED_TOOLS, description="tools whose results are never cleared"
+    )
+    tool_results_clear_at_least: int = Field(
+        0, ge=0, le=MAX_WINDOW_TOKENS, description="tokens cleared at a time, at least"
+    )
+    tool_results_clear_tool_inputs: bool = Field(
+        False, description="also empty a cleared result's call arguments (its stub keeps them)"
+    )
+    value_table_tokens: int = Field(
+        500,
+        ge=0,
+        le=MAX_WINDOW_TOKENS,
+        description="the value table's tokens at most, when history does not fit",
     )
 
     @model_validator(mode="after")

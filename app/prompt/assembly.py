@@ -65,6 +65,7 @@ from app.prompt.blocks import (
     tool_groups,
     turn_message,
 )
+from app.prompt.clearing import History, ToolClearing, fit_table
 from app.recall.rerank import repeats, word_set
 
 PromptFormat = Literal["openai", "anthropic"]
@@ -97,6 +98,12 @@ class AssemblyInput:
     about_user_budget_tokens: int = 0
     about_user_top_k: int = 0
     format: PromptFormat = "openai"
+    # The newest offloaded turns before `turns`, shown (old results as stubs) with what the
+    # budget has left; each one's chunk id by seq.
+    tail: Sequence[TurnRecord] = ()
+    chunk_of: Mapping[int, str] = field(default_factory=dict)
+    clearing: ToolClearing = field(default_factory=ToolClearing)
+    value_table_tokens: int = 0  # the value table's share of what is left, at most
 
     def __post_init__(self) -> None:
         if self.format not in ("openai", "anthropic"):
@@ -123,6 +130,7 @@ class ManifestEntry:
     score: float | None
     included: bool
     reason: str | None  # why it was left out; None when included
+    chunk_id: str | None = None  # a cleared result's chunk (its raw text), or a tail turn's
 
 
 @dataclass(slots=True)
@@ -136,6 +144,8 @@ class AssembledPrompt:
     about_user: list[RecalledItem]
     manifest: list[ManifestEntry]
     flags: list[str] = field(default_factory=list)
+    tail_turns: list[int] = field(default_factory=list)  # offloaded turns shown before the window
+    cleared_turns: list[int] = field(default_factory=list)  # tool results shown as stubs
 
 
 def tools_tokens(tools: Sequence[Mapping[str, Any]] | None) -> int:
@@ -479,22 +489,19 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     if keep_notes:
         left -= notes_cost
 
-    kept: list[list[TurnRecord]] = []
-    c1_cost = 0
-    for group in reversed(tool_groups(inp.turns)):
-        cost = _group_cost(group, anthropic)
-        if c1_cost + cost > left:
-            break
-        kept.append(group)
-        c1_cost += cost
-    kept.reverse()
-    shown = [t for group in kept for t in group]
-    window = paired_turns(shown)
-    if window != shown:  # a call or result without its partner left out: regroup and recount
-        kept = tool_groups(window)
-        c1_cost = sum(_group_cost(group, anthropic) for group in kept)
+    # Every call shown with its result and every result with its call (`paired_turns`): the
+    # history as it may be shown, in which any cut between groups keeps that true.
+    history = History(paired_turns([*inp.tail, *inp.turns]), inp.chunk_of, inp.clearing)
+    groups = tool_groups(history.turns)
+    first_window_seq = inp.turns[0].seq if inp.turns else history.end
+    # Groups holding a window turn (a group may reach back into the tail: a call offloaded
+    # whose result is still in the window), then the tail's own.
+    split = next((n for n, g in enumerate(groups) if g[-1].seq >= first_window_seq), len(groups))
+    kept, c1_cost = _fit_transcript(groups[split:], history, left, anthropic)
     left -= c1_cost
+    window = [t for group in kept for t in group]
     in_window = {t.seq for t in window}
+    window_whole = len(kept) == len(groups) - split
 
     # In Anthropic format the blocks end the system string: charge what each adds to it.
     prefix = [c0_text, notes if keep_notes else ""]
@@ -543,6 +550,37 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     )
     block = RECALL_SHAPE.frame(recall.rendered)
     recall_cost = recall.used
+    left -= recall_cost
+    prefix.append(block)
+
+    # What is left goes to the transcript's offloaded tail and the value table: the tail's turns
+    # (their old results as stubs) newest first within what the table leaves it, then the table
+    # of the values no shown turn holds, then the tail again with what the table did not use.
+    tail: list[list[TurnRecord]] = []
+    table, table_cost = "", 0
+
+    def table_cost_of(text: str) -> int:
+        """What the value table adds: its message, or its part of the Anthropic system string."""
+        if anthropic:
+            return _system_cost([*prefix, text]) - _system_cost(prefix)
+        return message_tokens("system", text)
+
+    if window_whole and split:
+        reserve = min(inp.value_table_tokens, left)
+        tail, tail_cost = _fit_transcript(groups[:split], history, left - reserve, anthropic)
+        left -= tail_cost
+        table, table_cost = _value_table(history, [*tail, *kept], left, table_cost_of)
+        left -= table_cost
+        more, more_cost = _fit_transcript(
+            groups[: split - len(tail)], history, left, anthropic, clear_all=bool(tail)
+        )
+        tail = [*more, *tail]
+        c1_cost += tail_cost + more_cost
+        left -= more_cost
+    elif split:
+        table, table_cost = _value_table(history, kept, left, table_cost_of)
+        left -= table_cost
+    shown = [t for group in (*tail, *kept) for t in group]
 
     flags: list[str] = []
     if len(window) < len(inp.turns):
@@ -554,8 +592,8 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
 
     system: str | None = None
     if anthropic:
-        system = SYSTEM_SEPARATOR.join(p for p in (*prefix, block) if p)
-        messages = [m for group in kept for m in anthropic_messages(group)]
+        system = SYSTEM_SEPARATOR.join(p for p in (*prefix, table) if p)
+        messages = [m for group in (*tail, *kept) for m in anthropic_messages(group)]
     else:
         messages = [dict(m) for m in inp.system]
         if keep_notes:
@@ -564,14 +602,16 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
             messages.append({"role": "system", "content": about_block})
         if block:
             messages.append({"role": "system", "content": block})
-        messages += [turn_message(t) for t in window]
+        if table:
+            messages.append({"role": "system", "content": table})
+        messages += [turn_message(t) for t in shown]
     if inp.query is not None:
         messages.append({"role": "user", "content": inp.query})
 
     usage = {
         "c0": system_cost + tools_cost,
         "c1": c1_cost,
-        "c2": (notes_cost if keep_notes else 0) + about_cost,
+        "c2": (notes_cost if keep_notes else 0) + about_cost + table_cost,
         "recall": recall_cost,
         "query": query_cost,
         "overhead": REPLY_PRIMING_TOKENS,
@@ -584,26 +624,100 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         messages=messages,
         system=system,
         usage=usage,
-        included_turns=[t.seq for t in window],
+        included_turns=[t.seq for t in window if t.seq >= first_window_seq],
         excluded_turns=[t.seq for t in inp.turns if t.seq not in in_window],
         recalled=list(recall.chosen),
         about_user=list(about.chosen),
         manifest=_manifest(
-            inp, costs | {"query": query_cost}, keep_notes, in_window, about, recall
+            inp,
+            costs | {"query": query_cost, "values": table_cost},
+            keep_notes,
+            {t.seq: t for t in shown},
+            history,
+            about,
+            recall,
         ),
         flags=flags,
+        tail_turns=[t.seq for t in shown if t.seq < first_window_seq],
+        cleared_turns=[t.seq for t in shown if history.is_stub(t)],
     )
+
+
+def _fit_transcript(
+    groups: Sequence[list[TurnRecord]],
+    history: History,
+    limit: int,
+    anthropic: bool,
+    *,
+    clear_all: bool = False,
+) -> tuple[list[list[TurnRecord]], int]:
+    """The newest of `groups` (oldest first) that fit `limit`, and their cost: all of them
+    verbatim when they fit; else the oldest results cleared first, at the first clearing point
+    (`History.clearing_points`) where they all fit; else every clearable result cleared and the
+    oldest groups left out. With `clear_all`, every clearable result is cleared from the start
+    (turns older than a tail that already holds stubs)."""
+    if not groups:
+        return [], 0
+    last = groups[-1][-1].seq + 1
+    points = [last] if clear_all else [-1, *history.clearing_points()]
+    for upto in points:
+        if upto > last:
+            break
+        cleared = [history.cleared(g, upto) for g in groups] if upto >= 0 else list(groups)
+        costs = [_group_cost(g, anthropic) for g in cleared]
+        if sum(costs) <= limit:
+            return cleared, sum(costs)
+    cleared = [history.cleared(g, last) for g in groups]
+    kept: list[list[TurnRecord]] = []
+    used = 0
+    for group in reversed(cleared):
+        cost = _group_cost(group, anthropic)
+        if used + cost > limit:
+            break
+        kept.append(group)
+        used += cost
+    kept.reverse()
+    return kept, used
+
+
+def _value_table(
+    history: History,
+    shown: Sequence[Sequence[TurnRecord]],
+    limit: int,
+    cost_of: Callable[[str], int],
+) -> tuple[str, int]:
+    """The value table of what the shown turns no longer hold, within `limit` (its exact cost
+    by `cost_of`)."""
+    turns = [t for group in shown for t in group]
+    shown_text = "\n".join(
+        [t.content for t in turns]
+        + [json.dumps(t.tool_calls, ensure_ascii=False) for t in turns if t.tool_calls]
+    )
+    rows = history.table_entries({t.seq for t in turns}, shown_text)
+    budget = limit
+    while budget > 0:
+        text, _ = fit_table(rows, budget)
+        if not text:
+            return "", 0
+        cost = cost_of(text)
+        if cost <= limit:
+            return text, cost
+        budget -= max(cost - limit, 1)
+    return "", 0
 
 
 def _manifest(
     inp: AssemblyInput,
     costs: dict[str, int],
     keep_notes: bool,
-    in_window: set[int],
+    shown: Mapping[int, TurnRecord],
+    history: History,
     about: _Choice,
     recall: _Choice,
 ) -> list[ManifestEntry]:
-    """Every candidate fragment, in prompt order, with why it was left out (None: included)."""
+    """Every candidate fragment, in prompt order, with why it was left out (None: included).
+    Offloaded turns are listed only when shown; a cleared result as its stub (its tokens, the
+    chunk of its raw text)."""
     e = ManifestEntry
     notes_reason = None if keep_notes else "over_budget"
     entries = [e("c0:system", "c0", "request.system", costs["c0:system"], None, True, None)]
@@ -619,9 +733,26 @@ def _manifest(
     for index, item in enumerate(inp.recalled):
         reason, tokens = recall.outcome[index]
         entries.append(e(item.chunk_id, "c3", item.source, tokens, item.score, not reason, reason))
+    if costs["values"]:
+        entries.append(e("values", "c2", "tool_values", costs["values"], None, True, None))
+    for t in inp.tail:
+        if t.seq in shown:
+            shown_as = shown[t.seq]
+            source = "tool_result_stub" if history.is_stub(shown_as) else t.role
+            chunk = inp.chunk_of.get(t.seq)
+            entries.append(
+                e(f"turn:{t.seq}", "c3", source, shown_as.token_count, None, True, None, chunk)
+            )
     for t in inp.turns:
-        out = None if t.seq in in_window else "window_truncated"
-        entries.append(e(f"turn:{t.seq}", "c1", t.role, t.token_count, None, not out, out))
+        if t.seq not in shown:
+            entries.append(
+                e(f"turn:{t.seq}", "c1", t.role, t.token_count, None, False, "window_truncated")
+            )
+        elif history.is_stub(shown[t.seq]):
+            tokens = shown[t.seq].token_count
+            entries.append(e(f"turn:{t.seq}", "c1", "tool_result_stub", tokens, None, True, None))
+        else:
+            entries.append(e(f"turn:{t.seq}", "c1", t.role, t.token_count, None, True, None))
     if inp.query is not None:
         entries.append(e("query", "query", "request.query", costs["query"], None, True, None))
     return entries

@@ -1,11 +1,17 @@
 """Wire shapes of build-prompt (spec §9)."""
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.core.input import RequestBody
-from app.domain.budget import MAX_RECALL_CANDIDATES, MAX_RECALL_TOP_K, MAX_WINDOW_TOKENS
+from app.domain.budget import (
+    MAX_EXCLUDED_TOOLS,
+    MAX_RECALL_CANDIDATES,
+    MAX_RECALL_TOP_K,
+    MAX_TOOL_RESULTS_KEPT,
+    MAX_WINDOW_TOKENS,
+)
 from app.sessions.schemas import Usage as SessionUsage
 from app.sessions.schemas import Watermark
 
@@ -27,6 +33,24 @@ class RecallOptions(BaseModel):
     )
     budget_tokens: int | None = Field(
         None, ge=0, le=MAX_WINDOW_TOKENS, description="B: tokens for recalled history"
+    )
+
+
+class ToolResultsOptions(RequestBody):
+    """Per-build overrides of the session's tool-result clearing (`tool_results_*`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    keep: int | None = Field(
+        None, ge=0, le=MAX_TOOL_RESULTS_KEPT, description="newest tool results never cleared"
+    )
+    exclude_tools: list[Annotated[str, Field(max_length=128)]] | None = Field(
+        None, max_length=MAX_EXCLUDED_TOOLS, description="tools whose results are never cleared"
+    )
+    clear_at_least: int | None = Field(
+        None, ge=0, le=MAX_WINDOW_TOKENS, description="tokens cleared at a time, at least"
+    )
+    clear_tool_inputs: bool | None = Field(
+        None, description="also empty a cleared result's call arguments"
     )
 
 
@@ -58,6 +82,7 @@ class BuildPromptRequest(RequestBody):
         description="override r for this build (must stay below C)",
     )
     recall: RecallOptions = RecallOptions()
+    tool_results: ToolResultsOptions = ToolResultsOptions()
     format: Literal["openai", "anthropic"] = "openai"
     persist_manifest: bool = Field(False, description="store the manifest (see builds endpoint)")
 
@@ -102,6 +127,9 @@ class ManifestItem(BaseModel):
     score: float | None
     included: bool
     reason: str | None
+    chunk_id: str | None = Field(
+        None, description="the chunk holding the raw text of an offloaded turn or cleared result"
+    )
 
 
 class BuildPromptResponse(BaseModel):

@@ -26,8 +26,8 @@ from app.core.errors import BudgetExceeded, InvalidInput
 from app.core.observability import after_response, text_fields
 from app.core.tokens import message_tokens
 from app.db.models import Session
-from app.domain.budget import config_error_field
-from app.domain.records import RecalledItem
+from app.domain.budget import Budget, BudgetConfig, config_error_field
+from app.domain.records import RecalledItem, TurnRecord
 from app.memory.policy import normalise
 from app.notes.policy import render_notes_block
 from app.notes.schemas import Notes
@@ -43,6 +43,7 @@ from app.prompt.assembly import (
     mandatory_costs,
     tools_tokens,
 )
+from app.prompt.clearing import ToolClearing
 from app.prompt.schemas import (
     BuildPromptRequest,
     BuildPromptResponse,
@@ -50,6 +51,7 @@ from app.prompt.schemas import (
     PromptUsage,
     RecalledItemOut,
     RecallReport,
+    ToolResultsOptions,
 )
 from app.recall.rewrite import window_query
 from app.recall.service import (
@@ -315,6 +317,7 @@ async def _build_prompt(
         recalled = [recalled_item(hit) for hit in shown]
 
     stage = time.perf_counter()
+    tail, chunk_of = await _offloaded_tail(context, session, budget, window)
     assembly = AssemblyInput(
         system=system,
         turns=window,
@@ -330,6 +333,10 @@ async def _build_prompt(
         about_user_budget_tokens=settings.recall.user_memory_budget_tokens,
         about_user_top_k=settings.recall.user_memory_top_k,
         format=req.format,
+        tail=tail,
+        chunk_of=chunk_of,
+        clearing=_tool_clearing(config, req.tool_results),
+        value_table_tokens=config.value_table_tokens,
     )
     assembled = await _assemble(assembly)
     timings["assemble"] = _ms(stage)
@@ -445,6 +452,55 @@ async def _build_prompt(
     return response
 
 
+# The offloaded turns a build reads before its window: those that start within this many times
+# what the window leaves of the budget (the shown ones, and more for the value table), at most
+# `TAIL_MAX_TURNS` of them.
+TAIL_READ_SHARE = 2
+TAIL_MAX_TURNS = 200
+
+
+async def _offloaded_tail(
+    context: AppContext, session: Session, budget: Budget, window: Sequence[TurnRecord]
+) -> tuple[list[TurnRecord], dict[int, str]]:
+    """The newest offloaded turns (and their chunks by seq) that the build may show before the
+    window, with old tool results as stubs, and whose values the value table may list."""
+    if not session.offloaded_until_seq:
+        return [], {}
+    left = budget.available - budget.c0 - sum(t.token_count for t in window)
+    if left <= 0:
+        return [], {}
+    found = await read_once(
+        context.reader,
+        lambda conn: sessions_repository.offloaded_tail(
+            conn, session.id, tokens=TAIL_READ_SHARE * left, turns=TAIL_MAX_TURNS
+        ),
+    )
+    return [turn for turn, _ in found], {turn.seq: chunk for turn, chunk in found}
+
+
+def _tool_clearing(config: BudgetConfig, options: ToolResultsOptions) -> ToolClearing:
+    """The session's clearing controls with the build's overrides on top."""
+    excluded = (
+        config.tool_results_exclude_tools
+        if options.exclude_tools is None
+        else options.exclude_tools
+    )
+    return ToolClearing(
+        keep=config.tool_results_keep if options.keep is None else options.keep,
+        exclude_tools=frozenset(excluded),
+        clear_at_least=(
+            config.tool_results_clear_at_least
+            if options.clear_at_least is None
+            else options.clear_at_least
+        ),
+        clear_tool_inputs=(
+            config.tool_results_clear_tool_inputs
+            if options.clear_tool_inputs is None
+            else options.clear_tool_inputs
+        ),
+    )
+
+
 async def read_snapshot(
     context: AppContext, caller: Caller, session_id: str
 ) -> sessions_repository.SessionWindow | None:
@@ -505,7 +561,7 @@ def _manifest_items(assembled: AssembledPrompt, kept: _KeptWindow | None) -> lis
     the build's window is a kept one and every turn is in the prompt, the turns' items are the
     ones made for it before (validating them was ~0.5 ms a build)."""
     entries = assembled.manifest
-    if kept is None or assembled.excluded_turns:
+    if kept is None or assembled.excluded_turns or assembled.tail_turns or assembled.cleared_turns:
         return _validated(entries)
     first = next((n for n, e in enumerate(entries) if e.layer == "c1"), len(entries))
     last = first + len(assembled.included_turns)
@@ -525,6 +581,7 @@ def _validated(entries: list[ManifestEntry]) -> list[ManifestItem]:
                 "score": None if e.score is None else float(e.score),
                 "included": e.included,
                 "reason": e.reason,
+                "chunk_id": e.chunk_id,
             }
             for e in entries
         ]

@@ -136,7 +136,8 @@ def _all_optional(model: type[BaseModel]) -> dict[str, Any]:
     """`model`'s fields as optional update fields with the same bounds and descriptions."""
     return {
         name: (
-            Annotated[(field.annotation, *field.metadata)] | None,
+            (Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation)
+            | None,
             Field(None, description=field.description),
         )
         for name, field in model.model_fields.items()

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from app.core.tokens import message_tokens, messages_tokens
 from app.domain.records import RecalledItem, TurnRecord
+from app.notes.values import STUB_PREFIX
 from app.prompt.assembly import (
     AssemblyInput,
     PromptTooLarge,
@@ -183,12 +184,28 @@ def test_assembly_properties(inp: AssemblyInput) -> None:
     for call_seq, result_seq in tool_pairs(list(inp.turns)):
         assert (call_seq in included) == (result_seq in included)
 
+    # Only tool results are cleared, and a stub costs less than its result.
+    cleared = set(prompt.cleared_turns)
+    assert all(t.role == "tool" for t in inp.turns if t.seq in cleared)
     if inp.format == "openai":
         window = [turn_message(t) for t in inp.turns if t.seq in included]
         query = [] if inp.query is None else prompt.messages[-1:]
-        assert prompt.messages[len(prompt.messages) - len(window) - len(query) :] == window + query
+        shown = prompt.messages[len(prompt.messages) - len(window) - len(query) :]
+        for message, turn in zip(shown, [t for t in inp.turns if t.seq in included], strict=False):
+            if turn.seq in cleared:
+                assert message["content"].startswith(STUB_PREFIX)
+                assert message_tokens("tool", message["content"], None, None, turn.tool_call_id) < (
+                    turn.token_count
+                )
+                message = {**message, "content": turn.content}
+            assert message == turn_message(turn)
+        assert shown[len(window) :] == query
         assert prompt.messages[: len(inp.system)] == [dict(m) for m in inp.system]
-        injected = ("notes" in ids_included(prompt)) + bool(prompt.recalled)
+        injected = (
+            ("notes" in ids_included(prompt))
+            + bool(prompt.recalled)
+            + ("values" in ids_included(prompt))
+        )
         assert len(prompt.messages) == len(inp.system) + injected + len(window) + len(query)
     else:
         assert {m["role"] for m in prompt.messages} <= {"user", "assistant"}

@@ -1,0 +1,275 @@
+"""Tool-result clearing, the first step of the degradation waterfall (pure, no I/O).
+
+When the transcript does not fit, old tool results go before any user or assistant turn: each
+becomes a stub holding the call (tool and arguments), the values the result returned with their
+field names (`app.notes.values`), its size and the chunk holding its raw text. The `keep` newest
+results and the results of `exclude_tools` stay verbatim. Stubs are made oldest first and at least
+`clear_at_least` tokens at a time, so the cleared prefix of the prompt moves in steps and a
+provider's prompt cache keeps hitting between them.
+
+`History` is what a build may show of a session's transcript: the newest offloaded turns (the
+"tail", each with its chunk id) followed by the window (C1). It pairs every tool result with its
+call (the latest earlier call with that id that has no result yet), and makes each stub once.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from app.core.tokens import count_tokens, message_tokens
+from app.domain.records import TurnRecord
+from app.domain.tool_calls import tool_pairs
+from app.notes.values import (
+    STUB_PREFIX,
+    VALUE_TABLE_HEADER,
+    StubSource,
+    TableRow,
+    Value,
+    call_values,
+    compact_arguments,
+    identifying,
+    ranked_values,
+    render_stub,
+    render_table,
+    result_values,
+)
+
+# The values part of one stub at most, tokens: enough for a user's ids and reservations or a
+# search's flight numbers and dates; the rest of a long result is one recall away.
+STUB_VALUE_TOKENS = 120
+# Framing of one value in a rendered line ("key: value; "), tokens, beyond its own.
+_PAIR_TOKENS = 2
+_LINE_TOKENS = 4  # "- " before a table row's label and ": " after it
+
+
+@dataclass(frozen=True, slots=True)
+class ToolClearing:
+    """The controls, named after the model vendors' own context editing (Anthropic's
+    `clear_tool_uses`): keep the `keep` newest results verbatim, never clear `exclude_tools`,
+    clear at least `clear_at_least` tokens at a time, and whether the cleared results' call
+    arguments are cleared too (the stub still names them)."""
+
+    keep: int = 3
+    exclude_tools: frozenset[str] = frozenset()
+    clear_at_least: int = 0
+    clear_tool_inputs: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    tool: str
+    arguments: Any
+    assistant_seq: int
+
+
+def _value_cost(value: Value) -> int:
+    return count_tokens(value.value) + (count_tokens(value.key) if value.key else 0) + _PAIR_TOKENS
+
+
+def budgeted(values: Sequence[Value], max_tokens: int) -> list[Value]:
+    """The most identifying values (`ranked_values`) whose rendering stays within `max_tokens`
+    (estimated per value)."""
+    kept: list[Value] = []
+    used = 0
+    for value in ranked_values(values):
+        cost = _value_cost(value)
+        if used + cost > max_tokens:
+            continue
+        kept.append(value)
+        used += cost
+    return kept
+
+
+@dataclass(slots=True)
+class History:
+    """The turns a build may show, oldest first: the offloaded tail then the window, paired
+    (`paired_turns`)."""
+
+    turns: Sequence[TurnRecord]
+    chunk_of: Mapping[int, str]
+    clearing: ToolClearing
+    calls: dict[int, Call] = field(init=False)  # a tool result's seq -> its call
+    kept_verbatim: set[int] = field(init=False)  # results never stubbed
+    _values: dict[int, list[Value]] = field(init=False, default_factory=dict)
+    kept_in_stub: dict[int, list[Value]] = field(init=False, default_factory=dict)
+    stubs: dict[int, TurnRecord] = field(init=False, default_factory=dict)  # by seq, once made
+
+    def __post_init__(self) -> None:
+        self.calls = {}
+        for at, (i, j) in tool_pairs(self.turns).items():
+            call = (self.turns[i].tool_calls or [])[j]
+            function = call.get("function") or {}
+            name = str(function.get("name") or "tool")
+            self.calls[self.turns[at].seq] = Call(
+                name, function.get("arguments"), self.turns[i].seq
+            )
+        results = [t.seq for t in self.turns if t.role == "tool"]
+        newest = set(results[len(results) - self.clearing.keep :]) if self.clearing.keep else set()
+        excluded = {
+            seq for seq, call in self.calls.items() if call.tool in self.clearing.exclude_tools
+        }
+        self.kept_verbatim = newest | excluded
+
+    @property
+    def end(self) -> int:
+        """One past the newest turn's seq (0 when there is none)."""
+        return max((t.seq for t in self.turns), default=-1) + 1
+
+    def clearable(self, turn: TurnRecord) -> bool:
+        return turn.role == "tool" and turn.seq not in self.kept_verbatim
+
+    def values(self, turn: TurnRecord) -> list[Value]:
+        """The values a tool result returned (for another turn: the values of its calls)."""
+        if turn.seq not in self._values:
+            if turn.role == "tool":
+                found = result_values(turn.content)
+            else:
+                found = [
+                    v
+                    for call in turn.tool_calls or []
+                    for v in call_values((call.get("function") or {}).get("arguments"))
+                ]
+            self._values[turn.seq] = found
+        return self._values[turn.seq]
+
+    def stub(self, turn: TurnRecord) -> TurnRecord:
+        """The tool result `turn` as its stub, a turn of the same seq and call id (the turn
+        itself when its stub would cost as much: a short result is its own best stub)."""
+        if turn.seq not in self.stubs:
+            call = self.calls.get(turn.seq)
+            values = self.values(turn)
+            source = StubSource(
+                tool=call.tool if call else "tool",
+                arguments=compact_arguments(call.arguments) if call else "",
+                values=values,
+                tokens=turn.token_count,
+                seq=turn.seq,
+                chunk_id=self.chunk_of.get(turn.seq),
+            )
+            text = render_stub(source, budgeted(values, STUB_VALUE_TOKENS))
+            tokens = message_tokens("tool", text, turn.name, None, turn.tool_call_id)
+            smaller = tokens < turn.token_count
+            self.stubs[turn.seq] = (
+                replace(turn, content=text, token_count=tokens) if smaller else turn
+            )
+        return self.stubs[turn.seq]
+
+    def is_stub(self, turn: TurnRecord) -> bool:
+        """Whether `turn` is a stub made for its seq (not the turn as stored)."""
+        stub = self.stubs.get(turn.seq)
+        return stub is turn and stub.content.startswith(STUB_PREFIX)
+
+    def cleared(self, group: Sequence[TurnRecord], upto: int) -> list[TurnRecord]:
+        """`group` with every clearable result of seq below `upto` as its stub (and, with
+        `clear_tool_inputs`, the arguments of calls whose results are all stubs emptied)."""
+        out = [self.stub(t) if t.seq < upto and self.clearable(t) else t for t in group]
+        if not self.clearing.clear_tool_inputs:
+            return out
+        stubbed = {
+            self.calls[t.seq].assistant_seq
+            for t in out
+            if t.seq < upto and t.seq in self.calls and self.clearable(t)
+        }
+        return [_without_arguments(t) if t.seq in stubbed else t for t in out]
+
+    def clearing_points(self) -> list[int]:
+        """The `upto` values worth trying, fewest stubs first: every clearable result's seq + 1,
+        merged so that each step clears at least `clear_at_least` tokens (estimated as the raw
+        results' tokens less their stubs')."""
+        points: list[int] = []
+        freed = 0
+        for turn in self.turns:
+            if not self.clearable(turn):
+                continue
+            freed += turn.token_count - self.stub(turn).token_count
+            if freed >= self.clearing.clear_at_least:
+                points.append(turn.seq + 1)
+                freed = 0
+        if freed and self.turns:
+            points.append(self.turns[-1].seq + 1)
+        return points
+
+    def table_entries(self, shown: set[int], shown_text: str) -> list["TableEntry"]:
+        """The value table's candidates: each value of a result or call that is not among the
+        shown turns and that no shown text holds, once, under the result (or call) that first
+        held it; `hot` when a later call passed it on."""
+        entries: dict[str, TableEntry] = {}
+        for turn in self.turns:
+            if turn.role not in ("tool", "assistant"):
+                continue
+            for value in self.values(turn):
+                entry = entries.get(value.value)
+                if entry is not None:
+                    if turn.role == "assistant" and turn.seq > entry.seq:
+                        entry.hot = True
+                    continue
+                if turn.seq in shown or value.value in shown_text:
+                    continue
+                entries[value.value] = TableEntry(value, turn.seq, self._label(turn))
+        return list(entries.values())
+
+    def _label(self, turn: TurnRecord) -> str:
+        if turn.role == "tool":
+            call = self.calls.get(turn.seq)
+            return f"{call.tool if call else 'tool'} result, turn {turn.seq}"
+        names = ", ".join(str((c.get("function") or {}).get("name")) for c in turn.tool_calls or [])
+        return f"{names} call, turn {turn.seq}"
+
+
+def _without_arguments(turn: TurnRecord) -> TurnRecord:
+    calls = [
+        {**c, "function": {**(c.get("function") or {}), "arguments": "{}"}}
+        for c in turn.tool_calls or []
+    ]
+    tokens = message_tokens(turn.role, turn.content, turn.name, calls, turn.tool_call_id)
+    return replace(turn, tool_calls=calls, token_count=tokens)
+
+
+@dataclass(slots=True)
+class TableEntry:
+    """A value of the value table: where it was first seen, and whether a later call used it."""
+
+    value: Value
+    seq: int
+    label: str
+    hot: bool = False
+
+    @property
+    def cost(self) -> int:
+        return _value_cost(self.value)
+
+
+def fit_table(entries: Sequence[TableEntry], max_tokens: int) -> tuple[str, int]:
+    """The value table within `max_tokens` (as a system message): the most identifying values
+    first, among them those a call used, then the cheapest, then the newest; (text, tokens) —
+    ("", 0) when nothing fits."""
+    if max_tokens <= 0 or not entries:
+        return "", 0
+    ranked = sorted(entries, key=lambda e: (-identifying(e.value.value), not e.hot, e.cost, -e.seq))
+    used = message_tokens("system", VALUE_TABLE_HEADER)
+    rows: set[int] = set()
+    chosen: list[TableEntry] = []
+    for entry in ranked:
+        cost = entry.cost + (0 if entry.seq in rows else count_tokens(entry.label) + _LINE_TOKENS)
+        if used + cost > max_tokens:
+            continue
+        chosen.append(entry)
+        rows.add(entry.seq)
+        used += cost
+    while chosen:
+        text = render_table(_rows(chosen))
+        tokens = message_tokens("system", text)
+        if tokens <= max_tokens:
+            return text, tokens
+        chosen.pop()  # the estimate was short: the last chosen, least ranked, goes
+    return "", 0
+
+
+def _rows(entries: Sequence[TableEntry]) -> list[TableRow]:
+    by_seq: dict[int, list[TableEntry]] = {}
+    for entry in entries:
+        by_seq.setdefault(entry.seq, []).append(entry)
+    return [
+        TableRow(group[0].label, seq, [e.value for e in group], True)
+        for seq, group in by_seq.items()
+    ]

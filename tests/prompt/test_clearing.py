@@ -1,0 +1,155 @@
+"""Tool-result clearing in assembly: stubs before dropped turns, the offloaded tail, the value
+table (pure, no database)."""
+
+import json
+from typing import Any
+
+import pytest
+
+from app.core.tokens import messages_tokens
+from app.prompt.assembly import AssemblyInput, assemble_prompt
+from app.prompt.clearing import ToolClearing
+from tests.prompt.test_assembly import call, turn
+
+SYSTEM = [{"role": "system", "content": "You are an airline agent."}]
+
+
+def reservation(n: int) -> str:
+    return json.dumps(
+        {
+            "reservation_id": f"RES{n:03d}X",
+            "flights": [
+                {"flight_number": f"HAT{n:03d}", "date": f"2024-05-{n % 28 + 1:02d}", "price": n}
+            ],
+            "notes": " ".join(["a long remark about the booking"] * 60),
+        }
+    )
+
+
+def loop(rounds: int) -> list[Any]:
+    """A user turn, then `rounds` of assistant call + tool result."""
+    turns = [turn(1, "user", "Please check my reservations.")]
+    for n in range(rounds):
+        seq = 2 + 2 * n
+        turns.append(
+            turn(
+                seq,
+                "assistant",
+                "",
+                tool_calls=[
+                    call(
+                        f"c{n}",
+                        "get_reservation_details",
+                        json.dumps({"reservation_id": f"RES{n:03d}X"}),
+                    )
+                ],
+            )
+        )
+        turns.append(turn(seq + 1, "tool", reservation(n), tool_call_id=f"c{n}"))
+    return turns
+
+
+def shown_text(messages: list[dict[str, Any]]) -> str:
+    return "\n".join(
+        str(m.get("content") or "") + json.dumps(m.get("tool_calls") or "") for m in messages
+    )
+
+
+def build(turns: list[Any], budget: int, *, tail: int = 0, **extra: Any) -> Any:
+    return assemble_prompt(
+        AssemblyInput(
+            system=SYSTEM,
+            turns=turns[tail:],
+            tail=turns[:tail],
+            chunk_of={t.seq: f"chunk-{t.seq}" for t in turns[:tail]},
+            query=None,
+            budget=budget,
+            recall_budget_tokens=0,
+            top_k=0,
+            per_item_max_tokens=200,
+            value_table_tokens=extra.pop("value_table_tokens", 500),
+            **extra,
+        )
+    )
+
+
+def test_old_results_become_stubs_before_any_turn_is_left_out() -> None:
+    turns = loop(8)
+    full = sum(t.token_count for t in turns)
+    prompt = build(turns, budget=full * 2 // 3)
+    assert prompt.excluded_turns == []  # every turn is there, the oldest results as stubs
+    assert prompt.cleared_turns == [3, 5, 7, 9, 11][: len(prompt.cleared_turns)]
+    assert prompt.cleared_turns  # something had to go
+    newest = [m for m in prompt.messages if m["role"] == "tool"][-3:]
+    assert all(m["content"].startswith("{") for m in newest)  # keep 3: verbatim
+    text = shown_text(prompt.messages)
+    for n in range(8):
+        assert f"RES{n:03d}X" in text and f"HAT{n:03d}" in text
+    assert prompt.usage["total"] <= full * 2 // 3
+    assert messages_tokens(prompt.messages) == prompt.usage["total"]
+
+
+def test_a_stub_keeps_the_call_and_labelled_values() -> None:
+    turns = loop(6)
+    prompt = build(turns, budget=sum(t.token_count for t in turns) * 3 // 4)
+    stub = next(m for m in prompt.messages if m["role"] == "tool")
+    assert stub["content"].startswith(
+        '[tool result cleared: get_reservation_details({"reservation_id":"RES000X"})'
+    )
+    assert "reservation_id: RES000X" in stub["content"]
+    assert "flight_number: HAT000" in stub["content"]
+    entry = next(e for e in prompt.manifest if e.id == "turn:3")
+    assert (entry.source, entry.included) == ("tool_result_stub", True)
+    assert entry.tokens < turns[2].token_count
+
+
+def test_excluded_tools_and_keep_stay_verbatim() -> None:
+    turns = loop(6)
+    budget = sum(t.token_count for t in turns) * 3 // 4
+    prompt = build(turns, budget, clearing=ToolClearing(keep=1, exclude_tools=frozenset({"x"})))
+    assert len(prompt.cleared_turns) >= 1
+    kept_all = build(
+        turns, budget, clearing=ToolClearing(exclude_tools=frozenset({"get_reservation_details"}))
+    )
+    assert kept_all.cleared_turns == []
+    assert kept_all.excluded_turns  # nothing may be cleared: the oldest turns leave instead
+
+
+def test_clear_at_least_clears_in_steps() -> None:
+    turns = loop(8)
+    budget = sum(t.token_count for t in turns) - 50  # one stub is enough
+    assert len(build(turns, budget).cleared_turns) == 1
+    stepped = build(turns, budget, clearing=ToolClearing(clear_at_least=600))
+    assert len(stepped.cleared_turns) > 1
+
+
+def test_the_offloaded_tail_fills_the_budget_and_the_table_holds_what_left() -> None:
+    turns = loop(12)
+    budget = 2500
+    prompt = build(turns, budget, tail=17)
+    assert prompt.tail_turns  # offloaded turns are shown before the window
+    assert prompt.usage["total"] <= budget
+    assert prompt.usage["total"] >= budget - 120  # the budget is used
+    text = shown_text(prompt.messages)
+    for n in range(12):  # every reservation id is in the prompt: a turn, a stub or the table
+        assert f"RES{n:03d}X" in text
+    table = next(m for m in prompt.messages if m["content"].startswith("Values from earlier"))
+    assert "reservation_id: RES000X" in table["content"]
+    tail_entry = next(e for e in prompt.manifest if e.id == f"turn:{prompt.tail_turns[-1]}")
+    assert tail_entry.chunk_id == f"chunk-{prompt.tail_turns[-1]}"
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+def test_every_call_keeps_its_result_at_every_budget(fmt: str) -> None:
+    turns = loop(10)
+    for budget in range(300, 4000, 150):
+        prompt = build(turns, budget, tail=11, format=fmt)
+        assert prompt.usage["total"] <= budget
+        shown = [seq for seq in (*prompt.tail_turns, *prompt.included_turns)]
+        by_seq = {t.seq: t for t in turns}
+        for seq in shown:
+            t = by_seq[seq]
+            if t.role == "tool":
+                assert seq - 1 in shown  # its call
+            if t.tool_calls:
+                assert seq + 1 in shown  # its result
