@@ -4,6 +4,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.fields import FieldInfo
 
 from app.core.input import RequestBody
 from app.domain.budget import Budget, BudgetConfig, Level
@@ -135,13 +136,14 @@ class TurnPage(BaseModel):
 def _all_optional(model: type[BaseModel]) -> dict[str, Any]:
     """`model`'s fields as optional update fields with the same bounds and descriptions."""
     return {
-        name: (
-            (Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation)
-            | None,
-            Field(None, description=field.description),
-        )
+        name: (_with_bounds(field) | None, Field(None, description=field.description))
         for name, field in model.model_fields.items()
     }
+
+
+def _with_bounds(field: FieldInfo) -> Any:
+    """A field's type with its bounds (`Annotated` needs at least one of them)."""
+    return Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
 
 
 _BudgetUpdate: type[BaseModel] = create_model(
