@@ -498,10 +498,23 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     # whose result is still in the window), then the tail's own.
     split = next((n for n, g in enumerate(groups) if g[-1].seq >= first_window_seq), len(groups))
     kept, c1_cost = _fit_transcript(groups[split:], history, left, anthropic)
+    window_whole = len(kept) == len(groups) - split
+    if not window_whole and inp.value_table_tokens and history.has_values:
+        # The window does not fit even cleared: the values of the turns it leaves out go to the
+        # value table, which gets up to half of what is left (they are denser than turns).
+        share = min(inp.value_table_tokens, left // 2)
+        kept, c1_cost = _fit_transcript(groups[split:], history, left - share, anthropic)
     left -= c1_cost
     window = [t for group in kept for t in group]
     in_window = {t.seq for t in window}
-    window_whole = len(kept) == len(groups) - split
+    # The value table's room is kept from recall and the tail: what its full version would
+    # take of the values the window does not show (nothing in a session without tool values).
+    reserve = 0
+    if inp.value_table_tokens and history.has_values:
+        full_table = _value_table(
+            history, kept, min(inp.value_table_tokens, left), message_tokens_of
+        )
+        reserve = full_table[1]
 
     # In Anthropic format the blocks end the system string: charge what each adds to it.
     prefix = [c0_text, notes if keep_notes else ""]
@@ -518,7 +531,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     per_item = inp.per_item_max_tokens
     about = _choose(
         inp.about_user,
-        limit=min(inp.about_user_budget_tokens, left),
+        limit=min(inp.about_user_budget_tokens, left - reserve),
         top_k=inp.about_user_top_k,
         in_window=set(),
         render_one=lambda item: _counted(render_about_user_item(item, per_item)),
@@ -539,7 +552,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
 
     recall = _choose(
         inp.recalled,
-        limit=min(inp.recall_budget_tokens, left),
+        limit=min(inp.recall_budget_tokens, left - reserve),
         top_k=inp.top_k,
         in_window=in_window,
         render_one=lambda item: counted_item(item, per_item),
@@ -566,20 +579,19 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         return message_tokens("system", text)
 
     if window_whole and split:
-        reserve = min(inp.value_table_tokens, left)
         tail, tail_cost = _fit_transcript(groups[:split], history, left - reserve, anthropic)
+        c1_cost += tail_cost
         left -= tail_cost
+    if reserve:
         table, table_cost = _value_table(history, [*tail, *kept], left, table_cost_of)
         left -= table_cost
+    if window_whole and split > len(tail) and left > 0:
         more, more_cost = _fit_transcript(
             groups[: split - len(tail)], history, left, anthropic, clear_all=bool(tail)
         )
         tail = [*more, *tail]
-        c1_cost += tail_cost + more_cost
+        c1_cost += more_cost
         left -= more_cost
-    elif split:
-        table, table_cost = _value_table(history, kept, left, table_cost_of)
-        left -= table_cost
     shown = [t for group in (*tail, *kept) for t in group]
 
     flags: list[str] = []
@@ -680,6 +692,11 @@ def _fit_transcript(
     return kept, used
 
 
+def message_tokens_of(text: str) -> int:
+    """A system message's cost (the value table's, estimated before its place is known)."""
+    return message_tokens("system", text)
+
+
 def _value_table(
     history: History,
     shown: Sequence[Sequence[TurnRecord]],
@@ -689,11 +706,7 @@ def _value_table(
     """The value table of what the shown turns no longer hold, within `limit` (its exact cost
     by `cost_of`)."""
     turns = [t for group in shown for t in group]
-    shown_text = "\n".join(
-        [t.content for t in turns]
-        + [json.dumps(t.tool_calls, ensure_ascii=False) for t in turns if t.tool_calls]
-    )
-    rows = history.table_entries({t.seq for t in turns}, shown_text)
+    rows = history.table_entries(turns)
     budget = limit
     while budget > 0:
         text, _ = fit_table(rows, budget)

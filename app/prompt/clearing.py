@@ -146,7 +146,9 @@ class History:
                 seq=turn.seq,
                 chunk_id=self.chunk_of.get(turn.seq),
             )
-            text = render_stub(source, budgeted(values, STUB_VALUE_TOKENS))
+            kept = budgeted(values, STUB_VALUE_TOKENS)
+            self.kept_in_stub[turn.seq] = kept
+            text = render_stub(source, kept)
             tokens = message_tokens("tool", text, turn.name, None, turn.tool_call_id)
             smaller = tokens < turn.token_count
             self.stubs[turn.seq] = (
@@ -189,10 +191,23 @@ class History:
             points.append(self.turns[-1].seq + 1)
         return points
 
-    def table_entries(self, shown: set[int], shown_text: str) -> list["TableEntry"]:
+    @property
+    def has_values(self) -> bool:
+        """Whether any turn made a tool call (only then is there a value table to make)."""
+        return bool(self.calls) or any(t.tool_calls for t in self.turns)
+
+    def table_entries(self, shown: Sequence[TurnRecord]) -> list["TableEntry"]:
         """The value table's candidates: each value of a result or call that is not among the
-        shown turns and that no shown text holds, once, under the result (or call) that first
-        held it; `hot` when a later call passed it on."""
+        `shown` turns (as shown: a stub holds some of its result's values) and that no shown
+        turn holds, once, under the result (or call) that first held it; `hot` when a later
+        call passed it on."""
+        held = {
+            v.value
+            for t in shown
+            if t.role in ("tool", "assistant")
+            for v in (self.kept_in_stub[t.seq] if self.is_stub(t) else self.values(t))
+        }
+        said = "\n".join(t.content for t in shown if t.role in ("user", "assistant"))
         entries: dict[str, TableEntry] = {}
         for turn in self.turns:
             if turn.role not in ("tool", "assistant"):
@@ -203,7 +218,7 @@ class History:
                     if turn.role == "assistant" and turn.seq > entry.seq:
                         entry.hot = True
                     continue
-                if turn.seq in shown or value.value in shown_text:
+                if value.value in held or value.value in said:
                     continue
                 entries[value.value] = TableEntry(value, turn.seq, self._label(turn))
         return list(entries.values())
