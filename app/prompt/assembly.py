@@ -664,22 +664,19 @@ def _fit_transcript(
     clear_all: bool = False,
 ) -> tuple[list[list[TurnRecord]], int]:
     """The newest of `groups` (oldest first) that fit `limit`, and their cost: all of them
-    verbatim when they fit; else the oldest results cleared first, at the first clearing point
-    (`History.clearing_points`) where they all fit; else every clearable result cleared and the
-    oldest groups left out. With `clear_all`, every clearable result is cleared from the start
-    (turns older than a tail that already holds stubs)."""
+    verbatim when they fit; else the oldest results cleared first (the `keep` newest last), at
+    the first clearing point (`History.clearing_points`) where they all fit; else every result
+    but the excluded tools' cleared and the oldest groups left out. With `clear_all`, every
+    result that may be cleared is, from the start (turns older than a tail holding stubs)."""
     if not groups:
         return [], 0
-    last = groups[-1][-1].seq + 1
-    points = [last] if clear_all else [-1, *history.clearing_points()]
-    for upto in points:
-        if upto > last:
-            break
-        cleared = [history.cleared(g, upto) for g in groups] if upto >= 0 else list(groups)
-        costs = [_group_cost(g, anthropic) for g in cleared]
-        if sum(costs) <= limit:
-            return cleared, sum(costs)
-    cleared = [history.cleared(g, last) for g in groups]
+    every = len(history.order)
+    for count in [every] if clear_all else [0, *history.clearing_points()]:
+        cleared = [history.cleared(g, count) for g in groups] if count else list(groups)
+        cost = sum(_group_cost(g, anthropic) for g in cleared)
+        if cost <= limit:
+            return cleared, cost
+    cleared = [history.cleared(g, every) for g in groups]
     kept: list[list[TurnRecord]] = []
     used = 0
     for group in reversed(cleared):

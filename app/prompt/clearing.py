@@ -89,7 +89,8 @@ class History:
     chunk_of: Mapping[int, str]
     clearing: ToolClearing
     calls: dict[int, Call] = field(init=False)  # a tool result's seq -> its call
-    kept_verbatim: set[int] = field(init=False)  # results never stubbed
+    order: list[int] = field(init=False)  # the results' seqs in the order they are cleared
+    rank: dict[int, int] = field(init=False)  # a result's place in `order`
     _values: dict[int, list[Value]] = field(init=False, default_factory=dict)
     kept_in_stub: dict[int, list[Value]] = field(init=False, default_factory=dict)
     stubs: dict[int, TurnRecord] = field(init=False, default_factory=dict)  # by seq, once made
@@ -103,12 +104,15 @@ class History:
             self.calls[self.turns[at].seq] = Call(
                 name, function.get("arguments"), self.turns[i].seq
             )
-        results = [t.seq for t in self.turns if t.role == "tool"]
-        newest = set(results[len(results) - self.clearing.keep :]) if self.clearing.keep else set()
         excluded = {
             seq for seq, call in self.calls.items() if call.tool in self.clearing.exclude_tools
         }
-        self.kept_verbatim = newest | excluded
+        results = [t.seq for t in self.turns if t.role == "tool" and t.seq not in excluded]
+        kept = len(results) - self.clearing.keep
+        # The oldest results first; the `keep` newest only when the transcript cannot fit
+        # otherwise: a stub in the prompt is better than the turns around it left out.
+        self.order = [*results[: max(kept, 0)], *results[max(kept, 0) :]]
+        self.rank = {seq: n for n, seq in enumerate(self.order)}
 
     @property
     def end(self) -> int:
@@ -116,7 +120,7 @@ class History:
         return max((t.seq for t in self.turns), default=-1) + 1
 
     def clearable(self, turn: TurnRecord) -> bool:
-        return turn.role == "tool" and turn.seq not in self.kept_verbatim
+        return turn.seq in self.rank
 
     def values(self, turn: TurnRecord) -> list[Value]:
         """The values a tool result returned (for another turn: the values of its calls)."""
@@ -161,34 +165,33 @@ class History:
         stub = self.stubs.get(turn.seq)
         return stub is turn and stub.content.startswith(STUB_PREFIX)
 
-    def cleared(self, group: Sequence[TurnRecord], upto: int) -> list[TurnRecord]:
-        """`group` with every clearable result of seq below `upto` as its stub (and, with
-        `clear_tool_inputs`, the arguments of calls whose results are all stubs emptied)."""
-        out = [self.stub(t) if t.seq < upto and self.clearable(t) else t for t in group]
+    def cleared(self, group: Sequence[TurnRecord], count: int) -> list[TurnRecord]:
+        """`group` with the first `count` results of the clearing order as their stubs (and,
+        with `clear_tool_inputs`, the arguments of calls whose results are all stubs emptied)."""
+        out = [self.stub(t) if self.rank.get(t.seq, count) < count else t for t in group]
         if not self.clearing.clear_tool_inputs:
             return out
         stubbed = {
             self.calls[t.seq].assistant_seq
             for t in out
-            if t.seq < upto and t.seq in self.calls and self.clearable(t)
+            if self.rank.get(t.seq, count) < count and t.seq in self.calls
         }
         return [_without_arguments(t) if t.seq in stubbed else t for t in out]
 
     def clearing_points(self) -> list[int]:
-        """The `upto` values worth trying, fewest stubs first: every clearable result's seq + 1,
-        merged so that each step clears at least `clear_at_least` tokens (estimated as the raw
-        results' tokens less their stubs')."""
+        """The counts of cleared results worth trying, fewest first, merged so that each step
+        clears at least `clear_at_least` tokens (the raw results' tokens less their stubs')."""
         points: list[int] = []
         freed = 0
-        for turn in self.turns:
-            if not self.clearable(turn):
-                continue
+        by_seq = {t.seq: t for t in self.turns}
+        for count, seq in enumerate(self.order, 1):
+            turn = by_seq[seq]
             freed += turn.token_count - self.stub(turn).token_count
             if freed >= self.clearing.clear_at_least:
-                points.append(turn.seq + 1)
+                points.append(count)
                 freed = 0
-        if freed and self.turns:
-            points.append(self.turns[-1].seq + 1)
+        if freed:
+            points.append(len(self.order))
         return points
 
     @property

@@ -453,8 +453,8 @@ async def _build_prompt(
 
 
 # The offloaded turns a build reads before its window: those that start within this many times
-# what the window leaves of the budget (the shown ones, and more for the value table), at most
-# `TAIL_MAX_TURNS` of them.
+# what the window leaves of the budget, or within the budget (the shown ones, and more whose
+# values the value table may list), at most `TAIL_MAX_TURNS` of them.
 TAIL_READ_SHARE = 2
 TAIL_MAX_TURNS = 200
 
@@ -467,12 +467,11 @@ async def _offloaded_tail(
     if not session.offloaded_until_seq:
         return [], {}
     left = budget.available - budget.c0 - sum(t.token_count for t in window)
-    if left <= 0:
-        return [], {}
+    tokens = max(TAIL_READ_SHARE * left, budget.available)
     found = await read_once(
         context.reader,
         lambda conn: sessions_repository.offloaded_tail(
-            conn, session.id, tokens=TAIL_READ_SHARE * left, turns=TAIL_MAX_TURNS
+            conn, session.id, tokens=tokens, turns=TAIL_MAX_TURNS
         ),
     )
     return [turn for turn, _ in found], {turn.seq: chunk for turn, chunk in found}
