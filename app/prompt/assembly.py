@@ -497,13 +497,16 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     # Groups holding a window turn (a group may reach back into the tail: a call offloaded
     # whose result is still in the window), then the tail's own.
     split = next((n for n, g in enumerate(groups) if g[-1].seq >= first_window_seq), len(groups))
-    kept, c1_cost = _fit_transcript(groups[split:], history, left, anthropic)
+    # The value table's room comes before the window's: old results in the window are cleared
+    # (their stubs keep their values) rather than the values of offloaded turns left out. It
+    # gets up to half of what is left: what its version beside the whole window takes, or, when
+    # the window does not fit even cleared, what the values of the turns it leaves out take.
+    table_room = min(inp.value_table_tokens, left // 2) if history.has_values else 0
+    need = _value_table(history, groups[split:], table_room, message_tokens_of)[1]
+    kept, c1_cost = _fit_transcript(groups[split:], history, left - need, anthropic)
     window_whole = len(kept) == len(groups) - split
-    if not window_whole and inp.value_table_tokens and history.has_values:
-        # The window does not fit even cleared: the values of the turns it leaves out go to the
-        # value table, which gets up to half of what is left (they are denser than turns).
-        share = min(inp.value_table_tokens, left // 2)
-        kept, c1_cost = _fit_transcript(groups[split:], history, left - share, anthropic)
+    if not window_whole and table_room > need:
+        kept, c1_cost = _fit_transcript(groups[split:], history, left - table_room, anthropic)
     left -= c1_cost
     window = [t for group in kept for t in group]
     in_window = {t.seq for t in window}
