@@ -129,7 +129,9 @@ def test_the_offloaded_tail_fills_the_budget_and_the_table_holds_what_left() -> 
     prompt = build(turns, budget, tail=17)
     assert prompt.tail_turns  # offloaded turns are shown before the window
     assert prompt.usage["total"] <= budget
-    assert prompt.usage["total"] >= budget - 120  # the budget is used
+    assert (
+        prompt.usage["total"] >= 0.9 * budget
+    )  # the budget is used (but the start moves by stretches)
     text = shown_text(prompt.messages)
     for n in range(12):  # every reservation id is in the prompt: a turn, a stub or the table
         assert f"RES{n:03d}X" in text
