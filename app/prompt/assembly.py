@@ -617,11 +617,9 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
             messages.append({"role": "system", "content": about_block})
         if block:
             messages.append({"role": "system", "content": block})
-        messages += [turn_message(t) for t in shown]
         if table:
-            # After the transcript: the table changes whenever values leave the turns shown,
-            # and everything before it stays a prefix a provider's cache reuses.
             messages.append({"role": "system", "content": table})
+        messages += [turn_message(t) for t in shown]
     if inp.query is not None:
         messages.append({"role": "user", "content": inp.query})
 
@@ -660,13 +658,6 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     )
 
 
-# The transcript's start moves by stretches of this many turns (seq numbers), not turn by turn.
-# tau-bench tune split, prefix reuse at 2,500 / 3,500 / 6,000 tokens (in process): .706 / .573 /
-# .652 turn by turn, .752 / .601 / .680 by 8, .771 / .645 / .714 by 16, .802 / .654 / .714 by 32
-# (retention .967-.992 / .995 / 1.000 for all); 16 keeps the dropped stretch small.
-TRANSCRIPT_STEP_TURNS = 16
-
-
 def _fit_transcript(
     groups: Sequence[list[TurnRecord]],
     history: History,
@@ -694,17 +685,7 @@ def _fit_transcript(
     while start and used + costs[start - 1] <= limit:
         start -= 1
         used += costs[start]
-    # The shown part starts only where a new stretch of `TRANSCRIPT_STEP_TURNS` turns begins:
-    # as turns arrive, the start stays put until it must move, then moves a stretch at once, so
-    # the prompt's prefix (what a provider's cache reuses) holds from one build to the next.
-    while 0 < start < len(cleared) and _stretch(cleared[start - 1]) == _stretch(cleared[start]):
-        used -= costs[start]
-        start += 1
     return cleared[start:], used
-
-
-def _stretch(group: Sequence[TurnRecord]) -> int:
-    return group[0].seq // TRANSCRIPT_STEP_TURNS
 
 
 def message_tokens_of(text: str) -> int:
