@@ -501,11 +501,14 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     # (their stubs keep their values) rather than the values of offloaded turns left out. It
     # gets up to half of what is left: what its version beside the whole window takes, or, when
     # the window does not fit even cleared, what the values of the turns it leaves out take.
+    # Only old results are cleared for it: the `keep` newest stay while the window fits.
     table_room = min(inp.value_table_tokens, left // 2) if history.has_values else 0
     need = _value_table(history, groups[split:], table_room, message_tokens_of)[1]
-    kept, c1_cost = _fit_transcript(groups[split:], history, left - need, anthropic)
-    window_whole = len(kept) == len(groups) - split
-    if not window_whole and table_room > need:
+    whole = _whole(groups[split:], history, left - need, anthropic, most=history.unkept)
+    window_whole = whole is not None
+    if whole is not None:
+        kept, c1_cost = whole
+    else:
         kept, c1_cost = _fit_transcript(groups[split:], history, left - table_room, anthropic)
     left -= c1_cost
     window = [t for group in kept for t in group]
@@ -658,6 +661,25 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     )
 
 
+def _whole(
+    groups: Sequence[list[TurnRecord]],
+    history: History,
+    limit: int,
+    anthropic: bool,
+    *,
+    most: int,
+) -> tuple[list[list[TurnRecord]], int] | None:
+    """All of `groups` within `limit` and their cost: verbatim, or with the oldest results
+    cleared (at most `most` of the clearing order), at the first clearing point
+    (`History.clearing_points`) where they fit; None when they do not fit so."""
+    for count in [0, *(c for c in history.clearing_points() if c <= most)]:
+        cleared = [history.cleared(g, count) for g in groups] if count else list(groups)
+        cost = sum(_group_cost(g, anthropic) for g in cleared)
+        if cost <= limit:
+            return cleared, cost
+    return None
+
+
 def _fit_transcript(
     groups: Sequence[list[TurnRecord]],
     history: History,
@@ -666,26 +688,27 @@ def _fit_transcript(
     *,
     clear_all: bool = False,
 ) -> tuple[list[list[TurnRecord]], int]:
-    """The newest of `groups` (oldest first) that fit `limit`, and their cost: all of them
-    verbatim when they fit; else the oldest results cleared first (the `keep` newest last), at
-    the first clearing point (`History.clearing_points`) where they all fit; else every result
-    but the excluded tools' cleared and the oldest groups left out. With `clear_all`, every
-    result that may be cleared is, from the start (turns older than a tail holding stubs)."""
+    """The newest of `groups` (oldest first) that fit `limit`, and their cost: all of them when
+    they fit verbatim or with old results cleared (`_whole`); else the old results cleared and
+    the oldest groups left out; the `keep` newest results are cleared too only when not even the
+    newest group fits otherwise. With `clear_all`, every result that may be cleared is, from
+    the start (turns older than a tail holding stubs)."""
     if not groups:
         return [], 0
     every = len(history.order)
-    for count in [every] if clear_all else [0, *history.clearing_points()]:
-        cleared = [history.cleared(g, count) for g in groups] if count else list(groups)
-        cost = sum(_group_cost(g, anthropic) for g in cleared)
-        if cost <= limit:
-            return cleared, cost
-    cleared = [history.cleared(g, every) for g in groups]
-    costs = [_group_cost(g, anthropic) for g in cleared]
-    start, used = len(cleared), 0
-    while start and used + costs[start - 1] <= limit:
-        start -= 1
-        used += costs[start]
-    return cleared[start:], used
+    whole = None if clear_all else _whole(groups, history, limit, anthropic, most=history.unkept)
+    if whole is not None:
+        return whole
+    for count in [every] if clear_all else [history.unkept, every]:
+        cleared = [history.cleared(g, count) for g in groups]
+        costs = [_group_cost(g, anthropic) for g in cleared]
+        start, used = len(cleared), 0
+        while start and used + costs[start - 1] <= limit:
+            start -= 1
+            used += costs[start]
+        if start < len(cleared):
+            return cleared[start:], used
+    return [], 0
 
 
 def message_tokens_of(text: str) -> int:

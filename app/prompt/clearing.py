@@ -91,6 +91,7 @@ class History:
     calls: dict[int, Call] = field(init=False)  # a tool result's seq -> its call
     order: list[int] = field(init=False)  # the results' seqs in the order they are cleared
     rank: dict[int, int] = field(init=False)  # a result's place in `order`
+    unkept: int = field(init=False)  # how many of `order` come before the `keep` newest
     _values: dict[int, list[Value]] = field(init=False, default_factory=dict)
     kept_in_stub: dict[int, list[Value]] = field(init=False, default_factory=dict)
     stubs: dict[int, TurnRecord] = field(init=False, default_factory=dict)  # by seq, once made
@@ -109,10 +110,11 @@ class History:
         }
         results = [t.seq for t in self.turns if t.role == "tool" and t.seq not in excluded]
         kept = len(results) - self.clearing.keep
-        # The oldest results first; the `keep` newest only when the transcript cannot fit
-        # otherwise: a stub in the prompt is better than the turns around it left out.
-        self.order = [*results[: max(kept, 0)], *results[max(kept, 0) :]]
+        # The oldest results first; the `keep` newest (the last of the order) only when the
+        # transcript cannot fit otherwise: a stub is better than the turns around it left out.
+        self.order = results
         self.rank = {seq: n for n, seq in enumerate(self.order)}
+        self.unkept = max(kept, 0)
 
     @property
     def end(self) -> int:
