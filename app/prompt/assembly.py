@@ -509,7 +509,12 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     if whole is not None:
         kept, c1_cost = whole
     else:
-        kept, c1_cost = _fit_transcript(groups[split:], history, left - table_room, anthropic)
+        # The newest results stay whole before the table gets its room.
+        kept, c1_cost = _fit_transcript(
+            groups[split:], history, left - table_room, anthropic, most=history.unkept
+        )
+        if not kept:
+            kept, c1_cost = _fit_transcript(groups[split:], history, left, anthropic)
     left -= c1_cost
     window = [t for group in kept for t in group]
     in_window = {t.seq for t in window}
@@ -687,19 +692,22 @@ def _fit_transcript(
     anthropic: bool,
     *,
     clear_all: bool = False,
+    most: int | None = None,
 ) -> tuple[list[list[TurnRecord]], int]:
     """The newest of `groups` (oldest first) that fit `limit`, and their cost: all of them when
     they fit verbatim or with old results cleared (`_whole`); else the old results cleared and
     the oldest groups left out; the `keep` newest results are cleared too only when not even the
-    newest group fits otherwise. With `clear_all`, every result that may be cleared is, from
-    the start (turns older than a tail holding stubs)."""
+    newest group fits otherwise (and never beyond `most` of the clearing order). With
+    `clear_all`, every result that may be cleared is, from the start (turns older than a tail
+    holding stubs)."""
     if not groups:
         return [], 0
     every = len(history.order)
     whole = None if clear_all else _whole(groups, history, limit, anthropic, most=history.unkept)
     if whole is not None:
         return whole
-    for count in [every] if clear_all else [history.unkept, every]:
+    counts = [every] if clear_all else [history.unkept, every]
+    for count in [c for c in counts if most is None or c <= most]:
         cleared = [history.cleared(g, count) for g in groups]
         costs = [_group_cost(g, anthropic) for g in cleared]
         start, used = len(cleared), 0
