@@ -516,14 +516,23 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         if not kept:
             kept, c1_cost = _fit_transcript(groups[split:], history, left, anthropic)
     left -= c1_cost
-    window = [t for group in kept for t in group]
+    # When every offloaded turn read fits beside the window verbatim, they are shown before
+    # recall runs (as truncation would show them): recall then adds only what lies beyond.
+    tail: list[list[TurnRecord]] = []
+    if window_whole and split:
+        verbatim = _whole(groups[:split], history, left, anthropic, most=0)
+        if verbatim is not None:
+            tail, tail_cost = verbatim
+            c1_cost += tail_cost
+            left -= tail_cost
+    window = [t for group in (*tail, *kept) for t in group]
     in_window = {t.seq for t in window}
     # The value table's room is kept from recall and the tail: what its full version would
     # take of the values the window does not show (nothing in a session without tool values).
     reserve = 0
     if inp.value_table_tokens and history.has_values:
         full_table = _value_table(
-            history, kept, min(inp.value_table_tokens, left), message_tokens_of
+            history, [*tail, *kept], min(inp.value_table_tokens, left), message_tokens_of
         )
         reserve = full_table[1]
 
@@ -580,7 +589,6 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     # What is left goes to the transcript's offloaded tail and the value table: the tail's turns
     # (their old results as stubs) newest first within what the table leaves it, then the table
     # of the values no shown turn holds, then the tail again with what the table did not use.
-    tail: list[list[TurnRecord]] = []
     table, table_cost = "", 0
 
     def table_cost_of(text: str) -> int:
@@ -589,7 +597,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
             return _system_cost([*prefix, text]) - _system_cost(prefix)
         return message_tokens("system", text)
 
-    if window_whole and split:
+    if window_whole and split and not tail:
         tail, tail_cost = _fit_transcript(groups[:split], history, left - reserve, anthropic)
         c1_cost += tail_cost
         left -= tail_cost
@@ -606,7 +614,8 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     shown = [t for group in (*tail, *kept) for t in group]
 
     flags: list[str] = []
-    if len(window) < len(inp.turns):
+    included = [t.seq for group in kept for t in group if t.seq >= first_window_seq]
+    if len(included) < len(inp.turns):
         flags.append("window_truncated")
     if notes and not keep_notes:
         flags.append("notes_dropped")
@@ -647,7 +656,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         messages=messages,
         system=system,
         usage=usage,
-        included_turns=[t.seq for t in window if t.seq >= first_window_seq],
+        included_turns=included,
         excluded_turns=[t.seq for t in inp.turns if t.seq not in in_window],
         recalled=list(recall.chosen),
         about_user=list(about.chosen),
