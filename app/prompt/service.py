@@ -317,7 +317,10 @@ async def _build_prompt(
         recalled = [recalled_item(hit) for hit in shown]
 
     stage = time.perf_counter()
-    tail, chunk_of = await _offloaded_tail(context, session, budget, window)
+    kept = (
+        _kept_window(context, caller, session_id, session, window) if snapshot is not None else None
+    )
+    tail, chunk_of = await _offloaded_tail(context, session, budget, window, kept)
     assembly = AssemblyInput(
         system=system,
         turns=window,
@@ -345,9 +348,6 @@ async def _build_prompt(
         fallbacks.append("cache_bypass")
 
     included = {item.chunk_id for item in assembled.recalled}
-    kept = (
-        _kept_window(context, caller, session_id, session, window) if snapshot is not None else None
-    )
     manifest = _manifest_items(assembled, kept)
     # After the notes entry: each item the notes' token cap left out (no text, its turn has it).
     at = next((n + 1 for n, m in enumerate(manifest) if m.id == "notes"), len(manifest))
@@ -460,21 +460,32 @@ TAIL_MAX_TURNS = 200
 
 
 async def _offloaded_tail(
-    context: AppContext, session: Session, budget: Budget, window: Sequence[TurnRecord]
+    context: AppContext,
+    session: Session,
+    budget: Budget,
+    window: Sequence[TurnRecord],
+    kept: "_KeptWindow | None",
 ) -> tuple[list[TurnRecord], dict[int, str]]:
     """The newest offloaded turns (and their chunks by seq) that the build may show before the
-    window, with old tool results as stubs, and whose values the value table may list."""
+    window, with old tool results as stubs, and whose values the value table may list. Read
+    once per version of the session's row (`kept`: the window kept for it), like the window."""
     if not session.offloaded_until_seq:
         return [], {}
     left = budget.available - budget.c0 - sum(t.token_count for t in window)
     tokens = max(TAIL_READ_SHARE * left, budget.available)
+    if kept is not None and kept.tail is not None and kept.tail[0] == tokens:
+        return kept.tail[1], kept.tail[2]
     found = await read_once(
         context.reader,
         lambda conn: sessions_repository.offloaded_tail(
             conn, session.id, tokens=tokens, turns=TAIL_MAX_TURNS
         ),
     )
-    return [turn for turn, _ in found], {turn.seq: chunk for turn, chunk in found}
+    tail = [turn for turn, _ in found]
+    chunk_of = {turn.seq: chunk for turn, chunk in found}
+    if kept is not None:
+        kept.tail = (tokens, tail, chunk_of)
+    return tail, chunk_of
 
 
 def _tool_clearing(config: BudgetConfig, options: ToolResultsOptions) -> ToolClearing:
@@ -538,6 +549,8 @@ class _KeptWindow:
 
     read: sessions_repository.SessionWindow
     turn_items: list[ManifestItem] | None = None
+    # The offloaded tail read at this version: (the tokens it was read for, turns, chunk ids).
+    tail: tuple[int, list[TurnRecord], dict[int, str]] | None = None
 
 
 def _kept_window(
