@@ -2,10 +2,10 @@
 
 When the transcript does not fit, old tool results go before any user or assistant turn: each
 becomes a stub holding the call (tool and arguments), the values the result returned with their
-field names (`app.notes.values`), its size and the chunk holding its raw text. The `keep` newest
-results and the results of `exclude_tools` stay verbatim. Stubs are made oldest first and at least
-`clear_at_least` tokens at a time, so the cleared prefix of the prompt moves in steps and a
-provider's prompt cache keeps hitting between them.
+field names (`app.notes.values`), its size and the chunk holding its raw text. Stubs are made
+oldest first and at least `clear_at_least` tokens at a time, so the cleared part of the prompt
+moves in steps. The results of `exclude_tools` are never cleared; the `keep` newest only when not
+even the newest step fits otherwise.
 
 `History` is what a build may show of a session's transcript: the newest offloaded turns (the
 "tail", each with its chunk id) followed by the window (C1). It pairs every tool result with its
@@ -120,9 +120,6 @@ class History:
     def end(self) -> int:
         """One past the newest turn's seq (0 when there is none)."""
         return max((t.seq for t in self.turns), default=-1) + 1
-
-    def clearable(self, turn: TurnRecord) -> bool:
-        return turn.seq in self.rank
 
     def values(self, turn: TurnRecord) -> list[Value]:
         """The values a tool result returned (for another turn: the values of its calls)."""
@@ -290,6 +287,5 @@ def _rows(entries: Sequence[TableEntry]) -> list[TableRow]:
     for entry in entries:
         by_seq.setdefault(entry.seq, []).append(entry)
     return [
-        TableRow(group[0].label, seq, [e.value for e in group], True)
-        for seq, group in by_seq.items()
+        TableRow(group[0].label, seq, [e.value for e in group]) for seq, group in by_seq.items()
     ]
