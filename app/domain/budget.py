@@ -82,7 +82,10 @@ class BudgetConfig(BaseModel):
     # Tool-result clearing (named after Anthropic's `clear_tool_uses` controls); the defaults
     # were chosen on tau-bench's tune split (README, "Agents that call tools").
     tool_results_keep: int = Field(
-        3, ge=0, le=MAX_TOOL_RESULTS_KEPT, description="newest tool results never cleared"
+        3,
+        ge=0,
+        le=MAX_TOOL_RESULTS_KEPT,
+        description="newest tool results kept whole while older ones can be cleared",
     )
     tool_results_exclude_tools: tuple[Annotated[str, Field(max_length=128)], ...] = Field(
         (), max_length=MAX_EXCLUDED_TOOLS, description="tools whose results are never cleared"

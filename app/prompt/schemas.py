@@ -41,7 +41,10 @@ class ToolResultsOptions(RequestBody):
 
     model_config = ConfigDict(extra="forbid")
     keep: int | None = Field(
-        None, ge=0, le=MAX_TOOL_RESULTS_KEPT, description="newest tool results never cleared"
+        None,
+        ge=0,
+        le=MAX_TOOL_RESULTS_KEPT,
+        description="newest tool results kept whole while older ones can be cleared",
     )
     exclude_tools: list[Annotated[str, Field(max_length=128)]] | None = Field(
         None, max_length=MAX_EXCLUDED_TOOLS, description="tools whose results are never cleared"
