@@ -516,10 +516,11 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         if not kept:
             kept, c1_cost = _fit_transcript(groups[split:], history, left, anthropic)
     left -= c1_cost
-    # When every offloaded turn read fits beside the window verbatim, they are shown before
-    # recall runs (as truncation would show them): recall then adds only what lies beyond.
+    # In a tool loop, when every offloaded turn read fits beside the window verbatim, they are
+    # shown before recall runs (as truncation would show them): recall then adds only what lies
+    # beyond, and the prompt's head stays the same from one step to the next.
     tail: list[list[TurnRecord]] = []
-    if window_whole and split:
+    if window_whole and split and history.has_values:
         verbatim = _whole(groups[:split], history, left, anthropic, most=0)
         if verbatim is not None:
             tail, tail_cost = verbatim
