@@ -71,7 +71,8 @@ async def main(args: argparse.Namespace) -> None:
         line = []
         for side in ("A", "B"):
             values = [t[at] for t in times[side]]
-            line.append(f"{side} p50 {percentile(values, 0.5):.1f} p95 {percentile(values, 0.95):.1f}")
+            p50, p95 = percentile(values, 0.5), percentile(values, 0.95)
+            line.append(f"{side} p50 {p50:.1f} p95 {p95:.1f}")
         ratio = percentile([t[at] for t in times["B"]], 0.5) / percentile(
             [t[at] for t in times["A"]], 0.5
         )
