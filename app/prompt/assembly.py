@@ -742,6 +742,8 @@ def _value_table(
 ) -> tuple[str, int]:
     """The value table of what the shown turns no longer hold, within `limit` (its exact cost
     by `cost_of`)."""
+    if limit <= 0 or not history.has_values:
+        return "", 0
     turns = [t for group in shown for t in group]
     rows = history.table_entries(turns)
     budget = limit

@@ -92,13 +92,17 @@ class History:
     order: list[int] = field(init=False)  # the results' seqs in the order they are cleared
     rank: dict[int, int] = field(init=False)  # a result's place in `order`
     unkept: int = field(init=False)  # how many of `order` come before the `keep` newest
+    # Whether any turn made a tool call (only then is there a value table to make).
+    has_values: bool = field(init=False)
     _values: dict[int, list[Value]] = field(init=False, default_factory=dict)
     kept_in_stub: dict[int, list[Value]] = field(init=False, default_factory=dict)
     stubs: dict[int, TurnRecord] = field(init=False, default_factory=dict)  # by seq, once made
 
     def __post_init__(self) -> None:
         self.calls = {}
-        for at, (i, j) in tool_pairs(self.turns).items():
+        self.has_values = any(t.tool_calls for t in self.turns)
+        pairs = tool_pairs(self.turns) if self.has_values else {}
+        for at, (i, j) in pairs.items():
             call = (self.turns[i].tool_calls or [])[j]
             function = call.get("function") or {}
             name = str(function.get("name") or "tool")
@@ -161,6 +165,8 @@ class History:
 
     def is_stub(self, turn: TurnRecord) -> bool:
         """Whether `turn` is a stub made for its seq (not the turn as stored)."""
+        if not self.stubs:
+            return False
         stub = self.stubs.get(turn.seq)
         return stub is turn and stub.content.startswith(STUB_PREFIX)
 
@@ -192,11 +198,6 @@ class History:
         if freed:
             points.append(len(self.order))
         return points
-
-    @property
-    def has_values(self) -> bool:
-        """Whether any turn made a tool call (only then is there a value table to make)."""
-        return bool(self.calls) or any(t.tool_calls for t in self.turns)
 
     def table_entries(self, shown: Sequence[TurnRecord]) -> list["TableEntry"]:
         """The value table's candidates: each value of a result or call that is not among the
