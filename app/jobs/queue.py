@@ -38,13 +38,15 @@ def app_context(job_context: JobContext) -> AppContext:
 
 
 class TaskName(StrEnum):
-    """Full names (blueprint namespace + task) of the jobs the API enqueues."""
+    """Full names (blueprint namespace + task) of the jobs enqueued by name: the API's, and the
+    sweep (periodic, and run at once by whoever needs the counters repaired now)."""
 
     OFFLOAD = "offload:run"
     EMBED_CHUNKS = "offload:embed_chunks"
     REFRESH_NOTES = "notes:refresh"
     ERASE = "memory:erase"
     EMBED_MEMORIES = "memory:embed"
+    SWEEP = "offload:sweep"
 
 
 # A session's offload, notes and erase are short and what its next prompt waits for; embeddings
@@ -62,6 +64,7 @@ QUEUE: dict[TaskName, str] = {
     TaskName.ERASE: DEFAULT_QUEUE,
     TaskName.EMBED_CHUNKS: BACKGROUND_QUEUE,
     TaskName.EMBED_MEMORIES: BACKGROUND_QUEUE,
+    TaskName.SWEEP: BACKGROUND_QUEUE,
 }
 PRIORITY: dict[TaskName, int] = {
     TaskName.OFFLOAD: 10,
@@ -69,6 +72,7 @@ PRIORITY: dict[TaskName, int] = {
     TaskName.ERASE: 10,
     TaskName.EMBED_CHUNKS: 0,
     TaskName.EMBED_MEMORIES: 0,
+    TaskName.SWEEP: 0,
 }
 # A session's chunk embedding jobs also step down by the jobs already waiting under their lock
 # (one lock per session): a session's first job goes before any session's second, so a session

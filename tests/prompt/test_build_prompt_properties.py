@@ -217,8 +217,10 @@ async def test_build_prompt_properties(
 
 
 def body_turn_seqs(body: dict[str, Any]) -> list[int]:
+    """The stored turns the prompt shows: the window's (c1) and offloaded ones shown before it
+    (c3, as themselves or as stubs)."""
     return [
         int(m["id"].removeprefix("turn:"))
         for m in body["manifest"]
-        if m["layer"] == "c1" and m["included"]
+        if m["id"].startswith("turn:") and m["included"]
     ]

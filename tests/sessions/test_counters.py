@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings
 from app.db.models import Session
-from app.jobs.queue import enqueue
+from app.jobs.queue import TaskName, enqueue
 from app.offload.repository import active_chunk_count
 from app.sessions import repository
 from app.sessions.repository import Counters
@@ -119,7 +119,7 @@ async def test_the_sweep_recounts_drifted_counters_and_logs_the_drift(
 
             caplog.set_level(logging.WARNING, logger="contextd.sessions")
             async with transaction(engine) as db:
-                await enqueue(db, "offload:sweep", {"timestamp": 0})
+                await enqueue(db, TaskName.SWEEP, {"timestamp": 0})
             _, counted = await wait_for(
                 lambda: stored_and_counted(engine, pk),
                 lambda pair: pair[0] == pair[1],
