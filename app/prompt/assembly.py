@@ -1,8 +1,8 @@
 """Prompt assembly: the pure policy that turns the layers into a message list within budget.
 
 Order (stable parts first, so prompt-prefix caches hit):
-C0 system messages → C2 notes block → "about this user" block → recalled-history block → C1 turns
-verbatim → x_t.
+C0 system messages → C2 notes block → "about this user" block → recalled-history block → value
+table → offloaded tail → C1 turns → x_t.
 
 Precedence when the budget is short (`budget` = C - r):
 1. x_t and C0 are mandatory. If they alone (plus reply priming and tool schemas) exceed the
@@ -11,7 +11,10 @@ Precedence when the budget is short (`budget` = C - r):
    and carry the hard constraints and key facts of offloaded history, which exist nowhere else in
    the prompt; the spec says constraints are never dropped for space before anything else.
 3. C1 turns from the newest backwards, as a contiguous recent tail. A tool call and its results
-   form one group that is kept or left out whole. When the oldest turns must be left out the flag
+   form one group that is kept or left out whole (`blocks.paired_turns` first drops pending calls
+   and orphan results). Old tool results become stubs (`clearing`) before any turn is left out,
+   the `keep` newest last; the value table's room (values of results and calls no shown turn
+   holds) comes before old results stay whole. When the oldest turns must be left out the flag
    `window_truncated` is set (the caller should offload and tighten k).
 4. The "about this user" block (remembered items of the session's user, ranked against the
    query) gets what is left, at most its own small budget, up to its top-k, the same way as
@@ -30,6 +33,10 @@ Precedence when the budget is short (`budget` = C - r):
    item that says again what a chosen one says (`recall.rerank.repeats`: over 90 % of its words
    are in that one's and what it adds holds no number) is skipped (`near_duplicate`): repetitive
    small talk would otherwise fill the budget with the same lines.
+6. The offloaded tail (the newest offloaded turns, `AssemblyInput.tail`) then fills what is left,
+   newest first, its old results as stubs; the value table gets its room and what the tail left.
+   In a session with tool calls, a tail that fits whole and verbatim comes before recall instead
+   (recall then skips what it shows), as truncation would show it.
 
 Counting: OpenAI messages are counted by `app.core.tokens.messages_tokens` (reply priming
 included); an Anthropic prompt by `messages_tokens` on `blocks.anthropic_counting_view` (the system
