@@ -467,9 +467,14 @@ async def _offloaded_tail(
     kept: "_KeptWindow | None",
 ) -> tuple[list[TurnRecord], dict[int, str]]:
     """The newest offloaded turns (and their chunks by seq) that the build may show before the
-    window, with old tool results as stubs, and whose values the value table may list. Read
-    once per version of the session's row (`kept`: the window kept for it), like the window."""
-    if not session.offloaded_until_seq:
+    window, with old tool results as stubs, and whose values the value table may list, when the
+    window holds a tool call or result. Read once per version of the session's row (`kept`: the
+    window kept for it), like the window."""
+    # Only a tool loop's prompt is filled with offloaded turns: a conversation's older turns
+    # come back through recall, within B, as they always did (a 128k window filled with old
+    # small talk would cost its user far more than it brings).
+    in_loop = any(t.tool_calls or t.role == "tool" for t in window)
+    if not session.offloaded_until_seq or not in_loop:
         return [], {}
     left = budget.available - budget.c0 - sum(t.token_count for t in window)
     tokens = max(TAIL_READ_SHARE * left, budget.available)
