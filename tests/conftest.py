@@ -148,3 +148,21 @@ async def cache(settings: Settings) -> AsyncIterator[Cache]:
     real = Cache(settings.redis_url, settings.cache)
     yield real
     await real.aclose()
+
+
+@pytest.fixture(scope="module")
+def e5_server(settings: Settings) -> Iterator[RunningServer]:
+    """The API and its worker with e5 embeddings, on the module's database (recall tests)."""
+    own = settings.model_copy(
+        update={"embedding": settings.embedding.model_copy(update={"kind": "e5"})}
+    )
+    with run_server(own, with_worker=True) as server:
+        yield server
+
+
+@pytest.fixture
+async def e5_client(e5_server: RunningServer, api_key: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(
+        base_url=e5_server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60
+    ) as http:
+        yield http

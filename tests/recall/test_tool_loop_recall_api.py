@@ -5,14 +5,12 @@ Chinese, through the HTTP API with a worker offloading the oldest turns."""
 
 import json
 import random
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from app.core.config import Settings
-from tests.support.server import RunningServer, run_server
+from tests.prompt.test_recall_needles import recalled_block
 from tests.support.waiting import wait_for
 
 OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
@@ -112,32 +110,6 @@ async def offloaded(http: httpx.AsyncClient, sid: str) -> None:
     await wait_for(probe, ready, timeout=180, interval=0.2, what=f"{sid} to be offloaded")
 
 
-def recalled_block(body: dict[str, Any]) -> str:
-    blocks = [
-        m["content"]
-        for m in body["messages"]
-        if m["role"] == "system" and m["content"].startswith("<recalled_history>")
-    ]
-    return blocks[0] if blocks else ""
-
-
-@pytest.fixture(scope="module")
-def e5_server(settings: Settings) -> Iterator[RunningServer]:
-    own = settings.model_copy(
-        update={"embedding": settings.embedding.model_copy(update={"kind": "e5"})}
-    )
-    with run_server(own, with_worker=True) as server:
-        yield server
-
-
-@pytest.fixture
-async def http(e5_server: RunningServer, api_key: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        base_url=e5_server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60
-    ) as client:
-        yield client
-
-
 QUESTIONS = {
     "en": "What is the value of SECRET_CONST_3 in billing/mod3.py?",
     "zh": "billing/mod3.py 里 SECRET_CONST_3 的值是多少？",
@@ -146,14 +118,14 @@ QUESTIONS = {
 
 @pytest.mark.parametrize("language", ["en", "zh"])
 async def test_a_constant_read_forty_tool_calls_ago_comes_back(
-    http: httpx.AsyncClient, language: str
+    e5_client: httpx.AsyncClient, language: str
 ) -> None:
     sid = f"tool-loop-{language}"
     turns, secrets = tool_session(language, seed=len(language))
-    await load(http, sid, turns)
-    await offloaded(http, sid)
+    await load(e5_client, sid, turns)
+    await offloaded(e5_client, sid)
     question = QUESTIONS[language]
-    resp = await http.post(f"/v1/sessions/{sid}/build-prompt", json={"query": question})
+    resp = await e5_client.post(f"/v1/sessions/{sid}/build-prompt", json={"query": question})
     assert resp.status_code == 200, resp.text
     body = resp.json()
     block = recalled_block(body)
@@ -163,7 +135,7 @@ async def test_a_constant_read_forty_tool_calls_ago_comes_back(
 
 @pytest.mark.parametrize("language", ["en", "zh"])
 async def test_the_agent_loop_recalls_what_its_latest_call_asks_for(
-    http: httpx.AsyncClient, language: str
+    e5_client: httpx.AsyncClient, language: str
 ) -> None:
     """No query: the user's last turn asks about a constant, the agent calls a tool with the
     file's path, the result names the constant; the build before the next model call recalls
@@ -191,9 +163,9 @@ async def test_the_agent_loop_recalls_what_its_latest_call_asks_for(
             "content": "billing/mod3.py:13: receipt = client.charge(..., SECRET_CONST_3)",
         },
     ]
-    await load(http, sid, turns)
-    await offloaded(http, sid)
-    resp = await http.post(f"/v1/sessions/{sid}/build-prompt", json={})
+    await load(e5_client, sid, turns)
+    await offloaded(e5_client, sid)
+    resp = await e5_client.post(f"/v1/sessions/{sid}/build-prompt", json={})
     assert resp.status_code == 200, resp.text
     body = resp.json()
     block = recalled_block(body)
