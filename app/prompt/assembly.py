@@ -36,7 +36,12 @@ Precedence when the budget is short (`budget` = C - r):
 6. The offloaded tail (the newest offloaded turns, `AssemblyInput.tail`) then fills what is left,
    newest first, its old results as stubs; the value table gets its room and what the tail left.
    In a session with tool calls, a tail that fits whole and verbatim comes before recall instead
-   (recall then skips what it shows), as truncation would show it.
+   (recall then skips what it shows), as truncation would show it. When it does not, and the
+   budget holds enough turns for it (`stretch_turns`), the transcript (tail and window, every
+   result but the `keep` newest as a stub) starts at the oldest stretch boundary from which it
+   fits beside the value table of what it leaves out, both chosen before recall (`_anchored`):
+   the start moves by whole stretches, the table only with it, and in OpenAI format the table
+   comes right after C0, so consecutive builds of an agent loop share their head.
 
 Counting: OpenAI messages are counted by `app.core.tokens.messages_tokens` (reply priming
 included); an Anthropic prompt by `messages_tokens` on `blocks.anthropic_counting_view` (the system
@@ -47,6 +52,7 @@ re-encode the window.
 """
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -72,7 +78,7 @@ from app.prompt.blocks import (
     tool_groups,
     turn_message,
 )
-from app.prompt.clearing import History, ToolClearing, fit_table
+from app.prompt.clearing import History, TableEntry, ToolClearing, fit_table
 from app.recall.rerank import repeats, word_set
 
 PromptFormat = Literal["openai", "anthropic"]
@@ -510,24 +516,44 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     # the window does not fit even cleared, what the values of the turns it leaves out take.
     # Only old results are cleared for it: the `keep` newest stay while the window fits.
     table_room = min(inp.value_table_tokens, left // 2) if history.has_values else 0
-    need = _value_table(history, groups[split:], table_room, message_tokens_of)[1]
-    whole = _whole(groups[split:], history, left - need, anthropic, most=history.unkept)
-    window_whole = whole is not None
-    if whole is not None:
-        kept, c1_cost = whole
+    prefix0 = [c0_text, notes if keep_notes else ""]
+
+    def cost0(text: str) -> int:
+        if anthropic:
+            return _system_cost([*prefix0, text]) - _system_cost(prefix0)
+        return message_tokens("system", text)
+
+    # A tool session whose offloaded turns do not all fit verbatim: the transcript starts at a
+    # stretch boundary (`_anchored`), so consecutive builds share their head.
+    anchored = None
+    if history.has_values and split and _whole(groups, history, left, anthropic, most=0) is None:
+        anchored = _anchored(groups, history, left, table_room, anthropic, cost0)
+    tail: list[list[TurnRecord]] = []
+    table, table_cost = "", 0
+    if anchored is not None:
+        shown_groups, c1_cost, table, table_cost = anchored
+        tail = [g for g in shown_groups if g[-1].seq < first_window_seq]
+        kept = shown_groups[len(tail) :]
+        window_whole = len(kept) == len(groups) - split
+        left -= c1_cost + table_cost
     else:
-        # The newest results stay whole before the table gets its room.
-        kept, c1_cost = _fit_transcript(
-            groups[split:], history, left - table_room, anthropic, most=history.unkept
-        )
-        if not kept:
-            kept, c1_cost = _fit_transcript(groups[split:], history, left, anthropic)
-    left -= c1_cost
+        need = _value_table(history, groups[split:], table_room, message_tokens_of)[1]
+        whole = _whole(groups[split:], history, left - need, anthropic, most=history.unkept)
+        window_whole = whole is not None
+        if whole is not None:
+            kept, c1_cost = whole
+        else:
+            # The newest results stay whole before the table gets its room.
+            kept, c1_cost = _fit_transcript(
+                groups[split:], history, left - table_room, anthropic, most=history.unkept
+            )
+            if not kept:
+                kept, c1_cost = _fit_transcript(groups[split:], history, left, anthropic)
+        left -= c1_cost
     # In a tool loop, when every offloaded turn read fits beside the window verbatim, they are
     # shown before recall runs (as truncation would show them): recall then adds only what lies
     # beyond, and the prompt's head stays the same from one step to the next.
-    tail: list[list[TurnRecord]] = []
-    if window_whole and split and history.has_values:
+    if window_whole and split and history.has_values and anchored is None:
         verbatim = _whole(groups[:split], history, left, anthropic, most=0)
         if verbatim is not None:
             tail, tail_cost = verbatim
@@ -538,7 +564,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     # The value table's room is kept from recall and the tail: what its full version would
     # take of the values the window does not show (nothing in a session without tool values).
     reserve = 0
-    if inp.value_table_tokens and history.has_values:
+    if inp.value_table_tokens and history.has_values and anchored is None:
         full_table = _value_table(
             history, [*tail, *kept], min(inp.value_table_tokens, left), message_tokens_of
         )
@@ -597,7 +623,6 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     # What is left goes to the transcript's offloaded tail and the value table: the tail's turns
     # (their old results as stubs) newest first within what the table leaves it, then the table
     # of the values no shown turn holds, then the tail again with what the table did not use.
-    table, table_cost = "", 0
 
     def table_cost_of(text: str) -> int:
         """What the value table adds: its message, or its part of the Anthropic system string."""
@@ -605,14 +630,14 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
             return _system_cost([*prefix, text]) - _system_cost(prefix)
         return message_tokens("system", text)
 
-    if window_whole and split and not tail:
+    if window_whole and split and not tail and anchored is None:
         tail, tail_cost = _fit_transcript(groups[:split], history, left - reserve, anthropic)
         c1_cost += tail_cost
         left -= tail_cost
-    if reserve:
+    if reserve and anchored is None:
         table, table_cost = _value_table(history, [*tail, *kept], left, table_cost_of)
         left -= table_cost
-    if window_whole and split > len(tail) and left > 0:
+    if window_whole and split > len(tail) and left > 0 and anchored is None:
         more, more_cost = _fit_transcript(
             groups[: split - len(tail)], history, left, anthropic, clear_all=bool(tail)
         )
@@ -632,17 +657,20 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
 
     system: str | None = None
     if anthropic:
-        system = SYSTEM_SEPARATOR.join(p for p in (*prefix, table) if p)
+        order = [*prefix[:2], table, *prefix[2:]] if anchored else [*prefix, table]
+        system = SYSTEM_SEPARATOR.join(p for p in order if p)
         messages = [m for group in (*tail, *kept) for m in anthropic_messages(group)]
     else:
         messages = [dict(m) for m in inp.system]
         if keep_notes:
             messages.append({"role": "system", "content": notes})
+        if table and anchored:
+            messages.append({"role": "system", "content": table})
         if about_block:
             messages.append({"role": "system", "content": about_block})
         if block:
             messages.append({"role": "system", "content": block})
-        if table:
+        if table and not anchored:
             messages.append({"role": "system", "content": table})
         messages += [turn_message(t) for t in shown]
     if inp.query is not None:
@@ -736,6 +764,85 @@ def _fit_transcript(
     return [], 0
 
 
+# The transcript's start moves by stretches of about half the turns the budget holds (a power
+# of two, so that it changes seldom as the mean turn size drifts); below `MIN_STRETCH_TURNS` the
+# window is too small to leave a stretch unused and the start moves turn by turn. Tuned on the
+# tau-bench tune split (docs/BENCHMARKS.md, "Prefix reuse").
+STRETCHES_PER_BUDGET = 2
+MIN_STRETCH_TURNS = 8
+
+
+def stretch_turns(turns: Sequence[TurnRecord], limit: int) -> int:
+    """The stretch length in turns for `turns` shown within `limit` tokens (1: no stretches)."""
+    mean = sum(t.token_count for t in turns) / max(len(turns), 1)
+    held = limit / max(mean, 1) / STRETCHES_PER_BUDGET
+    stretch = 2 ** round(math.log2(max(held, 1)))
+    return stretch if stretch >= MIN_STRETCH_TURNS else 1
+
+
+def _anchored(
+    groups: Sequence[list[TurnRecord]],
+    history: History,
+    limit: int,
+    table_room: int,
+    anthropic: bool,
+    cost_of: Callable[[str], int],
+) -> tuple[list[list[TurnRecord]], int, str, int] | None:
+    """The transcript from the oldest stretch start at which it fits (every result but the
+    `keep` newest as a stub) beside the value table of what it does not show: (groups, their
+    cost, table, its cost); None when not even the newest group fits.
+
+    Stretches are counted in turn seqs, so their boundaries stay where they are as the session
+    grows: the start moves only when what follows it no longer fits, and between two moves
+    each build's prompt is the previous one with the new turns added (a provider's prompt
+    cache keeps hitting). The table depends only on the start (the values before it and those
+    the shown stubs do not keep), so it changes only when the start moves. None too when
+    the budget is too small for stretches (`stretch_turns`)."""
+    stretch = stretch_turns(history.turns, limit)
+    if stretch == 1:
+        return None
+    cleared = [history.cleared(g, history.unkept) for g in groups]
+    costs = [_group_cost(g, anthropic) for g in cleared]
+    after = [0] * (len(cleared) + 1)
+    for i in range(len(cleared) - 1, -1, -1):
+        after[i] = after[i + 1] + costs[i]
+    for i, group in enumerate(groups):
+        if i and group[0].seq // stretch == groups[i - 1][0].seq // stretch:
+            continue
+        if after[i] > limit:
+            continue
+        shown = [t for g in cleared[i:] for t in g]
+        table, table_cost = _stable_table(history, shown, table_room, cost_of)
+        if after[i] + table_cost <= limit:
+            return cleared[i:], after[i], table, table_cost
+    return None
+
+
+def _stable_table(
+    history: History, shown: Sequence[TurnRecord], limit: int, cost_of: Callable[[str], int]
+) -> tuple[str, int]:
+    """The value table beside a transcript starting at `shown[0]`, within `limit`."""
+    if limit <= 0:
+        return "", 0
+    return _fitted_table(history.stable_table_entries(shown), limit, cost_of)
+
+
+def _fitted_table(
+    rows: Sequence[TableEntry], limit: int, cost_of: Callable[[str], int]
+) -> tuple[str, int]:
+    """`fit_table` of `rows` within `limit` by its exact cost `cost_of`."""
+    budget = limit
+    while budget > 0:
+        text, _ = fit_table(rows, budget)
+        if not text:
+            return "", 0
+        cost = cost_of(text)
+        if cost <= limit:
+            return text, cost
+        budget -= max(cost - limit, 1)
+    return "", 0
+
+
 def message_tokens_of(text: str) -> int:
     """A system message's cost (the value table's, estimated before its place is known)."""
     return message_tokens("system", text)
@@ -752,17 +859,7 @@ def _value_table(
     if limit <= 0 or not history.has_values:
         return "", 0
     turns = [t for group in shown for t in group]
-    rows = history.table_entries(turns)
-    budget = limit
-    while budget > 0:
-        text, _ = fit_table(rows, budget)
-        if not text:
-            return "", 0
-        cost = cost_of(text)
-        if cost <= limit:
-            return text, cost
-        budget -= max(cost - limit, 1)
-    return "", 0
+    return _fitted_table(history.table_entries(turns), limit, cost_of)
 
 
 def _manifest(

@@ -226,6 +226,30 @@ class History:
                 entries[value.value] = TableEntry(value, turn.seq, self._label(turn))
         return list(entries.values())
 
+    def stable_table_entries(self, shown: Sequence[TurnRecord]) -> list["TableEntry"]:
+        """The value table's candidates when the transcript starts at `shown[0]`: every value of
+        the results and calls before it, and those of shown stubs their stubs do not keep;
+        `hot` by the calls before it only, so that the table changes only when the start moves."""
+        first = shown[0].seq if shown else self.end
+        stubbed = {t.seq for t in shown if self.is_stub(t)}
+        entries: dict[str, TableEntry] = {}
+        for turn in self.turns:
+            if turn.role not in ("tool", "assistant") or (
+                turn.seq >= first and turn.seq not in stubbed
+            ):
+                continue
+            kept = set(self.kept_in_stub.get(turn.seq, ())) if turn.seq in stubbed else set()
+            for value in self.values(turn):
+                entry = entries.get(value.value)
+                if entry is not None:
+                    if turn.role == "assistant" and turn.seq > entry.seq:
+                        entry.hot = True
+                    continue
+                if value in kept:
+                    continue
+                entries[value.value] = TableEntry(value, turn.seq, self._label(turn))
+        return list(entries.values())
+
     def _label(self, turn: TurnRecord) -> str:
         if turn.role == "tool":
             call = self.calls.get(turn.seq)
@@ -274,8 +298,11 @@ def fit_table(entries: Sequence[TableEntry], max_tokens: int) -> tuple[str, int]
         chosen.append(entry)
         rows.add(entry.seq)
         used += cost
+    # Each row lists its values as the result did, whatever their rank: a value a new call
+    # makes hot moves up the ranking, not along its row, and the table's text stays the same.
+    listed = {id(entry): n for n, entry in enumerate(entries)}
     while chosen:
-        text = render_table(_rows(chosen))
+        text = render_table(_rows(sorted(chosen, key=lambda e: listed[id(e)])))
         tokens = message_tokens("system", text)
         if tokens <= max_tokens:
             return text, tokens

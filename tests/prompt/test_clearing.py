@@ -2,12 +2,13 @@
 table (pure, no database)."""
 
 import json
+from itertools import pairwise
 from typing import Any
 
 import pytest
 
 from app.core.tokens import messages_tokens
-from app.prompt.assembly import AssemblyInput, assemble_prompt
+from app.prompt.assembly import AssemblyInput, assemble_prompt, stretch_turns
 from app.prompt.clearing import ToolClearing
 from tests.prompt.test_assembly import call, turn
 
@@ -124,21 +125,53 @@ def test_clear_at_least_clears_in_steps() -> None:
 
 
 def test_the_offloaded_tail_fills_the_budget_and_the_table_holds_what_left() -> None:
-    turns = loop(12)
-    budget = 2500
-    prompt = build(turns, budget, tail=17)
+    turns = loop(30)
+    budget = 4000
+    prompt = build(turns, budget, tail=40)
     assert prompt.tail_turns  # offloaded turns are shown before the window
     assert prompt.usage["total"] <= budget
-    assert (
-        prompt.usage["total"] >= 0.9 * budget
-    )  # the budget is used (but the start moves by stretches)
+    assert prompt.usage["total"] >= 0.9 * budget  # the budget is used
     text = shown_text(prompt.messages)
-    for n in range(12):  # every reservation id is in the prompt: a turn, a stub or the table
+    for n in range(30):  # every reservation id is in the prompt: a turn, a stub or the table
         assert f"RES{n:03d}X" in text
     table = next(m for m in prompt.messages if m["content"].startswith("Values from earlier"))
     assert "reservation_id: RES000X" in table["content"]
+    # The table comes with the notes, before the transcript, which starts at a stretch boundary.
+    assert prompt.messages[1] is table and prompt.tail_turns[0] % stretch_turns(turns, 4000) == 0
     tail_entry = next(e for e in prompt.manifest if e.id == f"turn:{prompt.tail_turns[-1]}")
     assert tail_entry.chunk_id == f"chunk-{prompt.tail_turns[-1]}"
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+def test_consecutive_builds_share_their_head_and_the_start_moves_by_stretches(fmt: str) -> None:
+    """A tool loop past its budget: the transcript's start stays where it is for several steps
+    and then moves by a whole stretch, the value table with it; in between, a build changes
+    only its end (the result that leaves the `keep` newest becomes a stub)."""
+    starts: list[int] = []
+    previous: Any = None
+    for rounds in range(24, 40):
+        turns = loop(rounds)
+        prompt = build(turns, 4000, tail=2 * rounds - 6, format=fmt)
+        assert prompt.usage["total"] <= 4000
+        start = prompt.tail_turns[0]
+        if previous is not None and start == starts[-1]:
+            assert prompt.system == previous.system  # the table did not change
+            before, after = previous.messages, prompt.messages
+            first = next(n for n, (a, b) in enumerate(zip(before, after, strict=False)) if a != b)
+            assert first >= len(before) - 8, (rounds, first, len(before))
+        starts.append(start)
+        previous = prompt
+    moves = [b for a, b in pairwise(starts) if a != b]
+    assert stretch_turns(loop(30), 4000) == 8
+    assert 1 <= len(moves) <= len(starts) // 3
+    assert all(start % 8 == 0 for start in moves)
+
+
+def test_stretches_scale_with_the_budget_and_small_budgets_have_none() -> None:
+    turns = [turn(n, "user", "a short turn " * 20) for n in range(1, 40)]  # ~60 tokens each
+    assert stretch_turns(turns, 400) == 1  # a few turns: the start moves turn by turn
+    assert stretch_turns(turns, 2000) == 16
+    assert stretch_turns(turns, 8000) == 64
 
 
 @pytest.mark.parametrize("fmt", ["openai", "anthropic"])
