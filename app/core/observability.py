@@ -432,6 +432,9 @@ class DevFormatter(logging.Formatter):
         session = getattr(record, "session", None)
         if session is not None:
             line += f" session={session}"
+        tokens = getattr(record, "tokens_total", None)
+        if isinstance(tokens, int):
+            line += f" {tokens} tokens"
         total = (getattr(record, "timings_ms", None) or {}).get("total")
         duration = getattr(record, "duration_ms", None) if total is None else total
         if isinstance(duration, int | float):

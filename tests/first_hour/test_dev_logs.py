@@ -31,12 +31,13 @@ def test_dev_lines_are_short_and_say_what_a_person_reads() -> None:
         session="demo",
         timings_ms={"total": 41.6, "recall": 30.0},
         fallbacks=["vector_unavailable"],
+        tokens_total=1804,
         recall_ids=["c1", "c2"],
         query_raw_sha256="0123456789abcdef",
     )
     line = formatter.format(build)
     assert DEV_LINE.match(line)
-    assert line[9:] == "build_prompt session=demo 42 ms fallbacks=vector_unavailable"
+    assert line[9:] == "build_prompt session=demo 1804 tokens 42 ms fallbacks=vector_unavailable"
     access = record("contextd.access", logging.INFO, "POST /v1/sessions/{session_id}/turns 201")
     access.duration_ms = 12.4
     assert formatter.format(access)[9:] == "POST /v1/sessions/{session_id}/turns 201 12 ms"
