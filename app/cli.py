@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.core.config import Settings, load_settings
 
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from app.embedded import EmbeddedStack
 
 OPENAPI_PATH = Path(__file__).resolve().parents[1] / "openapi" / "openapi.json"
+API_DOC_PATH = Path(__file__).resolve().parents[1] / "docs" / "API.md"
+API_DOC_BEGIN = "<!-- endpoints: made from openapi/openapi.json by `contextd openapi` -->"
+API_DOC_END = "<!-- end of endpoints -->"
 DEV_STATE_FILE = "dev.json"  # in the data directory while a `contextd dev` runs there
 
 
@@ -78,14 +81,14 @@ def bind_port(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _configure_logging(settings: Settings) -> None:
-    """Root logger to stdout, one JSON object per line (or plain text); uvicorn's loggers
-    propagate here (`log_config=None` in `_serve`), so every line has the same shape."""
+def _configure_logging(settings: Settings, *, dev: bool = False) -> None:
+    """Root logger to stdout, one JSON object per line (or plain text, or under `contextd dev`
+    short readable lines); uvicorn's loggers propagate here (`log_config=None` in `_serve`), so
+    every line has the same shape."""
     from app.core.observability import log_handler
 
-    logging.basicConfig(
-        level=settings.log_level, handlers=[log_handler(settings.log_format)], force=True
-    )
+    handler = log_handler(settings.log_format, dev=dev)
+    logging.basicConfig(level=settings.log_level, handlers=[handler], force=True)
 
 
 def cmd_migrate(settings: Settings) -> None:
@@ -191,7 +194,7 @@ def _dev_worker_process(settings: Settings, sock: socket.socket | None) -> None:
     the SIGTERM its parent sends once the API has stopped, so it is never taken for a crash."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.nice(settings.worker.nice)
-    _configure_logging(settings)
+    _configure_logging(settings, dev=True)
     asyncio.run(_work_until_terminated(settings))
 
 
@@ -267,7 +270,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
 
     try:
         with worker.environment():
-            _configure_logging(settings)
+            _configure_logging(settings, dev=True)
             cmd_migrate(settings)
             if stack is not None:  # other commands of this directory join this stack
                 urls = (settings.database_url or "", settings.redis_url or "")
@@ -322,19 +325,43 @@ def cmd_reembed(settings: Settings, batch_size: int | None) -> None:
     asyncio.run(_run())
 
 
+def endpoint_index(spec: dict[str, Any]) -> str:
+    """docs/API.md's list of endpoints, made from the OpenAPI document so it cannot drift."""
+    rows = ["| method | path | what | tag |", "|---|---|---|---|"]
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            tags = ", ".join(operation.get("tags", []))
+            summary = operation.get("summary", "")
+            rows.append(f"| {method.upper()} | `{path}` | {summary} | {tags} |")
+    return "\n".join(rows)
+
+
+def api_doc_with_index(doc: str, spec: dict[str, Any]) -> str:
+    """`doc` (docs/API.md) with the text between its endpoint markers made from `spec`."""
+    head, rest = doc.split(API_DOC_BEGIN, 1)
+    _, tail = rest.split(API_DOC_END, 1)
+    return f"{head}{API_DOC_BEGIN}\n{endpoint_index(spec)}\n{API_DOC_END}{tail}"
+
+
 def cmd_openapi(check: bool) -> int:
     from app.main import create_app
 
-    spec = json.dumps(create_app(load_settings()).openapi(), indent=2, ensure_ascii=False) + "\n"
+    document = create_app(load_settings()).openapi()
+    spec = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    api_doc = api_doc_with_index(API_DOC_PATH.read_text(), document)
     if check:
         same = OPENAPI_PATH.exists() and OPENAPI_PATH.read_text() == spec
+        same_doc = API_DOC_PATH.read_text() == api_doc
         print(
             "openapi.json is up to date" if same else "openapi.json differs: run contextd openapi"
         )
-        return 0 if same else 1
+        if not same_doc:
+            print("docs/API.md's endpoint list differs: run contextd openapi")
+        return 0 if same and same_doc else 1
     OPENAPI_PATH.parent.mkdir(exist_ok=True)
     OPENAPI_PATH.write_text(spec)
-    print(f"wrote {OPENAPI_PATH}")
+    API_DOC_PATH.write_text(api_doc)
+    print(f"wrote {OPENAPI_PATH} and the endpoint list of {API_DOC_PATH}")
     return 0
 
 
@@ -349,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=1,
-        help="API processes sharing the port (default 1; see README, Scaling out)",
+        help="API processes sharing the port (default 1; see docs/DEPLOYMENT.md, Scaling out)",
     )
     sub.add_parser("worker", help="run a job worker (DATABASE_URL, REDIS_URL)")
     sub.add_parser("migrate", help="apply database migrations")
@@ -378,9 +405,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_eval(args)
     if args.command == "config":
-        from app.core.config import settings_table
+        from app.core.config import session_settings_table, settings_table
 
         print(settings_table())
+        print("\nPer session (`PUT /v1/sessions/{id}`), defaults from the variables above:\n")
+        print(session_settings_table())
         return 0
     try:
         return _run(args)

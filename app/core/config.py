@@ -5,6 +5,7 @@ Variables use the `CONTEXTD_` prefix and `__` between a group and its field, e.g
 the prefix, as every hosting platform names them.
 """
 
+import json
 from pathlib import Path
 from typing import Literal
 
@@ -313,8 +314,10 @@ class Settings(BaseSettings):
     data_dir: Path = Field(Path(".contextd"), description="embedded stack data (`contextd dev`)")
     auth_disabled: bool = Field(False, description="serve without API keys (dev on loopback only)")
     log_level: str = Field("INFO", description="root log level")
-    log_format: Literal["json", "text"] = Field(
-        "json", description="log lines: one JSON object (with request_id) or plain text"
+    log_format: Literal["auto", "json", "text"] = Field(
+        "auto",
+        description="log lines: one JSON object (with request_id) or plain text; auto: short "
+        "readable lines under `contextd dev`, JSON under every other command",
     )
     log_text: bool = Field(
         False,
@@ -363,7 +366,7 @@ def load_settings(**overrides: object) -> Settings:
 
 
 def settings_table() -> str:
-    """The configuration reference as a Markdown table (kept in the README; a test compares)."""
+    """The configuration reference as a Markdown table (docs/CONFIGURATION.md; a test compares)."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
 
     def walk(model: type[BaseModel], prefix: str) -> None:
@@ -377,4 +380,15 @@ def settings_table() -> str:
             rows.append(f"| `{env}` | {default} | {field.description} |")
 
     walk(Settings, "CONTEXTD_")
+    return "\n".join(rows)
+
+
+def session_settings_table() -> str:
+    """The budget fields a session can set (`PUT /v1/sessions/{id}`) as a Markdown table, each
+    with the deployment default it falls back to (docs/CONFIGURATION.md; a test compares)."""
+    rows = ["| field | default | variable of the default | meaning |", "|---|---|---|---|"]
+    for name, field in BudgetConfig.model_fields.items():
+        env = f"CONTEXTD_SESSION_DEFAULTS__{name.upper()}"
+        default = list(field.default) if isinstance(field.default, tuple) else field.default
+        rows.append(f"| `{name}` | `{json.dumps(default)}` | `{env}` | {field.description} |")
     return "\n".join(rows)

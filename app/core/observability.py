@@ -421,9 +421,47 @@ class JsonFormatter(logging.Formatter):
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
-def log_handler(log_format: str) -> logging.Handler:
-    """A stdout handler (what container runtimes collect) with the JSON or the text formatter."""
+class DevFormatter(logging.Formatter):
+    """`contextd dev`'s lines, for a person at a terminal: the time, the message and the few
+    fields one reads (session, how long, what degraded); `serve` keeps every field as JSON."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
+        level = "" if record.levelno == logging.INFO else f"{record.levelname} "
+        line = f"{when} {level}{record.getMessage()}"
+        session = getattr(record, "session", None)
+        if session is not None:
+            line += f" session={session}"
+        tokens = getattr(record, "tokens_total", None)
+        if isinstance(tokens, int):
+            line += f" {tokens} tokens"
+        total = (getattr(record, "timings_ms", None) or {}).get("total")
+        duration = getattr(record, "duration_ms", None) if total is None else total
+        if isinstance(duration, int | float):
+            line += f" {duration:.0f} ms"
+        fallbacks = getattr(record, "fallbacks", None)
+        if fallbacks:
+            line += " fallbacks=" + ",".join(fallbacks)
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def quiet_for_dev(record: logging.LogRecord) -> bool:
+    """Under `contextd dev`: contextd's own lines, and every library's warnings and errors (not
+    the migrations' and the job queue's start-up and per-job chatter)."""
+    return record.levelno >= logging.WARNING or record.name.startswith("contextd")
+
+
+def log_handler(log_format: str, *, dev: bool = False) -> logging.Handler:
+    """A stdout handler (what container runtimes collect): JSON, plain text, or with `auto` the
+    short readable lines under `contextd dev` (`dev`) and JSON under every other command."""
     handler = logging.StreamHandler(sys.stdout)
-    formatter = JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
-    handler.setFormatter(formatter)
+    if log_format == "text":
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    elif log_format == "auto" and dev:
+        handler.setFormatter(DevFormatter())
+        handler.addFilter(quiet_for_dev)
+    else:
+        handler.setFormatter(JsonFormatter())
     return handler

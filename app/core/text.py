@@ -169,3 +169,35 @@ def term_set(text: str) -> frozenset[str]:
     """The `match_terms` of a text (what two texts share when they say the same: `remember`'s
     dedup, recall's near-duplicates)."""
     return frozenset(match_terms(terms(unicodedata.normalize("NFKC", text))))
+
+
+# Code points that belong to the character before them: combining marks (a decomposed "é" is
+# "e" + U+0301), variation selectors and the zero-width joiner of emoji sequences.
+_JOINERS = frozenset("\u200d\ufe0e\ufe0f")
+
+
+def _joins_previous(char: str) -> bool:
+    return unicodedata.combining(char) > 0 or char in _JOINERS or unicodedata.category(char) == "Mn"
+
+
+def _is_word_char(char: str) -> bool:
+    return char.isalnum() and not is_cjk(char)
+
+
+def shorten(text: str, max_chars: int, mark: str = "…") -> str:
+    """`text` if it has at most `max_chars` characters, else a prefix ending `mark` that fits,
+    cut between words and never inside one character as a reader sees it (a letter and its
+    combining accents, an emoji sequence). Between two CJK characters is a boundary; a word of
+    another script longer than the room is cut at the grapheme boundary before the limit."""
+    if len(text) <= max_chars:
+        return text
+    end = max(max_chars - len(mark), 0)
+    while 0 < end < len(text) and (_joins_previous(text[end]) or text[end - 1] in _JOINERS):
+        end -= 1
+    cut = end
+    if 0 < cut < len(text) and _is_word_char(text[cut - 1]) and _is_word_char(text[cut]):
+        while cut > 0 and not (text[cut - 1].isspace() or not _is_word_char(text[cut - 1])):
+            cut -= 1
+        if cut == 0:  # a single word longer than the room: keep its graphemes that fit
+            cut = end
+    return text[:cut].rstrip() + mark

@@ -80,7 +80,7 @@ class BudgetConfig(BaseModel):
         30, ge=1, le=MAX_RECALL_CANDIDATES, description="R: wide-recall candidates per arm"
     )
     # Tool-result clearing (named after Anthropic's `clear_tool_uses` controls); the defaults
-    # were chosen on tau-bench's tune split (README, "Agents that call tools").
+    # were chosen on tau-bench's tune split (docs/BENCHMARKS.md, "Agents that call tools").
     tool_results_keep: int = Field(
         3,
         ge=0,

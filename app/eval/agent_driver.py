@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.progress import Progress, say
 from app.eval.agent import WIRE_FIELDS, AgentRun
 from app.eval.driver import check_response, server_client
 
@@ -142,12 +143,13 @@ async def replay_run(http: Any, cfg: AgentEvalConfig, run: AgentRun, limit: int)
 
 
 async def run_agent_eval(
-    runs: Sequence[AgentRun], cfg: AgentEvalConfig, *, log: Callable[[str], None] = print
+    runs: Sequence[AgentRun], cfg: AgentEvalConfig, *, log: Callable[[str], None] = say
 ) -> list[Replay]:
     """Every run at every limit, `cfg.concurrency` replays at a time, limits in order."""
     semaphore = asyncio.Semaphore(cfg.concurrency)
     async with server_client(cfg.url, cfg.api_key, connections=max(4, cfg.concurrency * 2)) as http:
         check_response(await http.get("/healthz"), "healthz")
+        replayed = Progress("runs replayed", len(runs) * len(cfg.limits))
 
         async def one(run: AgentRun, limit: int) -> Replay:
             async with semaphore:
@@ -159,6 +161,7 @@ async def run_agent_eval(
             )
             builds = len(replay.builds)
             log(f"C={limit} {run.key}: {builds} builds in {replay.elapsed_s:.1f}s{rejected}")
+            replayed.advance()
             return replay
 
         return list(

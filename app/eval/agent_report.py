@@ -218,7 +218,11 @@ def render_report(
         for limit in cfg.limits
         if any(f.split == split and f.limit == limit for f in result.figures)
     )
-    plot_md = "\n".join(f"![{p}]({p})" for p in plots) or "(plot skipped: matplotlib missing)"
+    plot_md = (
+        "\n".join(f"![{p}]({p})" for p in plots)
+        or "(plot skipped: matplotlib missing; install the eval extra: "
+        "pip install -e '.[eval]', as make does)"
+    )
     suffix = f" · {label}" if label else ""
     limits = ", ".join(f"{c:,}" for c in cfg.limits)
     return f"""# contextd — tool-calling agents: what the next call needs

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.progress import Progress, say
 from app.eval.locomo import (
     RANKING_LIMIT,
     Conversation,
@@ -107,7 +108,9 @@ def check_response(resp: Any, what: str) -> Any:
     return resp.json()
 
 
-async def _ingest(http: Any, cfg: EvalConfig, conv: Conversation) -> tuple[str, dict[int, str]]:
+async def _ingest(
+    http: Any, cfg: EvalConfig, conv: Conversation, progress: Progress | None = None
+) -> tuple[str, dict[int, str]]:
     sid = f"locomo-{conv.sample_id}-{cfg.run_id}"
     base = f"/v1/sessions/{sid}"
     check_response(
@@ -142,6 +145,8 @@ async def _ingest(http: Any, cfg: EvalConfig, conv: Conversation) -> tuple[str, 
         out = check_response(await http.post(f"{base}/turns", json=body), f"append to {sid}")
         for t, stored in zip(batch, out["turns"], strict=True):
             seq_to_dia[int(stored["seq"])] = t.dia_id
+        if progress is not None:
+            progress.advance(len(batch))
     return sid, seq_to_dia
 
 
@@ -314,20 +319,26 @@ async def _evaluate_question(
     return r
 
 
+def _questions(conv: Conversation, cfg: EvalConfig) -> list[Question]:
+    """The questions of `conv` that the run asks: with evidence, in the chosen categories."""
+    return [q for q in conv.questions if q.evidence and q.category in cfg.categories]
+
+
 async def run_locomo(
-    conversations: Sequence[Conversation], cfg: EvalConfig, *, log: Any = print
+    conversations: Sequence[Conversation], cfg: EvalConfig, *, log: Any = say
 ) -> LocomoRun:
     started = time.monotonic()
     connections = max(4, cfg.concurrency * 2)
     async with server_client(cfg.url, cfg.api_key, connections=connections) as http:
         check_response(await http.get("/healthz"), "healthz")
         ingested: list[tuple[Conversation, str, dict[int, str], float]] = []
+        appending = Progress("turns appended", sum(len(c.turns) for c in conversations))
         for conv in conversations:
             t0 = time.monotonic()
             if cfg.reuse_run_id:
                 sid, seq_to_dia = await _mapped_session(http, cfg, conv, cfg.reuse_run_id)
             else:
-                sid, seq_to_dia = await _ingest(http, cfg, conv)
+                sid, seq_to_dia = await _ingest(http, cfg, conv, appending)
             ingested.append((conv, sid, seq_to_dia, time.monotonic() - t0))
             log(f"{'reused' if cfg.reuse_run_id else 'ingested'} {conv.sample_id}: "
                 f"{len(conv.turns)} turns → session {sid}")  # fmt: skip
@@ -340,15 +351,21 @@ async def run_locomo(
         results: list[QuestionResult] = []
         builds: list[BuildSample] = []
         semaphore = asyncio.Semaphore(cfg.concurrency)
+        asked = Progress(
+            "questions asked",
+            sum(len(_questions(conv, cfg)) for conv, _, _, _ in ingested),
+        )
         for conv, sid, seq_to_dia, ingest_s in ingested:
             chunks = [c for c in await _list_chunks(http, sid) if c["status"] == "active"]
             info = check_response(await http.get(f"/v1/sessions/{sid}"), f"session {sid}")
-            questions = [q for q in conv.questions if q.evidence and q.category in cfg.categories]
+            questions = _questions(conv, cfg)
 
             async def one(q: Question, sid: str = sid, conv: Conversation = conv,
                           m: dict[int, str] = seq_to_dia) -> QuestionResult:  # fmt: skip
                 async with semaphore:
-                    return await _evaluate_question(http, cfg, conv, sid, m, q, builds)
+                    result = await _evaluate_question(http, cfg, conv, sid, m, q, builds)
+                asked.advance()
+                return result
 
             conv_results = await asyncio.gather(*(one(q) for q in questions))
             results.extend(conv_results)

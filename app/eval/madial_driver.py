@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.progress import Progress, say
 from app.eval.driver import check_response, server_client, wait_for_jobs
 from app.eval.locomo import percentile
 from app.eval.madial import (
@@ -114,7 +115,7 @@ async def run_madial(
     dialogues: Sequence[MadialDialogue],
     cfg: MadialConfig,
     *,
-    log: Any = print,
+    log: Any = say,
 ) -> MadialRun:
     started = time.monotonic()
     async with server_client(cfg.url, cfg.api_key) as http:
@@ -125,10 +126,12 @@ async def run_madial(
         log(f"remembered {len(memories)} memories as {len(stored)} items in {remember_s:.1f}s")
         results: list[DialogueResult] = []
         walls: list[float] = []
+        asked = Progress("dialogues asked", len(dialogues))
         for d in dialogues:
             result, wall = await _ask(http, cfg, d, stored)
             results.append(result)
             walls.append(wall)
+            asked.advance()
         log(f"asked {len(dialogues)} dialogues")
     return MadialRun(
         config=cfg,

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core.progress import say
 from app.eval.driver import EvalConfig, EvalError, _ingest, check_response, server_client
 from app.eval.locomo import Conversation, parse_conversation
 from app.eval.notes import (
@@ -129,7 +130,7 @@ async def run_notes_eval(
     locomo: Sequence[tuple[Conversation, list[Observation]]],
     cfg: EvalConfig,
     *,
-    log: Any = print,
+    log: Any = say,
 ) -> NotesRun:
     started = time.monotonic()
     async with server_client(cfg.url, cfg.api_key) as http:

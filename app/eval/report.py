@@ -240,7 +240,11 @@ def render_report(run: LocomoRun, plots: Sequence[str], data_path: str, label: s
         )
     dropped = "\n".join(f"- {sid}: `{raw}` → dropped `{part}`" for sid, raw, part in
                         run.evidence_dropped) or "- none"  # fmt: skip
-    plot_md = "\n".join(f"![{p}]({p})" for p in plots) or "(plots skipped: matplotlib missing)"
+    plot_md = (
+        "\n".join(f"![{p}]({p})" for p in plots)
+        or "(plots skipped: matplotlib missing; install the eval extra: "
+        "pip install -e '.[eval]', as make does)"
+    )
     return f"""# contextd — LoCoMo evidence recall
 
 {datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")} · data `{data_path}` · server `{cfg.url}` ·

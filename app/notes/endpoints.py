@@ -25,8 +25,8 @@ class ScratchpadOut(BaseModel):
     rebuild_pending: bool = Field(description="the last generation failed; a rebuild is due")
     dropped_items: int = Field(description="items left out to respect the notes token cap")
     dropped: list[DroppedNote] = Field(
-        description="those items, in the order the cap gave them up (see the README's notes "
-        "section for the priority): section, source turn, source, tokens"
+        description="those items, in the order the cap gave them up (see docs/CONCEPTS.md, Notes, "
+        "for the priority): section, source turn, source, tokens"
     )
 
 

@@ -25,7 +25,7 @@ from functools import lru_cache
 from itertools import accumulate, chain
 
 from app.core.dates import said_at
-from app.core.text import terms
+from app.core.text import shorten, terms
 from app.core.tokens import (
     count_tokens,
     encoding,
@@ -60,12 +60,11 @@ _ID_RE = re.compile(
     r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # emails
     r"|\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*\b"  # IDs: letters + digits
 )
-# A capitalised word (run) not at the start of the text, of a line or of a sentence. The capital
-# comes first and the conditions look behind it, so the search skips from capital to capital.
-_NAME_RE = re.compile(
-    r"[A-Z](?<!\w[A-Z])(?<![.!?:;\n]\s[A-Z])(?<!\n[A-Z])(?<=.[A-Z])[a-z]+(?:\s[A-Z][a-z]+)*",
-    re.DOTALL,
-)
+# A word of letters (any script's: "Musée", "Fourvière", "Saône" whole, not cut at the first
+# accented letter); names are the capitalised ones, see `_names`.
+# Combining marks count with their letter (a decomposed "é" is "e" + U+0301, which is no \w).
+_LETTERS_RE = re.compile(r"(?:[^\W\d_][\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff]*)+")
+_SENTENCE_END = frozenset(".!?:;\n")
 _CLAUSE_RE = re.compile(r"[,.;:!?，。；：！？\n]")
 
 
@@ -155,15 +154,48 @@ def summary_hint(turns: Sequence[TurnRecord]) -> str:
                 for match in _ID_RE.finditer(run.group(0)):
                     seen.setdefault(match.group(0), None)
     for turn in turns:
-        for match in _NAME_RE.finditer(turn.content):
-            seen.setdefault(match.group(0), None)
+        for name in _names(turn.content):
+            seen.setdefault(name, None)
     text = ", ".join(seen)
     if not text:
         first = next((t.content for t in turns if t.content.strip()), turn_body(turns[0]))
         text = next((c.strip() for c in _CLAUSE_RE.split(first) if c.strip()), "")
-    if len(text) > SUMMARY_HINT_MAX_CHARS:
-        text = text[: SUMMARY_HINT_MAX_CHARS - 1].rstrip() + "…"
-    return text
+    return shorten(text, SUMMARY_HINT_MAX_CHARS)
+
+
+def _capitalised(word: str) -> bool:
+    return len(word) > 1 and word[0].isupper() and word[1:].islower()
+
+
+def _opens_sentence(text: str, start: int) -> bool:
+    """The word at `start` begins the text, a line or a sentence, or is glued to what precedes
+    it (`McGee`'s "Gee", `3Bob`): a capital there says nothing about a name."""
+    if start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+        return True
+    before = start - 1
+    while before >= 0 and text[before] in " \t":
+        before -= 1
+    return before < 0 or text[before] in _SENTENCE_END
+
+
+def _names(text: str) -> Iterator[str]:
+    """Runs of capitalised words (one space between them) not at the start of the text, of a
+    line or of a sentence: "Musée des Confluences" gives "Musée", "Confluences"."""
+    run: list[str] = []
+    run_end = -1
+    for match in _LETTERS_RE.finditer(text):
+        word, start = match.group(0), match.start()
+        if run and start == run_end + 1 and text[run_end].isspace() and _capitalised(word):
+            run.append(word)
+            run_end = match.end()
+            continue
+        if run:
+            yield " ".join(run)
+            run = []
+        if _capitalised(word) and not _opens_sentence(text, start):
+            run, run_end = [word], match.end()
+    if run:
+        yield " ".join(run)
 
 
 @dataclass(frozen=True, slots=True)

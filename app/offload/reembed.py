@@ -13,12 +13,13 @@ from collections.abc import Callable
 
 from app.core.context import AppContext
 from app.core.db import unit_of_work
+from app.core.progress import say
 from app.embeddings.base import EmbedderUnavailable
 from app.offload import repository
 
 
 async def reembed(
-    context: AppContext, batch_size: int, progress: Callable[[str], None] = print
+    context: AppContext, batch_size: int, progress: Callable[[str], None] = say
 ) -> int:
     """Re-embed every active chunk not at the configured model; returns how many were written.
 

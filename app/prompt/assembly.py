@@ -217,7 +217,7 @@ COMPACT_FIRST_SHARE = 0.4
 # takes its items in rank order: with the fitted rerank, LoCoMo B250 / B500 / B1000 / B2000 tune
 # .555 / .704 / .795 / .867 with the first two expanded at every budget, .571 / .711 / .798 / .867
 # with this rule (check .549 / .725 / .813 / .851 and .579 / .727 / .813 / .851); the grid is in
-# the README's tuning decisions.
+# the tuning decisions of docs/BENCHMARKS.md.
 NEIGHBOUR_OF_FIRST_TOKENS = 1000
 NEIGHBOUR_TOKENS = 33
 

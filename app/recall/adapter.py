@@ -9,7 +9,7 @@ conversation) came out nearly rank one (94 % of its energy): x + scale · (x · 
 toward_to, with `toward_from` the negated mean question direction and `toward_to` near the
 mean chunk direction. That is what `query_adapter.json` holds (`benchmarks.fit_query_adapter`
 writes it). Chunks only: remembered items are one-sentence statements about the user, and
-on MADial the same map lowered their recall (README, tuning decisions: "Query adapter").
+on MADial the same map lowered their recall (docs/BENCHMARKS.md, tuning decisions: "Query adapter").
 
 Pure: no I/O beyond reading the packaged file once.
 """

@@ -3,8 +3,8 @@
 
 Relative score fusion min-max normalises each arm's scores to [0, 1] and sums them with the
 weights. It keeps how far ahead a candidate is in an arm (a BM25 score three times the
-runner-up's), which rank fusion throws away; on LoCoMo it recalled more at every budget (README,
-"Evaluation").
+runner-up's), which rank fusion throws away; on LoCoMo it recalled more at every budget
+(docs/BENCHMARKS.md, "Recall quality").
 
 RRF scores a candidate by Σ wᵢ / (k + rankᵢ) over the lists it appears in (rank 1-based). It needs
 no score calibration between arms (BM25 scores and cosine similarities are not comparable).

@@ -29,9 +29,9 @@ cross-encoder falls back from). score = Σ weight · feature, every feature in [
 The fused, rank, adjacent, coverage and entity weights were fitted together on the
 LoCoMo tune split (conversations 0-3) by pairwise logistic regression (each evidence chunk
 against every other candidate of its question), then checked on the packed budgets through the
-assembler (README, tuning decisions: "Rerank fitted for what the budget packs"); fitted again
-once the chunk arm searched with the query adapter (`app.recall.adapter`; the recency weight
-held, in proportion, where it was), which trusts the fused score more than before.
+assembler (docs/BENCHMARKS.md, tuning decisions: "Rerank fitted for what the budget packs");
+fitted again once the chunk arm searched with the query adapter (`app.recall.adapter`; the
+recency weight held, in proportion, where it was), which trusts the fused score more than before.
 
 Pure: no I/O, no settings.
 """

@@ -501,7 +501,7 @@ async def _nearest_and_shown(
 
 
 # A single CJK character is half a word: beside a query's bigrams and words it weighs this much
-# (MADial zh R@5 tune .675 -> .695, check .613 -> .617; .3-.8 measured, README).
+# (MADial zh R@5 tune .675 -> .695, check .613 -> .617; .3-.8 measured, docs/BENCHMARKS.md).
 CJK_CHARACTER_WEIGHT = 0.6
 
 

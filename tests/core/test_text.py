@@ -1,4 +1,4 @@
-from app.core.text import match_terms, terms, terms_document
+from app.core.text import match_terms, shorten, terms, terms_document
 
 MIXED = (
     'The ORD-4471 shipped to Berlin, alice@example.com said: "don\'t" e.g. 3.5%! '
@@ -51,3 +51,14 @@ def test_match_terms_leave_out_single_cjk_characters_when_there_is_more() -> Non
     assert match_terms(terms("Kestrel 酒店")) == {"kestrel", "酒店"}
     assert match_terms(["住"]) == {"住"}  # nothing longer: the character is all there is
     assert match_terms(terms("which hotel?")) == {"hotel"}
+
+
+def test_shorten_cuts_between_words_never_inside_a_grapheme() -> None:
+    assert shorten("court", 10) == "court"
+    assert shorten("le musée de la Saône, à Lyon", 18) == "le musée de la…"
+    assert shorten("Fourvière", 8) == "Fourviè…"  # one word longer than the room: by graphemes
+    assert shorten("Fourvie\u0300re est là", 8) == "Fourvi…"  # never "e" without its accent
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"  # one emoji, five code points
+    assert shorten(f"ok {family}{family}", 7) == "ok…"
+    assert shorten("富维耶圣母院在山上", 6) == "富维耶圣母…"  # between two Chinese characters
+    assert shorten("看 Fourvière 夜景", 10) == "看…"

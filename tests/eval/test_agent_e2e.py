@@ -93,8 +93,10 @@ def test_eval_agent_writes_a_report(
             ]
         )  # fmt: skip
     assert code == 0
-    printed = capsys.readouterr().out
-    assert "| 3,500 | tune | 9 |" in printed
+    printed = capsys.readouterr()
+    assert "| 3,500 | tune | 9 |" in printed.out
+    assert "runs replayed: 3/3 (100%)" in printed.err  # progress on stderr, results on stdout
+    assert "runs replayed" not in printed.out
 
     results = json.loads((out / "agent_results.json").read_text())
     tune, check = results["summary"]["tune"]["3500"], results["summary"]["check"]["3500"]

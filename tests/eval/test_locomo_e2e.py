@@ -70,8 +70,10 @@ def test_eval_locomo_writes_a_report(
     assert code == 0
     report = (out / "locomo_report.md").read_text()
     assert "## Overall (categories 1-4)" in report and "bm25 single turns" in report
-    printed = capsys.readouterr().out
-    assert "| contextd |" in printed
+    printed = capsys.readouterr()
+    assert "| contextd |" in printed.out
+    assert "questions asked: 32/32 (100%)" in printed.err  # progress on stderr
+    assert re.search(r"turns appended: (\d+)/\1 \(100%\)", printed.err)
 
     results = json.loads((out / "locomo_results.json").read_text())
     sessions = results["sessions"]

@@ -1,5 +1,6 @@
 """Headless Chromium (Debian's `chromium`, never a downloaded browser) driven by Playwright."""
 
+import os
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 from playwright.async_api import BrowserContext, async_playwright
 
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM = Path(os.environ.get("CONTEXTD_TEST_CHROMIUM", "/usr/bin/chromium"))
 FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -25,7 +26,10 @@ SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "inspector"
 async def browser() -> AsyncIterator[BrowserContext]:
     if not CHROMIUM.exists():
         pytest.fail(
-            "the inspector tests need Debian's chromium: apt-get install chromium (.ci/run does)"
+            f"the inspector's browser tests need Chromium and {CHROMIUM} is not there: run "
+            "`make test` (it installs Debian's chromium with apt-get as root), or `sudo apt-get "
+            "install chromium`, or set CONTEXTD_TEST_CHROMIUM=/path/to/chromium",
+            pytrace=False,
         )
     with tempfile.TemporaryDirectory(prefix="contextd-chromium-") as profile:
         async with async_playwright() as playwright:

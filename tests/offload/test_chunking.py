@@ -1,7 +1,6 @@
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -195,16 +194,27 @@ def test_summary_hint_prefers_ids_then_first_clause() -> None:
     assert len(summary_hint([make(0, "word " * 100)])) <= 80
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "field"),
-    [
-        ({"min_tokens": 0}, "min_tokens"),
-        ({"min_tokens": 200}, "min_tokens"),
-        ({"split_overlap_tokens": 100}, "split_overlap_tokens"),
-        ({"time_gap_seconds": 0}, "time_gap_seconds"),
-        ({"topic_shift_threshold": 1.5}, "topic_shift_threshold"),
-    ],
-)
-def test_config_validation(kwargs: dict[str, float], field: str) -> None:
-    with pytest.raises(ValueError, match=field):
-        ChunkingConfig(**kwargs)  # type: ignore[arg-type]
+def test_summary_hint_keeps_accented_names_whole() -> None:
+    """Names in any script's letters: not "Mus", "Fourvi" and "Sa" cut at the first accent."""
+    french = "Demain on visite le Musée des Confluences, puis Fourvière et les quais de la Saône."
+    assert summary_hint([make(0, french)]) == "Musée, Confluences, Fourvière, Saône"
+    decomposed = "Rendez-vous au Cafe\u0301 Be\u0301chard avec Zoë."  # combining accents
+    assert summary_hint([make(0, decomposed)]) == "Cafe\u0301 Be\u0301chard, Zoë"
+
+
+def test_summary_hint_is_cut_between_words_and_graphemes() -> None:
+    french = (
+        "nous avons réservé une visite guidée du vieux quartier puis une table au bouchon et deux "
+        "places pour l'opéra"
+    )
+    hint = summary_hint([make(0, french)])
+    assert hint == "nous avons réservé une visite guidée du vieux quartier puis une table au…"
+    decomposed = "on a re\u0301serve\u0301 " * 8  # the cut falls just before a combining accent
+    hint = summary_hint([make(0, decomposed)])
+    assert hint.endswith("…") and len(hint) <= 80
+    assert decomposed.startswith(hint[:-1]) and decomposed[len(hint) - 1] == " "
+    chinese = (
+        "我们明天上午先去富维耶圣母院看看全景然后沿着索恩河一直散步到老城区吃午饭再去博物馆" * 2
+    )
+    hint = summary_hint([make(0, chinese)])
+    assert hint == chinese[:79] + "…"

@@ -44,12 +44,16 @@ class DevServer:
 
 
 @contextmanager
-def dev_server(cwd: Path, port: int, *args: str, timeout: float = 120) -> Iterator[DevServer]:
-    """Start `contextd dev --port PORT ARGS` in `cwd`; yield once it printed "ready"."""
+def dev_server(
+    cwd: Path, port: int, *args: str, timeout: float = 120, quiet: bool = True
+) -> Iterator[DevServer]:
+    """Start `contextd dev --port PORT ARGS` in `cwd`; yield once it printed "ready". `quiet`:
+    warnings only, in plain text; else the log a user sees (the default settings)."""
+    logs = {"CONTEXTD_LOG_FORMAT": "text", "CONTEXTD_LOG_LEVEL": "WARNING"} if quiet else {}
     process = subprocess.Popen(
         [CONTEXTD, "dev", "--port", str(port), *args],
         cwd=cwd,
-        env=user_env(CONTEXTD_LOG_FORMAT="text", CONTEXTD_LOG_LEVEL="WARNING"),
+        env=user_env(**logs),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
