@@ -662,10 +662,14 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         messages = [m for group in (*tail, *kept) for m in anthropic_messages(group)]
     else:
         messages = [dict(m) for m in inp.system]
-        if keep_notes:
-            messages.append({"role": "system", "content": notes})
+        # An anchored table changes only when the transcript's start moves (which changes what
+        # follows anyway), the notes whenever the worker writes a version: the table first.
+        # (In Anthropic format the order within the system string does not matter for caching:
+        # any change in it is a change of the whole.)
         if table and anchored:
             messages.append({"role": "system", "content": table})
+        if keep_notes:
+            messages.append({"role": "system", "content": notes})
         if about_block:
             messages.append({"role": "system", "content": about_block})
         if block:
