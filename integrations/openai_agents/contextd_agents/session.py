@@ -1,11 +1,18 @@
-"""`ContextdSession`: the Agents SDK `Session` protocol on contextd's REST API."""
+"""`ContextdSession`: the Agents SDK `Session` protocol on contextd's REST API.
+
+The SDK reads a session's history (`get_items`) before it stores the new input, and gives the
+session nothing of that input, so a prompt built in `get_items` recalls for the previous user
+turn. `run_config()` moves the build to `call_model_input_filter`, which the SDK calls before
+each model call, after the input (and each tool round) is stored: recall answers the input being
+answered, and mid-tool-loop the latest exchange."""
 
 import json
 import uuid
 from typing import Any
 
 import httpx
-from agents import FunctionTool, RunContextWrapper
+from agents import FunctionTool, RunConfig, RunContextWrapper, SessionSettings
+from agents.run_config import CallModelData, ModelInputData
 
 from contextd_agents.items import item_to_turn, message_to_items, turn_to_item
 
@@ -19,9 +26,11 @@ class ContextdError(RuntimeError):
 class ContextdSession:
     """Conversation history kept in contextd session `session_id`.
 
-    `get_items()` is what the model should see next: contextd's budgeted context (notes, recalled
-    history, the recent window). `system`: the agent's instructions, counted in the budget (the
-    SDK sends them itself, so they are not returned as an item)."""
+    `get_items()` is what the model should see next for the latest stored turn: contextd's
+    budgeted context (notes, recalled history, the recent window). Run agents with
+    `run_config=session.run_config()` so the prompt is built at each model call, from the input
+    being answered. `system`: the agent's instructions, counted in the budget (the SDK sends them
+    itself, so they are not returned as an item)."""
 
     session_settings = None
 
@@ -48,14 +57,11 @@ class ContextdSession:
 
     async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
         if limit is not None:
+            if limit <= 0:
+                return []
             turns = await self._turns()
-            return [turn_to_item(t) for t in turns[-limit:]] if limit > 0 else []
-        body = {"system": self.system, "format": "openai"}
-        resp = await self._request("POST", "build-prompt", json=body, missing_ok=True)
-        if resp is None:
-            return []
-        messages = resp["messages"][1:] if self.system else resp["messages"]
-        return [item for message in messages for item in message_to_items(message)]
+            return [turn_to_item(t) for t in turns[-limit:]]
+        return await self._budgeted_items()
 
     async def add_items(self, items: list[Any]) -> None:
         if not items:
@@ -77,7 +83,36 @@ class ContextdSession:
     async def clear_session(self) -> None:
         await self._request("DELETE", None, missing_ok=True)
 
+    # --- the prompt at each model call -------------------------------------------------------
+
+    def run_config(self, **options: Any) -> RunConfig:
+        """A `RunConfig` (with `options`) for runs on this session: the SDK reads no history
+        before the run (`limit=0`), and each model call gets contextd's prompt built once the
+        input being answered is stored. One per session: the filter reads this session."""
+        return RunConfig(
+            call_model_input_filter=self.model_input,
+            session_settings=SessionSettings(limit=0),
+            **options,
+        )
+
+    async def model_input(self, data: CallModelData[Any]) -> ModelInputData:
+        """`RunConfig.call_model_input_filter`: the SDK's input is replaced by the budgeted
+        context, which already holds the new input and this run's stored tool rounds."""
+        return ModelInputData(
+            input=await self._budgeted_items(),  # type: ignore[arg-type]  # plain item dicts
+            instructions=data.model_data.instructions,
+        )
+
     # --- contextd calls -----------------------------------------------------------------------
+
+    async def _budgeted_items(self) -> list[dict[str, Any]]:
+        """build-prompt for the latest stored turn (its recall query), as input items."""
+        body = {"system": self.system, "format": "openai"}
+        resp = await self._request("POST", "build-prompt", json=body, missing_ok=True)
+        if resp is None:
+            return []
+        messages = resp["messages"][1:] if self.system else resp["messages"]
+        return [item for message in messages for item in message_to_items(message)]
 
     async def memory(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """One call of contextd's memory tool on this session (`{type, text, data}`)."""
