@@ -10,7 +10,8 @@ import site
 import subprocess
 import sys
 import sysconfig
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,10 @@ import pytest
 from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner
 from openai import AsyncOpenAI
 
-from tests.examples.fake_model import FILLER, MODEL
+from tests.examples.fake_model import FILLER, MODEL, chat_model
 from tests.examples.test_agent_loops import CHATTER, FIRST, QUESTION, SMALL_WINDOW
 from tests.prompt.test_recall_needles import recalled_block
-from tests.support.loopback import LoopbackServer
+from tests.support.loopback import LoopbackServer, serving
 from tests.support.server import RunningServer
 from tests.support.waiting import wait_for
 
@@ -141,22 +142,72 @@ async def assert_first_offloaded(http: httpx.AsyncClient, sid: str) -> None:
     assert first["content"] == FIRST and first["chunk_id"] is not None
 
 
+@pytest.fixture
+def streaming_model() -> Iterator[LoopbackServer]:
+    """The deterministic model of `tests/examples/fake_model.py`, which also answers a request
+    with `"stream": true` as server-sent events (its text reply in one delta)."""
+    record = LoopbackServer(url="")
+    answer = chat_model(MODEL)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            record.requests.append(("POST", self.path, body))
+            status, payload = answer("POST", self.path, body)
+            if status == 200 and body.get("stream"):
+                message = payload["choices"][0]["message"]
+                deltas = [
+                    ({"role": "assistant", "content": message["content"]}, None),
+                    ({}, payload["choices"][0]["finish_reason"]),
+                ]
+                events = [
+                    {
+                        "id": payload["id"],
+                        "object": "chat.completion.chunk",
+                        "created": 0,
+                        "model": payload["model"],
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                    }
+                    for delta, finish in deltas
+                ]
+                data = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+                self._send(status, "text/event-stream", data.encode())
+            else:
+                self._send(status, "application/json", json.dumps(payload).encode())
+
+        def _send(self, status: int, kind: str, data: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    with serving(Handler) as url:
+        record.url = url
+        yield record
+
+
 async def test_recall_is_keyed_on_the_question_being_answered(
     contextd_agents: Any,
     contextd: RunningServer,
-    model: LoopbackServer,
+    streaming_model: LoopbackServer,
     admin_key: str,
     http: httpx.AsyncClient,
 ) -> None:
     """The SDK reads a session before it stores the new input; built at the model call, the
     prompt recalls for the question itself: a fact only this question names (the booking
     reference, said in the first turn and offloaded since) is in the recalled block. One recalled
-    item, so the chatter turn before the question cannot bring it back by chance."""
+    item, so the chatter turn before each question cannot bring it back by chance. A streamed run
+    stores its input after its first model call's filter: the question is the build's query then,
+    and it is stored once."""
     sid = "agents-sdk-recall"
     config = {**SMALL_WINDOW, "recall_top_k": 1}
     assert (await http.put(f"/v1/sessions/{sid}", json=config)).status_code == 200
     session = contextd_agents.ContextdSession(sid, contextd.url, admin_key, system="Be brief.")
-    chat = AsyncOpenAI(base_url=f"{model.url}/v1", api_key="sk-fake", max_retries=0)
+    chat = AsyncOpenAI(base_url=f"{streaming_model.url}/v1", api_key="sk-fake", max_retries=0)
     agent = Agent(
         name="travel",
         instructions="Be brief.",
@@ -166,13 +217,30 @@ async def test_recall_is_keyed_on_the_question_being_answered(
     await run_past_the_watermark(agent, session, runs, http)
     await assert_first_offloaded(http, sid)
 
-    seen = len(model.requests)
-    question = "What was the budget for booking LY-40917?"
-    await Runner.run(agent, question, session=session, run_config=runs)
-    [(_, _, body)] = model.requests[seen:]
-    assert body["messages"][-1] == {"role": "user", "content": question}
-    block = recalled_block(body)
-    assert "LY-40917" in block and "at most 120 EUR" in block, block
+    async def ask(question: str, streamed: bool) -> dict[str, Any]:
+        seen = len(streaming_model.requests)
+        if streamed:
+            result = Runner.run_streamed(agent, question, session=session, run_config=runs)
+            async for _ in result.stream_events():
+                pass
+        else:
+            result = await Runner.run(agent, question, session=session, run_config=runs)
+        assert result.final_output == f"Noted: {question} {FILLER}"
+        [(_, _, body)] = streaming_model.requests[seen:]
+        assert body.get("stream", False) is streamed
+        assert body["messages"][-1] == {"role": "user", "content": question}
+        stored = (await http.get(f"/v1/sessions/{sid}/turns", params={"limit": 500})).json()
+        assert [t["content"] for t in stored["turns"]][-2:] == [question, result.final_output]
+        return dict(body)
+
+    for question, streamed in [
+        ("What was the budget for booking LY-40917?", False),
+        ("Remind me: which budget goes with LY-40917?", True),
+    ]:
+        chatter = "Step 15: list the options for day 15 of the trip to Lyon."
+        await Runner.run(agent, chatter, session=session, run_config=runs)
+        block = recalled_block(await ask(question, streamed))
+        assert "LY-40917" in block and "at most 120 EUR" in block, (streamed, block)
     await session.aclose()
 
 

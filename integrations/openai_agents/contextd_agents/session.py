@@ -1,10 +1,11 @@
 """`ContextdSession`: the Agents SDK `Session` protocol on contextd's REST API.
 
-The SDK reads a session's history (`get_items`) before it stores the new input, and gives the
-session nothing of that input, so a prompt built in `get_items` recalls for the previous user
-turn. `run_config()` moves the build to `call_model_input_filter`, which the SDK calls before
-each model call, after the input (and each tool round) is stored: recall answers the input being
-answered, and mid-tool-loop the latest exchange."""
+The SDK reads a session's history (`get_items`) before it stores the new input, and gives
+`get_items` nothing of that input, so a prompt built there recalls for the previous user turn.
+`run_config()` moves the build to `call_model_input_filter`, which the SDK calls before each model
+call: recall answers the input being answered, and mid-tool-loop the latest exchange. `Runner.run`
+stores the input before its first model call; a streamed run stores it after that call's filter,
+so until it is stored the input (seen by `session_input_callback`) is sent as the build's query."""
 
 import json
 import uuid
@@ -14,7 +15,7 @@ import httpx
 from agents import FunctionTool, RunConfig, RunContextWrapper, SessionSettings
 from agents.run_config import CallModelData, ModelInputData
 
-from contextd_agents.items import item_to_turn, message_to_items, turn_to_item
+from contextd_agents.items import item_to_turn, message_to_items, text_of, turn_to_item
 
 PAGE = 500  # turns per page when walking a session's history
 
@@ -49,6 +50,7 @@ class ContextdSession:
         self.retries = retries
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = client or httpx.AsyncClient(base_url=base_url, headers=headers, timeout=60)
+        self._unstored_input: list[Any] = []  # a run's input, until add_items stores it
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -70,6 +72,7 @@ class ContextdSession:
         # one key for every attempt of this call: a retried append is a no-op on the server
         headers = {"Idempotency-Key": f"agents-{uuid.uuid4()}"}
         await self._request("POST", "turns", json={"turns": turns}, headers=headers)
+        self._unstored_input = []  # the SDK stores a run's input before anything else of it
 
     async def pop_item(self) -> dict[str, Any] | None:
         turns = await self._turns()
@@ -91,23 +94,42 @@ class ContextdSession:
         input being answered is stored. One per session: the filter reads this session."""
         return RunConfig(
             call_model_input_filter=self.model_input,
+            session_input_callback=self.run_input,
             session_settings=SessionSettings(limit=0),
             **options,
         )
 
+    def run_input(self, history: list[Any], new_items: list[Any]) -> list[Any]:
+        """`RunConfig.session_input_callback`: the SDK's history and the new input, unchanged
+        (so the SDK stores the input as it would); the input is kept until it is stored."""
+        self._unstored_input = list(new_items)
+        return [*history, *new_items]
+
     async def model_input(self, data: CallModelData[Any]) -> ModelInputData:
         """`RunConfig.call_model_input_filter`: the SDK's input is replaced by the budgeted
-        context, which already holds the new input and this run's stored tool rounds."""
+        context, which holds the new input (as the query while it is not stored yet) and this
+        run's stored tool rounds."""
+        query = next(
+            (
+                text_of(item.get("content"))
+                for item in reversed([_plain(i) for i in self._unstored_input])
+                if item.get("role") == "user"
+            ),
+            None,
+        )
         return ModelInputData(
-            input=await self._budgeted_items(),  # type: ignore[arg-type]  # plain item dicts
+            input=await self._budgeted_items(query),  # type: ignore[arg-type]  # plain dicts
             instructions=data.model_data.instructions,
         )
 
     # --- contextd calls -----------------------------------------------------------------------
 
-    async def _budgeted_items(self) -> list[dict[str, Any]]:
-        """build-prompt for the latest stored turn (its recall query), as input items."""
-        body = {"system": self.system, "format": "openai"}
+    async def _budgeted_items(self, query: str | None = None) -> list[dict[str, Any]]:
+        """build-prompt as input items: for `query` (not stored), else for the latest stored
+        turn (the recall query then)."""
+        body: dict[str, Any] = {"system": self.system, "format": "openai"}
+        if query is not None:
+            body["query"] = query
         resp = await self._request("POST", "build-prompt", json=body, missing_ok=True)
         if resp is None:
             return []
