@@ -237,6 +237,10 @@ def cmd_dev(args: argparse.Namespace) -> None:
         )
     stack = None
     overrides: dict[str, object] = {"auth_disabled": not args.auth, "port": port}
+    if "persist_manifests" not in base.recall.model_fields_set:
+        # The inspector answers "why was this in or out?" from stored manifests: dev keeps every
+        # build's (the newest `manifests_kept_per_session` of each session) unless told not to.
+        overrides["recall"] = base.recall.model_copy(update={"persist_manifests": True})
     if embedded:
         stack = EmbeddedStack(base.data_dir).start()
         overrides["database_url"] = base.database_url or stack.database_url

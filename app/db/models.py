@@ -249,6 +249,7 @@ class OffloadEvent(Base):
 
 class PromptBuild(Base):
     __tablename__ = "prompt_builds"
+    __table_args__ = (Index("ix_prompt_builds_session", "session_id", "created_at", "id"),)
     id: Mapped[uuid.UUID] = _uuid_pk()
     tenant_id: Mapped[uuid.UUID] = _tenant_fk()
     session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))

@@ -71,8 +71,13 @@ async def sessions_page(
 
 @router.get("/sessions/{session_id}", response_class=HTMLResponse)
 async def session_page(
-    request: Request, session_id: str, db: DbDep, context: ContextDep
+    request: Request,
+    session_id: str,
+    db: DbDep,
+    context: ContextDep,
+    build: Annotated[str | None, Query(max_length=64)] = None,
 ) -> Response:
+    """A session, its stored builds first (`build`: the one shown in full, else the newest)."""
     try:
         caller = await _caller(request, db, context)
     except ContextdError as exc:
@@ -80,7 +85,7 @@ async def session_page(
     try:
         if not re.fullmatch(SESSION_ID_PATTERN, session_id):
             raise NotFound(f"session {session_id!r} not found", field="session_id")
-        page = await service.session_page(db, context, caller, session_id)
+        page = await service.session_page(db, context, caller, session_id, build)
     except NotFound as exc:
         return templates.TemplateResponse(
             request,

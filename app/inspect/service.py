@@ -1,5 +1,6 @@
 """What the inspector pages show, gathered from the domains' own services and repositories."""
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,6 +16,7 @@ from app.domain.records import TurnRecord
 from app.erasure import repository as erasure_repository
 from app.erasure.schemas import EraseReceiptOut
 from app.erasure.service import receipt_out
+from app.inspect.builds import Anchors, BuildView, build_view
 from app.inspect.charts import (
     LineChart,
     OffloadMark,
@@ -30,9 +32,16 @@ from app.notes.repository import get_scratchpad
 from app.notes.schemas import Notes
 from app.offload import repository as offload_repository
 from app.prompt import repository as prompt_repository
+from app.prompt.clearing import History, ToolClearing
 from app.sessions import repository as sessions_repository
 from app.sessions.schemas import SessionOut
-from app.sessions.service import effective_config, require_session, session_budget, session_view
+from app.sessions.service import (
+    effective_config,
+    require_session,
+    session_budget,
+    session_view,
+    to_record,
+)
 
 SESSIONS_PER_PAGE = 50
 CHART_TURN_POINTS = 600
@@ -42,6 +51,8 @@ WINDOW_TURNS_SHOWN = 200
 BUILDS_SHOWN = 10
 MEMORIES_SHOWN = 200
 RECEIPTS_SHOWN = 20
+# A cleared result's stub names its call: the turns read before the first stub to find it.
+STUB_CALL_LOOKBACK = 20
 
 
 @dataclass(frozen=True)
@@ -93,12 +104,14 @@ class SessionPage:
     more_chunks: bool
     window: list[TurnRecord]
     memories: list[MemoryOut]
-    builds: list[PromptBuild]
+    builds: list[BuildView]
+    build: BuildView | None  # the one shown in full: the chosen one, else the newest
+    stubs: dict[int, str]  # the shown build's cleared tool results as their stubs, by turn
     receipts: list[EraseReceiptOut]
 
 
 async def session_page(
-    db: AsyncSession, context: AppContext, caller: Caller, session_id: str
+    db: AsyncSession, context: AppContext, caller: Caller, session_id: str, build_id: str | None
 ) -> SessionPage:
     settings = context.settings
     view = await session_view(db, caller, settings, context.cache, session_id)
@@ -134,7 +147,18 @@ async def session_page(
     pad = await get_scratchpad(db, session.id)
     covers = pad.covers_until_seq if pad else 0
     chunks = await offload_repository.list_chunks(db, session.id, (0, 0), CHUNKS_SHOWN + 1)
-    window = await sessions_repository.window_turns(db, session.id)
+    window = (await sessions_repository.window_turns(db, session.id))[-WINDOW_TURNS_SHOWN:]
+    more_chunks, chunks = len(chunks) > CHUNKS_SHOWN, chunks[:CHUNKS_SHOWN]
+    builds = await _build_views(
+        db,
+        session.id,
+        await prompt_repository.recent_builds(db, session.id, BUILDS_SHOWN),
+        Anchors(
+            frozenset(t.seq for t in window),
+            [(str(c.id), c.turn_first, c.turn_last) for c in chunks],
+        ),
+    )
+    build = next((b for b in builds if b.build_id == build_id), builds[0] if builds else None)
     return SessionPage(
         view=view,
         chart=chart,
@@ -154,9 +178,9 @@ async def session_page(
             "stale_writes": pad.stale_writes if pad else 0,
             "updated_at": pad.updated_at if pad else None,
         },
-        chunks=chunks[:CHUNKS_SHOWN],
-        more_chunks=len(chunks) > CHUNKS_SHOWN,
-        window=window[-WINDOW_TURNS_SHOWN:],
+        chunks=chunks,
+        more_chunks=more_chunks,
+        window=window,
         memories=(
             await list_memories(
                 db,
@@ -166,7 +190,9 @@ async def session_page(
                 include_superseded=True,
             )
         ).memories,
-        builds=await prompt_repository.recent_builds(db, session.id, BUILDS_SHOWN),
+        builds=builds,
+        build=build,
+        stubs=await _stub_texts(db, session.id, build) if build else {},
         receipts=[
             receipt_out(r)
             for r in await erasure_repository.session_receipts(
@@ -174,3 +200,40 @@ async def session_page(
             )
         ],
     )
+
+
+async def _build_views(
+    db: AsyncSession, session_pk: uuid.UUID, builds: list[PromptBuild], anchors: Anchors
+) -> list[BuildView]:
+    """The stored builds with each fragment's turns: a recalled chunk's from the build's recall
+    items, else from the chunk itself."""
+    chunk_ids = set()
+    for b in builds:
+        for entry in b.record.get("manifest", []):
+            if entry["layer"] == "c3" and entry["source"] == "chunk":
+                try:
+                    chunk_ids.add(uuid.UUID(entry["id"]))
+                except ValueError:
+                    continue
+    spans = await offload_repository.chunk_spans(db, session_pk, chunk_ids)
+    return [
+        build_view(str(b.id), b.created_at, b.record, chunk_turns=spans, anchors=anchors)
+        for b in builds
+    ]
+
+
+async def _stub_texts(db: AsyncSession, session_pk: uuid.UUID, build: BuildView) -> dict[int, str]:
+    """The build's cleared tool results as the stubs it showed, made again from the stored turns
+    (with their calls) by the same rules; a result forgotten since has none."""
+    stubs = {f.turns[0]: f.chunk_id for f in build.stubs if f.turns}
+    if not stubs:
+        return {}
+    turns = [
+        to_record(t)
+        for t in await sessions_repository.live_turns(
+            db, session_pk, min(stubs) - STUB_CALL_LOOKBACK, max(stubs)
+        )
+    ]
+    chunk_of = {seq: chunk for seq, chunk in stubs.items() if chunk}
+    history = History(turns, chunk_of, ToolClearing())
+    return {t.seq: history.stub(t).content for t in turns if t.seq in stubs}

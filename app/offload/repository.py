@@ -143,6 +143,18 @@ async def get_chunk(db: AsyncSession, session_pk: uuid.UUID, chunk_id: uuid.UUID
     return (await db.execute(query)).scalar_one_or_none()
 
 
+async def chunk_spans(
+    db: AsyncSession, session_pk: uuid.UUID, chunk_ids: Collection[uuid.UUID]
+) -> dict[str, tuple[int, int]]:
+    """The first and last turn of each of the session's chunks among `chunk_ids` (any status)."""
+    if not chunk_ids:
+        return {}
+    query = select(Chunk.id, Chunk.turn_first, Chunk.turn_last).where(
+        Chunk.session_id == session_pk, Chunk.id.in_(list(chunk_ids))
+    )
+    return {str(i): (int(first), int(last)) for i, first, last in await db.execute(query)}
+
+
 async def active_chunk_ids(db: AsyncSession, session_pk: uuid.UUID) -> list[uuid.UUID]:
     query = select(Chunk.id).where(Chunk.session_id == session_pk, Chunk.status == "active")
     return list((await db.execute(query)).scalars().all())

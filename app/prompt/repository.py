@@ -1,31 +1,48 @@
 """SQL for stored build manifests (prompt_builds), with a per-session retention limit."""
 
+import json
 import uuid
 from typing import Any
 
-from sqlalchemy import String, cast, delete, or_, select
+from sqlalchemy import String, cast, delete, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import PromptBuild, Session
+
+# A session's build stored and its older ones trimmed in one statement: the DELETE sees the rows
+# as they were before the INSERT, so it keeps `keep - 1` of them beside the new one.
+_STORE_BUILD = text(
+    "WITH stored AS (INSERT INTO prompt_builds (id, tenant_id, session_id, record) "
+    "VALUES (:id, :tenant, :session, CAST(:record AS jsonb))) "
+    "DELETE FROM prompt_builds WHERE session_id = :session AND id NOT IN ("
+    "SELECT id FROM prompt_builds WHERE session_id = :session "
+    "ORDER BY created_at DESC, id DESC LIMIT :older)"
+)
+# Only when the transaction wrote nothing yet (no transaction id assigned).
+_ASYNC_COMMIT_IF_READ_ONLY = text(
+    "SELECT set_config('synchronous_commit', 'off', true) "
+    "WHERE pg_current_xact_id_if_assigned() IS NULL"
+)
 
 
 async def store_build(
     db: AsyncSession, build_id: uuid.UUID, session: Session, record: dict[str, Any], keep: int
 ) -> None:
-    db.add(
-        PromptBuild(id=build_id, tenant_id=session.tenant_id, session_id=session.id, record=record)
-    )
-    await db.flush()
-    newest = (
-        select(PromptBuild.id)
-        .where(PromptBuild.session_id == session.id)
-        .order_by(PromptBuild.created_at.desc(), PromptBuild.id.desc())
-        .limit(keep)
-    )
+    """Store a build's record and trim the session's to the newest `keep`. A build writes nothing
+    else most of the time: its transaction then commits without waiting for the WAL flush (a
+    manifest lost in a crash costs nothing; a transaction that wrote before, an appended turn
+    say, keeps its durable commit)."""
+    await db.flush()  # what the ORM holds back counts as written before
+    await db.execute(_ASYNC_COMMIT_IF_READ_ONLY)
     await db.execute(
-        delete(PromptBuild).where(
-            PromptBuild.session_id == session.id, PromptBuild.id.not_in(newest)
-        )
+        _STORE_BUILD,
+        {
+            "id": build_id,
+            "tenant": session.tenant_id,
+            "session": session.id,
+            "record": json.dumps(record, ensure_ascii=False),
+            "older": keep - 1,
+        },
     )
 
 

@@ -1,13 +1,21 @@
-"""`ContextdSession`: the Agents SDK `Session` protocol on contextd's REST API."""
+"""`ContextdSession`: the Agents SDK `Session` protocol on contextd's REST API.
+
+The SDK reads a session's history (`get_items`) before it stores the new input, and gives
+`get_items` nothing of that input, so a prompt built there recalls for the previous user turn.
+`run_config()` moves the build to `call_model_input_filter`, which the SDK calls before each model
+call: recall answers the input being answered, and mid-tool-loop the latest exchange. `Runner.run`
+stores the input before its first model call; a streamed run stores it after that call's filter,
+so until it is stored the input (seen by `session_input_callback`) is sent as the build's query."""
 
 import json
 import uuid
 from typing import Any
 
 import httpx
-from agents import FunctionTool, RunContextWrapper
+from agents import FunctionTool, RunConfig, RunContextWrapper, SessionSettings
+from agents.run_config import CallModelData, ModelInputData
 
-from contextd_agents.items import item_to_turn, message_to_items, turn_to_item
+from contextd_agents.items import item_to_turn, message_to_items, text_of, turn_to_item
 
 PAGE = 500  # turns per page when walking a session's history
 
@@ -19,9 +27,11 @@ class ContextdError(RuntimeError):
 class ContextdSession:
     """Conversation history kept in contextd session `session_id`.
 
-    `get_items()` is what the model should see next: contextd's budgeted context (notes, recalled
-    history, the recent window). `system`: the agent's instructions, counted in the budget (the
-    SDK sends them itself, so they are not returned as an item)."""
+    `get_items()` is what the model should see next for the latest stored turn: contextd's
+    budgeted context (notes, recalled history, the recent window). Run agents with
+    `run_config=session.run_config()` so the prompt is built at each model call, from the input
+    being answered. `system`: the agent's instructions, counted in the budget (the SDK sends them
+    itself, so they are not returned as an item)."""
 
     session_settings = None
 
@@ -40,6 +50,7 @@ class ContextdSession:
         self.retries = retries
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = client or httpx.AsyncClient(base_url=base_url, headers=headers, timeout=60)
+        self._unstored_input: list[Any] = []  # a run's input, until add_items stores it
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -48,14 +59,11 @@ class ContextdSession:
 
     async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
         if limit is not None:
+            if limit <= 0:
+                return []
             turns = await self._turns()
-            return [turn_to_item(t) for t in turns[-limit:]] if limit > 0 else []
-        body = {"system": self.system, "format": "openai"}
-        resp = await self._request("POST", "build-prompt", json=body, missing_ok=True)
-        if resp is None:
-            return []
-        messages = resp["messages"][1:] if self.system else resp["messages"]
-        return [item for message in messages for item in message_to_items(message)]
+            return [turn_to_item(t) for t in turns[-limit:]]
+        return await self._budgeted_items()
 
     async def add_items(self, items: list[Any]) -> None:
         if not items:
@@ -64,6 +72,7 @@ class ContextdSession:
         # one key for every attempt of this call: a retried append is a no-op on the server
         headers = {"Idempotency-Key": f"agents-{uuid.uuid4()}"}
         await self._request("POST", "turns", json={"turns": turns}, headers=headers)
+        self._unstored_input = []  # the SDK stores a run's input before anything else of it
 
     async def pop_item(self) -> dict[str, Any] | None:
         turns = await self._turns()
@@ -77,7 +86,55 @@ class ContextdSession:
     async def clear_session(self) -> None:
         await self._request("DELETE", None, missing_ok=True)
 
+    # --- the prompt at each model call -------------------------------------------------------
+
+    def run_config(self, **options: Any) -> RunConfig:
+        """A `RunConfig` (with `options`) for runs on this session: the SDK reads no history
+        before the run (`limit=0`), and each model call gets contextd's prompt built once the
+        input being answered is stored. One per session: the filter reads this session."""
+        return RunConfig(
+            call_model_input_filter=self.model_input,
+            session_input_callback=self.run_input,
+            session_settings=SessionSettings(limit=0),
+            **options,
+        )
+
+    def run_input(self, history: list[Any], new_items: list[Any]) -> list[Any]:
+        """`RunConfig.session_input_callback`: the SDK's history and the new input, unchanged
+        (so the SDK stores the input as it would); the input is kept until it is stored."""
+        self._unstored_input = list(new_items)
+        return [*history, *new_items]
+
+    async def model_input(self, data: CallModelData[Any]) -> ModelInputData:
+        """`RunConfig.call_model_input_filter`: the SDK's input is replaced by the budgeted
+        context, which holds the new input (as the query while it is not stored yet) and this
+        run's stored tool rounds."""
+        query = next(
+            (
+                text_of(item.get("content"))
+                for item in reversed([_plain(i) for i in self._unstored_input])
+                if item.get("role") == "user"
+            ),
+            None,
+        )
+        return ModelInputData(
+            input=await self._budgeted_items(query),  # type: ignore[arg-type]  # plain dicts
+            instructions=data.model_data.instructions,
+        )
+
     # --- contextd calls -----------------------------------------------------------------------
+
+    async def _budgeted_items(self, query: str | None = None) -> list[dict[str, Any]]:
+        """build-prompt as input items: for `query` (not stored), else for the latest stored
+        turn (the recall query then)."""
+        body: dict[str, Any] = {"system": self.system, "format": "openai"}
+        if query is not None:
+            body["query"] = query
+        resp = await self._request("POST", "build-prompt", json=body, missing_ok=True)
+        if resp is None:
+            return []
+        messages = resp["messages"][1:] if self.system else resp["messages"]
+        return [item for message in messages for item in message_to_items(message)]
 
     async def memory(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """One call of contextd's memory tool on this session (`{type, text, data}`)."""
