@@ -518,7 +518,7 @@ def contextd_dev(
     *,
     persist: bool = False,
 ) -> Iterator[DevServer]:
-    """`contextd dev` (default settings) on an embedded stack of its own (Valkey on
+    """`contextd dev` (default settings but for the inspector's manifests) on an embedded stack of its own (Valkey on
     `redis_port`, else the embedded default). `persist`: the stack's data stays in `workdir`
     when it stops (the next start on it finds them), else it is deleted."""
     stack = EmbeddedStack(workdir / "stack", persist=persist).start(redis_port)
@@ -527,6 +527,8 @@ def contextd_dev(
         DATABASE_URL=stack.database_url,
         REDIS_URL=stack.redis_url,
         CONTEXTD_DATA_DIR=str(workdir / "dev"),
+        # `dev` keeps every build's manifest for the inspector; a deployment (`serve`) does not.
+        CONTEXTD_RECALL__PERSIST_MANIFESTS="false",
     )
     log = (workdir / "contextd.log").open("w")
     command = [sys.executable, "-m", "app.cli", "dev", "--port", str(port), *serve_args]

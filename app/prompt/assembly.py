@@ -37,11 +37,12 @@ Precedence when the budget is short (`budget` = C - r):
    newest first, its old results as stubs; the value table gets its room and what the tail left.
    In a session with tool calls, a tail that fits whole and verbatim comes before recall instead
    (recall then skips what it shows), as truncation would show it. When it does not, and the
-   budget holds enough turns for it (`stretch_turns`), the transcript (tail and window, every
-   result but the `keep` newest as a stub) starts at the oldest stretch boundary from which it
-   fits beside the value table of what it leaves out, both chosen before recall (`_anchored`):
-   the start moves by whole stretches, the table only with it, and in OpenAI format the table
-   comes right after C0, so consecutive builds of an agent loop share their head.
+   budget holds enough turns for it (`stretch_turns`), an agent's step (a build with no x_t)
+   shows the transcript (tail and window, every result but the `keep` newest as a stub) from the
+   oldest stretch boundary from which it fits beside the value table of what it leaves out,
+   both chosen before recall (`_anchored`): the start moves by whole stretches, the table only
+   with it, and in OpenAI format the table comes right after C0, so consecutive builds of an
+   agent loop share their head.
 
 Counting: OpenAI messages are counted by `app.core.tokens.messages_tokens` (reply priming
 included); an Anthropic prompt by `messages_tokens` on `blocks.anthropic_counting_view` (the system
@@ -523,10 +524,17 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
             return _system_cost([*prefix0, text]) - _system_cost(prefix0)
         return message_tokens("system", text)
 
-    # A tool session whose offloaded turns do not all fit verbatim: the transcript starts at a
-    # stretch boundary (`_anchored`), so consecutive builds share their head.
+    # An agent's step in a tool loop (no new input) whose offloaded turns do not all fit
+    # verbatim: the transcript starts at a stretch boundary (`_anchored`), so consecutive builds
+    # share their head. A build with a query keeps recall's precedence over the tail: the
+    # question may be about what only recall brings back.
     anchored = None
-    if history.has_values and split and _whole(groups, history, left, anthropic, most=0) is None:
+    if (
+        inp.query is None
+        and history.has_values
+        and split
+        and _whole(groups, history, left, anthropic, most=0) is None
+    ):
         anchored = _anchored(groups, history, left, table_room, anthropic, cost0)
     tail: list[list[TurnRecord]] = []
     table, table_cost = "", 0

@@ -7,6 +7,7 @@ turns, the cleared tool results with their stubs; the window shows tool calls an
 Deleting the session erases its stored builds. Screenshots go to docs/img/ (docs/INSPECTOR.md)."""
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from tests.support.dev import dev_server
 from tests.support.server import free_port
 from tests.support.waiting import wait_for
 
+# The screenshots of docs/INSPECTOR.md are refreshed with CONTEXTD_DOCS_SCREENSHOTS=1; other
+# runs write them under the test's own directory, so a test run leaves the tree clean.
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 SID = "why-inspector"
 FACT = "My booking reference is LY-40917 and the budget is at most 120 EUR."
@@ -92,7 +95,8 @@ async def manifest_rows(page: Page) -> list[dict[str, str]]:
 async def test_dev_inspector_says_why_each_fragment_was_in_or_out(
     tmp_path: Path, browser: BrowserContext
 ) -> None:
-    DOCS_IMG.mkdir(parents=True, exist_ok=True)
+    shots = DOCS_IMG if os.environ.get("CONTEXTD_DOCS_SCREENSHOTS") == "1" else tmp_path / "img"
+    shots.mkdir(parents=True, exist_ok=True)
     with dev_server(tmp_path, free_port()) as dev:
         async with httpx.AsyncClient(base_url=dev.url, timeout=60) as http:
             question_build, newest = await seed(http)
@@ -107,7 +111,7 @@ async def test_dev_inspector_says_why_each_fragment_was_in_or_out(
             chart_at = await page.locator("#watermark-chart").bounding_box()
             assert builds_at and chart_at and builds_at["y"] < chart_at["y"]
             assert await page.locator("details.build").get_attribute("id") == f"build-{newest}"
-            await page.screenshot(path=DOCS_IMG / "inspector-builds.png")
+            await page.screenshot(path=shots / "inspector-builds.png")
 
             # the budget as a picture: the parts take the whole limit, C − r
             parts = page.locator("#budget rect.budget-part")
@@ -169,7 +173,7 @@ async def test_dev_inspector_says_why_each_fragment_was_in_or_out(
             assert FACT in await chunk.locator("pre.raw-text").inner_text()
             await page.click("details.build details.stub summary")
             assert "get_reservation_details(" in await page.inner_text("details.build details.stub")
-            await page.locator("details.build").screenshot(path=DOCS_IMG / "inspector-build.png")
+            await page.locator("details.build").screenshot(path=shots / "inspector-build.png")
 
             # erased with the session
             state = json.loads((tmp_path / ".contextd" / "dev.json").read_text())
