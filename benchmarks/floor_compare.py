@@ -518,9 +518,10 @@ def contextd_dev(
     *,
     persist: bool = False,
 ) -> Iterator[DevServer]:
-    """`contextd dev` (default settings but for the inspector's manifests) on an embedded stack of its own (Valkey on
-    `redis_port`, else the embedded default). `persist`: the stack's data stays in `workdir`
-    when it stops (the next start on it finds them), else it is deleted."""
+    """`contextd dev` (default settings but for the inspector's manifests) on an embedded
+    stack of its own (Valkey on `redis_port`, else the embedded default). `persist`: the
+    stack's data stays in `workdir` when it stops (the next start on it finds them), else it
+    is deleted."""
     stack = EmbeddedStack(workdir / "stack", persist=persist).start(redis_port)
     env = dict(
         os.environ,
