@@ -200,15 +200,22 @@ async def memories_written_since(db: AsyncSession, session_pk: uuid.UUID, since:
 # --- erase ---------------------------------------------------------------------------------------
 
 
+async def tombstoned_texts(db: AsyncSession, memory_ids: Sequence[uuid.UUID]) -> list[str]:
+    """The texts of those of `memory_ids` waiting for their erase."""
+    if not memory_ids:
+        return []
+    rows = await db.execute(
+        select(Memory.text).where(Memory.id.in_(memory_ids), Memory.status == "tombstoned")
+    )
+    return [t for t in rows.scalars() if t]
+
+
 async def erase_memories(
     db: AsyncSession, memory_ids: Sequence[uuid.UUID]
 ) -> tuple[int, list[str]]:
     if not memory_ids:
         return 0, []
-    rows = await db.execute(
-        select(Memory.text).where(Memory.id.in_(memory_ids), Memory.status == "tombstoned")
-    )
-    texts = [t for t in rows.scalars() if t]
+    texts = await tombstoned_texts(db, memory_ids)
     result = await db.execute(
         update(Memory)
         .where(Memory.id.in_(memory_ids), Memory.status == "tombstoned")
@@ -249,6 +256,39 @@ async def user_memories_by_session(
         if session_pk is not None:  # the query's condition, for the type checker
             held.setdefault(session_pk, []).append(memory_pk)
     return held
+
+
+async def tombstone_user_memories(
+    db: AsyncSession, holder_pk: uuid.UUID, tenant_id: uuid.UUID, user_id: str
+) -> list[uuid.UUID]:
+    """Tombstone the items written for the user that the session holds; returns their ids."""
+    result = await db.execute(
+        update(Memory)
+        .where(
+            Memory.session_id == holder_pk,
+            Memory.tenant_id == tenant_id,
+            Memory.user_id == user_id,
+            Memory.status.in_(["active", "superseded"]),
+        )
+        .values(status="tombstoned")
+        .returning(Memory.id)
+    )
+    return sorted(result.scalars().all())
+
+
+async def session_item_users(db: AsyncSession, session_pk: uuid.UUID) -> set[str]:
+    """The users of the user-scope items the session wrote and still holds (not tombstoned)."""
+    rows = await db.execute(
+        select(Memory.user_id)
+        .where(
+            Memory.session_id == session_pk,
+            Memory.scope == "user",
+            Memory.user_id.is_not(None),
+            Memory.status.in_(["active", "superseded"]),
+        )
+        .distinct()
+    )
+    return {user for user in rows.scalars() if user}
 
 
 async def tombstone_session_memories(db: AsyncSession, session_pk: uuid.UUID) -> set[str]:

@@ -105,8 +105,13 @@ async def compute_notes(
 
 
 async def write_notes(db: AsyncSession, cache: Cache, draft: NotesDraft) -> NotesOutcome:
-    """Compare-and-set v -> v+1. "stale" when another writer got there first (counted)."""
+    """Compare-and-set v -> v+1. "stale" when another writer got there first (counted).
+
+    The session row is locked first (the lock order of `app.sessions.repository`: a session's
+    scratchpad is written only under its row lock); "gone" when it was deleted meanwhile."""
     session_pk = draft.session.id
+    if await sessions_repository.lock_session_by_pk(db, session_pk) is None:
+        return "gone"
     if draft.result is None:
         await repository.flag_rebuild_pending(db, session_pk, draft.base_version)
         return "failed"
