@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -202,6 +203,23 @@ async def _drop_from_other_notes(
     return _stamp({"sessions_updated": updated})
 
 
+SCAN_PAGE = 500
+
+
+async def _quoting(client: Redis, keys: list[Any], found: list[str]) -> list[Any]:
+    """Those of `keys` whose string value quotes any of `found`."""
+    if not keys:
+        return []
+    quoting = []
+    for key, value in zip(keys, await client.mget(keys), strict=True):
+        if value is None:
+            continue
+        body = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        if any(n in body for n in found):
+            quoting.append(key)
+    return quoting
+
+
 async def _erase_cached(
     cache: Cache, session_pk: uuid.UUID, target: dict[str, Any], found: list[str]
 ) -> dict[str, Any]:
@@ -220,18 +238,17 @@ async def _erase_cached(
             tenant = target.get("tenant_id")
             if tenant:
                 doomed.append(session_cache_key(cache, uuid.UUID(tenant), target["session_id"]))
-        # Anything else under our prefix that quotes an erased text.
+        # Anything else under our prefix that quotes an erased text: read a page of keys at a
+        # time (MGET answers nil for a key that holds no string), not two round trips a key.
         if found:
-            async for key in client.scan_iter(match=f"{prefix}:*", count=500):
-                scanned += 1
-                if await client.type(key) not in (b"string", "string"):
-                    continue
-                value = await client.get(key)
-                if value is None:
-                    continue
-                body = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-                if any(n in body for n in found):
-                    doomed.append(key)
+            page: list[Any] = []
+            async for key in client.scan_iter(match=f"{prefix}:*", count=SCAN_PAGE):
+                page.append(key)
+                if len(page) == SCAN_PAGE:
+                    doomed.extend(await _quoting(client, page, found))
+                    scanned, page = scanned + len(page), []
+            doomed.extend(await _quoting(client, page, found))
+            scanned += len(page)
         if doomed:
             deleted = int(await client.delete(*doomed))
     except (RedisError, OSError) as exc:

@@ -27,7 +27,7 @@ from app.sessions import repository as sessions_repository
 from app.sessions.service import to_record, write_session
 
 # What a refresh did: "written" (v+1 stored), "stale" (lost the version race, discarded),
-# "failed" (generation failed, rebuild flagged), "gone" (the session was deleted).
+# "failed" (generation failed, rebuild flagged), "gone" (the session was deleted, or is being).
 NotesOutcome = Literal["written", "stale", "failed", "gone"]
 
 
@@ -152,8 +152,8 @@ async def refresh_notes(
     llm_client: httpx.AsyncClient | None = None,
 ) -> NotesOutcome:
     session = await sessions_repository.get_session_by_pk(db, session_pk)
-    if session is None:
-        return "gone"
+    if session is None or sessions_repository.erasing(session):
+        return "gone"  # or waiting for its erase job, which deletes the notes
     draft = await compute_notes(db, settings, session, rebuild=rebuild, llm_client=llm_client)
     return await write_notes(db, cache, draft)
 
