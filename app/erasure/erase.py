@@ -74,11 +74,10 @@ async def run_erase(
 ) -> bool:
     """The job body. False when the receipt is gone or already complete."""
     async with unit_of_work(maker) as db:
-        receipt = await repository.lock_receipt(db, receipt_id)
-        if receipt is None or receipt.status == "completed":
-            return False
-        await repository.count_attempt(db, receipt_id)
-        target, tenant_pk = dict(receipt.target), receipt.tenant_id
+        claimed = await repository.claim_attempt(db, receipt_id)
+    if claimed is None:
+        return False
+    target, tenant_pk = claimed
     session_pk = uuid.UUID(target["session_pk"])
     notes: dict[str, Any] = {}
     if target["kind"] != "session":
@@ -122,14 +121,14 @@ async def _erase_rows(
     first, together (the lock order of `app.sessions.repository`); which ones is read before."""
     memory_ids = [uuid.UUID(m) for m in target.get("memory_ids", [])]
     if target["kind"] == "session":
-        quoted = await memory_repository.session_memory_texts(db, session_pk)
+        memories, quoted = await memory_repository.session_memory_texts(db, session_pk)
     else:
         quoted = await memory_repository.tombstoned_texts(db, memory_ids)
     quoting = await notes_repository.sessions_quoting_remembered(db, tenant_pk, quoted)
     locked = await sessions_repository.lock_sessions(db, [session_pk, *quoting])
     if target["kind"] == "session":
         present = any(s.id == session_pk for s in locked)
-        stores, texts = await _erase_session_rows(db, session_pk, present)
+        stores, texts = await _delete_session_rows(db, session_pk, present, memories, quoted)
     else:
         stores, texts = await _erase_targets(db, session_pk, target, memory_ids)
     others = [s for s in locked if s.id != session_pk]
@@ -160,19 +159,16 @@ async def _erase_targets(
     return stores, texts
 
 
-async def _erase_session_rows(
-    db: AsyncSession, session_pk: uuid.UUID, present: bool
+async def _delete_session_rows(
+    db: AsyncSession, session_pk: uuid.UUID, present: bool, memories: int, memory_texts: list[str]
 ) -> tuple[dict[str, Any], list[str]]:
-    """Delete a session's rows (its row locked by the caller, when `present`); returns as
-    `_erase_targets` does."""
+    """Delete a session's rows (its row locked by the caller, when `present`; `memories`: the
+    items it holds, with their texts); returns as `_erase_targets` does. The texts are read
+    first, to hunt their cached copies; the rows go with the session row, not blanked first."""
     if not present:  # a retry after the delete committed
         return {"session": _stamp({"deleted": True, "already": True})}, []
-    _, turn_texts = await sessions_repository.erase_turns(db, session_pk)
-    _, _, chunk_texts = await chunks_repository.erase_chunks(db, session_pk)
-    memory_texts = await memory_repository.session_memory_texts(db, session_pk)
-    turns = await sessions_repository.count_session_turns(db, session_pk)
-    chunks, embeddings = await chunks_repository.count_session_chunks(db, session_pk)
-    memories = await memory_repository.count_session_memories(db, session_pk)
+    turns, turn_texts = await sessions_repository.session_turn_texts(db, session_pk)
+    chunks, embeddings, chunk_texts = await chunks_repository.session_chunk_texts(db, session_pk)
     # Turns, chunks, notes, memories and metrics go with the row (ON DELETE CASCADE).
     await sessions_repository.delete_session(db, session_pk)
     stores = {

@@ -232,9 +232,11 @@ async def erase_memories(
     return int(result.rowcount or 0), texts  # type: ignore[attr-defined]
 
 
-async def session_memory_texts(db: AsyncSession, session_pk: uuid.UUID) -> list[str]:
-    rows = await db.execute(select(Memory.text).where(Memory.session_id == session_pk))
-    return [t for t in rows.scalars() if t]
+async def session_memory_texts(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, list[str]]:
+    """(items, their texts) the session holds, whatever their status."""
+    query = select(Memory.text).where(Memory.session_id == session_pk)
+    texts = list((await db.execute(query)).scalars())
+    return len(texts), [t for t in texts if t]
 
 
 async def user_memories_by_session(
@@ -301,11 +303,6 @@ async def tombstone_session_memories(db: AsyncSession, session_pk: uuid.UUID) ->
         .returning(Memory.scope, Memory.user_id)
     )
     return {user_id for scope, user_id in result.all() if scope == "user" and user_id}
-
-
-async def count_session_memories(db: AsyncSession, session_pk: uuid.UUID) -> int:
-    query = select(func.count()).where(Memory.session_id == session_pk)
-    return int((await db.execute(query)).scalar_one())
 
 
 async def count_memories(

@@ -423,9 +423,11 @@ async def erase_turns(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, lis
     return int(result.rowcount or 0), texts  # type: ignore[attr-defined]
 
 
-async def count_session_turns(db: AsyncSession, session_pk: uuid.UUID) -> int:
-    query = select(func.count()).where(Turn.session_id == session_pk)
-    return int((await db.execute(query)).scalar_one())
+async def session_turn_texts(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, list[str]]:
+    """(turns, their texts) of a session about to be deleted (to hunt cached copies)."""
+    query = select(Turn.content).where(Turn.session_id == session_pk)
+    texts = list((await db.execute(query)).scalars())
+    return len(texts), [t for t in texts if t]
 
 
 async def user_session_ids(
