@@ -4,16 +4,17 @@
         [--users 100] [--sessions-per-user 2] [--sessions 100] [--erasers 4] [--appenders 6] \\
         [--offloaders 2] [--bystanders 4] [--seed 7]
 
-A `contextd dev --auth` (API and worker in one process, default settings; embeddings as the
+A `contextd dev --auth` (the API and its worker, default settings; embeddings as the
 environment says) on an embedded stack of its own. Prepared: `--users` users with
 `--sessions-per-user` sessions each (turns, and a user-scope remembered item), `--sessions`
 sessions of their own, `--bystanders` sessions of another user; small windows, so that a few
 appends take a session over its watermark (the worker's offload) and to the emergency ratio (the
-append's inline offload). Then, all at once: `--appenders` clients append two turns at a time
-and `--offloaders` clients call the memory tool's `offload`, both on the sessions about to be
-erased and on the bystanders; `--erasers` clients run the user erases and session erases in a
-shuffled order; the worker's sweep is enqueued every 5 s (it recounts counters of sessions
-changed in the last minutes, and logs each repair).
+append's inline offload). Once the worker has done the jobs the preparation queued, all at
+once: `--appenders` clients append two turns at a time and `--offloaders` clients call the
+memory tool's `offload`, both on the sessions about to be erased and on the bystanders;
+`--erasers` clients run the user erases and session erases in a shuffled order; the worker's
+sweep is enqueued every 5 s (it recounts counters of sessions changed in the last minutes, and
+logs each repair).
 
 Printed: the answers of the erases, appends and offloads by status class (5xx are failures),
 receipt completion (the receipt's `completed_at` minus the moment its erase request was sent,
@@ -102,6 +103,11 @@ async def prepare(http: httpx.AsyncClient, sid: str, user: str | None, remember:
         (await http.post(f"/v1/sessions/{sid}/memory", json=body)).raise_for_status()
 
 
+async def worker_idle(http: httpx.AsyncClient) -> bool:
+    worker = (await http.get("/readyz")).json().get("worker", {})
+    return worker.get("pending_jobs", 1) == 0 and worker.get("running_jobs", 1) == 0
+
+
 async def in_batches(jobs: list[Any], size: int) -> None:
     for start in range(0, len(jobs), size):
         await asyncio.gather(*jobs[start : start + size])
@@ -143,6 +149,13 @@ async def run(base: str, database_url: str, log: Path, pg_log: Path, args: Any) 
             f"{time.monotonic() - started:.0f} s",
             flush=True,
         )
+
+        # The preparation queued a notes refresh per session (and per remembered item, of the
+        # user's sessions): the measured phase starts once the worker has done them.
+        started = time.monotonic()
+        while not await worker_idle(http):
+            await asyncio.sleep(1)
+        print(f"worker idle after {time.monotonic() - started:.0f} s", flush=True)
 
         done = asyncio.Event()
         progress = [0]  # targets whose erase was sent
