@@ -80,6 +80,11 @@ class EmbeddedStack:
     def valkey(self) -> object:
         return self._valkey
 
+    @property
+    def postgres_log(self) -> Path:
+        """PostgreSQL's server log: its errors (`deadlock detected`) for tests and benchmarks."""
+        return Path(self._pg.log)
+
     def size_buffers(self, mb: int) -> None:
         """`shared_buffers` of `mb` MB, once per data directory: pgserver starts PostgreSQL with
         initdb's configuration (128 MB) and takes no server options, so the size is set with

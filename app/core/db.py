@@ -8,6 +8,8 @@ transaction (`create_engine`).
 """
 
 import asyncio
+import logging
+import random
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -16,7 +18,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.pq import TransactionStatus
 from sqlalchemy import text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
@@ -26,8 +28,10 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from app.core.config import Settings
+from app.core.errors import transaction_conflict
 
 T = TypeVar("T")
+logger = logging.getLogger("contextd.db")
 
 
 def _milliseconds(seconds: float) -> int:
@@ -251,3 +255,34 @@ async def release(db: AsyncSession) -> None:
     the next statement begins a new transaction."""
     if db.in_transaction():
         await commit(db)
+
+
+TRANSACTION_ATTEMPTS = 4
+RETRY_PAUSE_SECONDS = 0.05  # before the 2nd attempt; doubled before each next one, jittered
+
+
+async def retrying_transaction(
+    db: AsyncSession, work: Callable[[], Awaitable[T]], *, attempts: int = TRANSACTION_ATTEMPTS
+) -> T:
+    """`work()` in a transaction of its own on `db`, committed (what `db` had open is committed
+    first, as `release` does). When PostgreSQL ends it to break a deadlock or a serialization
+    failure, it is rolled back and run again after a short jittered pause, up to `attempts`
+    times; then `app.core.errors.TransactionConflict` (409) with the cause. A rollback expires
+    every object `db` loaded: `work` reloads what it uses, by primary key."""
+    await release(db)
+    for attempt in range(1, attempts + 1):
+        try:
+            result = await work()
+            await commit(db)
+            return result
+        except DBAPIError as exc:
+            await db.rollback()
+            db.info.pop("after_commit", None)  # actions of the rolled back attempt
+            conflict = transaction_conflict(exc, attempt)
+            if conflict is None:
+                raise
+            if attempt == attempts:
+                raise conflict from exc
+            logger.warning("%s; attempt %d of %d", conflict.message, attempt, attempts)
+            await asyncio.sleep(RETRY_PAUSE_SECONDS * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
+    raise AssertionError("unreachable")

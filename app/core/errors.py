@@ -13,7 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -95,6 +95,14 @@ class Conflict(ContextdError):
     a concurrent change): nothing was written."""
 
     status_code, code = 409, "conflict"
+
+
+class TransactionConflict(Conflict):
+    """A concurrent request or job held rows this one needed, and PostgreSQL ended it to break
+    a deadlock or a serialization failure; retried a few times first. Nothing of the failed
+    attempt was written (`details` names the cause); retry after `Retry-After`."""
+
+    code = "transaction_conflict"
 
 
 class PayloadTooLarge(ContextdError):
@@ -298,6 +306,7 @@ COMMON_ERRORS: tuple[type[ContextdError], ...] = (
     InvalidSessionId,
     InvalidText,
     TooDeep,
+    TransactionConflict,
     RateLimited,
     ServiceUnavailable,
 )
@@ -418,6 +427,36 @@ def allowed_methods(app: Starlette, scope: Scope) -> list[str]:
 # The database cannot be reached (down, restarting, connection lost, pool exhausted): a 503 the
 # client may retry, not a 500.
 DATABASE_UNAVAILABLE = (OperationalError, InterfaceError, SQLAlchemyTimeoutError)
+# Errors PostgreSQL ends a transaction with because of another one (SQLSTATE: what happened):
+# the same work may succeed when run again (`app.core.db.retrying_transaction`).
+TRANSIENT_SQLSTATES = {"40P01": "deadlock detected", "40001": "serialization failure"}
+# PostgreSQL reachable, but a time limit of `create_engine` ended the statement.
+TIME_LIMIT_SQLSTATES = {
+    "55P03": "a lock wait exceeded CONTEXTD_DB__LOCK_TIMEOUT_SECONDS",
+    "57014": "a statement exceeded CONTEXTD_DB__STATEMENT_TIMEOUT_SECONDS",
+}
+RETRY_AFTER_CONFLICT_SECONDS = 1
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a database error raised through SQLAlchemy, when the driver gave one."""
+    found = getattr(exc.orig, "sqlstate", None) if isinstance(exc, DBAPIError) else None
+    return found if isinstance(found, str) else None
+
+
+def transaction_conflict(exc: BaseException, attempts: int = 1) -> TransactionConflict | None:
+    """The 409 of a deadlock or serialization failure (None for any other error)."""
+    state = sqlstate(exc)
+    cause = TRANSIENT_SQLSTATES.get(state or "")
+    if cause is None:
+        return None
+    tries = f" ({attempts} attempts)" if attempts > 1 else ""
+    return TransactionConflict(
+        f"{cause}: a concurrent request or job held rows this one needed{tries}; nothing of "
+        "the failed attempt was written, retry",
+        details={"sqlstate": state, "cause": cause, "attempts": attempts},
+        headers={"Retry-After": str(RETRY_AFTER_CONFLICT_SECONDS)},
+    )
 
 
 def install_error_handlers(app: FastAPI, retry_after_seconds: int) -> None:
@@ -458,9 +497,14 @@ def install_error_handlers(app: FastAPI, retry_after_seconds: int) -> None:
         )
 
     async def _database_unavailable(_: Request, exc: Exception) -> JSONResponse:
-        logger.warning("database unavailable: %s", type(exc).__name__)
+        conflict = transaction_conflict(exc)
+        if conflict is not None:  # not retried where it happened
+            logger.warning("transaction conflict: %s", conflict.message)
+            return conflict.response()
+        limit = TIME_LIMIT_SQLSTATES.get(sqlstate(exc) or "")
+        logger.warning("database unavailable: %s", limit or type(exc).__name__)
         return ServiceUnavailable(
-            "the database cannot be reached; retry later",
+            f"{limit}; retry later" if limit else "the database cannot be reached; retry later",
             headers={"Retry-After": str(retry_after_seconds)},
         ).response()
 

@@ -22,13 +22,16 @@ async def embed_pending(
     text_of: Callable[[Row], str],
     store: Callable[[AsyncSession, Row, list[float]], Awaitable[Any]],
     count_failure: Callable[[AsyncSession, Sequence[Row]], Awaitable[Any]],
+    lock_sessions: Callable[[AsyncSession, Sequence[Row]], Awaitable[Any]],
 ) -> int:
     """Embed what `load` returns, batch after batch; rows embedded.
 
     The rows are read in one short transaction and stored in another: no transaction stays open
     while the encoder works (a slow batch would otherwise hold a connection and hit the
     idle-in-transaction timeout, and the job would retry forever). `store` writes only rows
-    still active, so an item erased meanwhile keeps no vector."""
+    still active, so an item erased meanwhile keeps no vector. The rows' sessions are locked
+    before any row is stored (`lock_sessions`, the lock order of `app.sessions.repository`): an
+    erase updates the same rows in its own order, under the session lock."""
     done = 0
     while True:
         async with unit_of_work(maker) as db:
@@ -42,6 +45,7 @@ async def embed_pending(
                 await count_failure(db, rows)
             raise
         async with unit_of_work(maker) as db:
+            await lock_sessions(db, rows)
             for row, vector in zip(rows, vectors, strict=True):
                 await store(db, row, vector.tolist())
         done += len(rows)

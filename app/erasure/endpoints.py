@@ -47,7 +47,10 @@ async def delete_session(
         "deleted as `DELETE /v1/sessions/{session_id}` deletes one, and every item remembered "
         "for the user that a session still holds (a session since given another user, or one "
         "of theirs left for the next call) forgotten. 202 with an erase receipt per session "
-        "and holder; `remaining_sessions` above 0: call again. 404 when the user has neither."
+        "and holder; `remaining_sessions` above 0: call again. 404 when the user has neither. "
+        "Each session is tombstoned in a transaction of its own: a call that fails midway has "
+        "erased the sessions before the failure (their receipts complete) and leaves the rest "
+        "to the next call."
     ),
     status_code=status.HTTP_202_ACCEPTED,
 )

@@ -1,11 +1,15 @@
 """Erasure, step two: the `memory:erase` job behind a forget or a session delete.
 
-Postgres first, in one transaction: forgotten turns blanked, tombstoned chunks stripped of raw
-text, terms, tsvector and embedding (status `erased`), tombstoned memories blanked, stored build
-manifests quoting the text deleted, and the notes rebuilt from the remaining raw turns. Then Redis:
-the session's notes cache keys deleted and a scan of the key prefix deletes any string value
-that still quotes an erased text. Then the receipt is completed with what each store did. A failure
-anywhere retries the job (every step is idempotent); each attempt is counted on the receipt.
+For a forget, first the notes, rebuilt from the remaining raw turns in a transaction of their
+own (a generator that fails retries the job before anything is erased). Then Postgres, in one
+transaction that locks the session rows first (the lock order of `app.sessions.repository`):
+forgotten turns blanked, tombstoned chunks stripped of raw text, terms, tsvector and embedding
+(status `erased`), tombstoned memories blanked, stored build manifests quoting the text deleted,
+a deleted session's rows deleted, and erased remembered items taken out of other sessions'
+notes. Then Redis: the session's notes cache keys deleted and a scan of the key prefix deletes any
+string value that still quotes an erased text. Then the receipt is completed with what each store
+did. A failure anywhere retries the job (every step is idempotent); each attempt is counted on
+the receipt.
 """
 
 import json
@@ -15,15 +19,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.core.db import unit_of_work
+from app.core.db import retrying_transaction, unit_of_work
 from app.db.models import Session
 from app.erasure import repository
-from app.erasure.service import drop_from_notes, erasing
+from app.erasure.service import drop_from_notes
 from app.memory import repository as memory_repository
 from app.notes import repository as notes_repository
 from app.notes.service import refresh_notes
@@ -69,24 +74,30 @@ async def run_erase(
 ) -> bool:
     """The job body. False when the receipt is gone or already complete."""
     async with unit_of_work(maker) as db:
-        receipt = await repository.lock_receipt(db, receipt_id)
-        if receipt is None or receipt.status == "completed":
-            return False
-        await repository.count_attempt(db, receipt_id)
-        target, tenant_pk = dict(receipt.target), receipt.tenant_id
+        claimed = await repository.claim_attempt(db, receipt_id)
+    if claimed is None:
+        return False
+    target, tenant_pk = claimed
     session_pk = uuid.UUID(target["session_pk"])
-    async with unit_of_work(maker) as db:
-        if target["kind"] == "session":
-            stores, texts, memory_texts = await _erase_session_rows(db, session_pk)
-        else:
-            stores, texts, memory_texts = await _erase_targets(
-                db, settings, cache, llm_client, session_pk, target
+    notes: dict[str, Any] = {}
+    if target["kind"] != "session":
+        # Notes from the remaining raw turns (the forgotten ones are marked since the request):
+        # no item derived from an erased source survives. First, and on their own: a generator
+        # that fails leaves the receipt pending and every erased text for the retry's hunt, and
+        # no session row is held while an LLM answers.
+        async with unit_of_work(maker) as db:
+            rebuilt = await refresh_notes(
+                db, settings, cache, session_pk, rebuild=True, llm_client=llm_client
             )
-        stores["other_notes"] = await _drop_from_other_notes(
-            db, settings, cache, tenant_pk, session_pk, memory_texts
+        if rebuilt == "failed":
+            raise NotesRebuildFailed(f"notes rebuild of session {session_pk} failed, will retry")
+        notes = {"notes": _stamp({"rebuilt_from_raw_turns": rebuilt})}
+    async with maker() as db:
+        stores, texts = await retrying_transaction(
+            db, lambda: _erase_rows(db, settings, cache, tenant_pk, session_pk, target)
         )
     redis_report = await _erase_cached(cache, session_pk, target, needles(texts))
-    stores["redis"] = redis_report
+    stores = {**stores, **notes, "redis": redis_report}
     async with unit_of_work(maker) as db:
         await repository.complete_receipt(db, receipt_id, stores, datetime.now(UTC))
     return True
@@ -96,30 +107,45 @@ def _stamp(report: dict[str, Any]) -> dict[str, Any]:
     return {**report, "at": datetime.now(UTC).isoformat()}
 
 
-async def _erase_targets(
+async def _erase_rows(
     db: AsyncSession,
     settings: Settings,
     cache: Cache,
-    llm_client: httpx.AsyncClient,
+    tenant_pk: uuid.UUID,
     session_pk: uuid.UUID,
     target: dict[str, Any],
-) -> tuple[dict[str, Any], list[str], list[str]]:
-    """Erase a forget's targets; returns the receipt's stores, every erased text, and the
-    erased texts of remembered items."""
+) -> tuple[dict[str, Any], list[str]]:
+    """The rows of the target, in one transaction: the receipt's stores and every erased text.
+
+    The session and every other session whose notes quote an erased remembered item are locked
+    first, together (the lock order of `app.sessions.repository`); which ones is read before."""
+    memory_ids = [uuid.UUID(m) for m in target.get("memory_ids", [])]
+    if target["kind"] == "session":
+        memories, quoted = await memory_repository.session_memory_texts(db, session_pk)
+    else:
+        quoted = await memory_repository.tombstoned_texts(db, memory_ids)
+    quoting = await notes_repository.sessions_quoting_remembered(db, tenant_pk, quoted)
+    locked = await sessions_repository.lock_sessions(db, [session_pk, *quoting])
+    if target["kind"] == "session":
+        present = any(s.id == session_pk for s in locked)
+        stores, texts = await _delete_session_rows(db, session_pk, present, memories, quoted)
+    else:
+        stores, texts = await _erase_targets(db, session_pk, target, memory_ids)
+    others = [s for s in locked if s.id != session_pk]
+    stores["other_notes"] = await _drop_from_other_notes(db, settings, cache, others)
+    return stores, texts
+
+
+async def _erase_targets(
+    db: AsyncSession, session_pk: uuid.UUID, target: dict[str, Any], memory_ids: list[uuid.UUID]
+) -> tuple[dict[str, Any], list[str]]:
+    """Erase a forget's targets; returns the receipt's stores and every erased text."""
     turns, turn_texts = await sessions_repository.erase_turns(db, session_pk)
     chunks, embeddings, chunk_texts = await chunks_repository.erase_chunks(db, session_pk)
-    memory_ids = [uuid.UUID(m) for m in target.get("memory_ids", [])]
     memories, memory_texts = await memory_repository.erase_memories(db, memory_ids)
     texts = [*turn_texts, *chunk_texts, *memory_texts]
     ids = [*target.get("chunk_ids", []), *target.get("memory_ids", [])]
     builds = await builds_repository.delete_builds_quoting(db, session_pk, [*needles(texts), *ids])
-    # Notes from the remaining raw turns: no item derived from an erased source survives. With
-    # the notes generator failing, the receipt is not complete: the job is retried.
-    rebuilt = await refresh_notes(
-        db, settings, cache, session_pk, rebuild=True, llm_client=llm_client
-    )
-    if rebuilt == "failed":
-        raise NotesRebuildFailed(f"notes rebuild of session {session_pk} failed, will retry")
     stores = {
         "turns": _stamp({"erased": turns}),
         "chunks": _stamp({"erased": chunks, "raw_text": "cleared"}),
@@ -128,25 +154,21 @@ async def _erase_targets(
             {"tsvector": "cleared", "term_counts": "cleared", "rows": chunks + memories}
         ),
         "memories": _stamp({"erased": memories}),
-        "notes": _stamp({"rebuilt_from_raw_turns": rebuilt}),
         "prompt_builds": _stamp({"deleted": builds}),
     }
-    return stores, texts, memory_texts
+    return stores, texts
 
 
-async def _erase_session_rows(
-    db: AsyncSession, session_pk: uuid.UUID
-) -> tuple[dict[str, Any], list[str], list[str]]:
-    """Delete a session's rows; returns as `_erase_targets` does."""
-    session = await db.get(Session, session_pk)
-    if session is None:  # a retry after the delete committed
-        return {"session": _stamp({"deleted": True, "already": True})}, [], []
-    _, turn_texts = await sessions_repository.erase_turns(db, session_pk)
-    _, _, chunk_texts = await chunks_repository.erase_chunks(db, session_pk)
-    memory_texts = await memory_repository.session_memory_texts(db, session_pk)
-    turns = await sessions_repository.count_session_turns(db, session_pk)
-    chunks, embeddings = await chunks_repository.count_session_chunks(db, session_pk)
-    memories = await memory_repository.count_session_memories(db, session_pk)
+async def _delete_session_rows(
+    db: AsyncSession, session_pk: uuid.UUID, present: bool, memories: int, memory_texts: list[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """Delete a session's rows (its row locked by the caller, when `present`; `memories`: the
+    items it holds, with their texts); returns as `_erase_targets` does. The texts are read
+    first, to hunt their cached copies; the rows go with the session row, not blanked first."""
+    if not present:  # a retry after the delete committed
+        return {"session": _stamp({"deleted": True, "already": True})}, []
+    turns, turn_texts = await sessions_repository.session_turn_texts(db, session_pk)
+    chunks, embeddings, chunk_texts = await chunks_repository.session_chunk_texts(db, session_pk)
     # Turns, chunks, notes, memories and metrics go with the row (ON DELETE CASCADE).
     await sessions_repository.delete_session(db, session_pk)
     stores = {
@@ -159,29 +181,39 @@ async def _erase_session_rows(
         "notes": _stamp({"scratchpad": "deleted"}),
         "prompt_builds": _stamp({"deleted": "all of the session"}),
     }
-    return stores, [*turn_texts, *chunk_texts, *memory_texts], memory_texts
+    return stores, [*turn_texts, *chunk_texts, *memory_texts]
 
 
 async def _drop_from_other_notes(
-    db: AsyncSession,
-    settings: Settings,
-    cache: Cache,
-    tenant_pk: uuid.UUID,
-    session_pk: uuid.UUID,
-    memory_texts: list[str],
+    db: AsyncSession, settings: Settings, cache: Cache, others: list[Session]
 ) -> dict[str, Any]:
-    """Erased remembered items out of every other session's notes still quoting them: the
-    request took them out of the user's most recent sessions only
-    (`app.erasure.service.drop_from_user_notes`); here go the rest, and sessions since moved to
+    """Erased remembered items out of every other session's notes still quoting them (`others`,
+    locked): the request took them out of the user's most recent sessions only
+    (`app.erasure.service.delete_session`); here go the rest, and sessions since moved to
     another user. A notes version written concurrently retries the job (`Conflict`)."""
     updated = 0
-    quoting = await notes_repository.sessions_quoting_remembered(db, tenant_pk, memory_texts)
-    for other_pk in quoting:
-        other = await sessions_repository.get_session_by_pk(db, other_pk)
-        if other_pk != session_pk and other is not None and not erasing(other):
+    for other in others:
+        if not sessions_repository.erasing(other):
             await drop_from_notes(db, settings, cache, other, set())
             updated += 1
     return _stamp({"sessions_updated": updated})
+
+
+SCAN_PAGE = 500
+
+
+async def _quoting(client: Redis, keys: list[Any], found: list[str]) -> list[Any]:
+    """Those of `keys` whose string value quotes any of `found`."""
+    if not keys:
+        return []
+    quoting = []
+    for key, value in zip(keys, await client.mget(keys), strict=True):
+        if value is None:
+            continue
+        body = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        if any(n in body for n in found):
+            quoting.append(key)
+    return quoting
 
 
 async def _erase_cached(
@@ -202,18 +234,17 @@ async def _erase_cached(
             tenant = target.get("tenant_id")
             if tenant:
                 doomed.append(session_cache_key(cache, uuid.UUID(tenant), target["session_id"]))
-        # Anything else under our prefix that quotes an erased text.
+        # Anything else under our prefix that quotes an erased text: read a page of keys at a
+        # time (MGET answers nil for a key that holds no string), not two round trips a key.
         if found:
-            async for key in client.scan_iter(match=f"{prefix}:*", count=500):
-                scanned += 1
-                if await client.type(key) not in (b"string", "string"):
-                    continue
-                value = await client.get(key)
-                if value is None:
-                    continue
-                body = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-                if any(n in body for n in found):
-                    doomed.append(key)
+            page: list[Any] = []
+            async for key in client.scan_iter(match=f"{prefix}:*", count=SCAN_PAGE):
+                page.append(key)
+                if len(page) == SCAN_PAGE:
+                    doomed.extend(await _quoting(client, page, found))
+                    scanned, page = scanned + len(page), []
+            doomed.extend(await _quoting(client, page, found))
+            scanned += len(page)
         if doomed:
             deleted = int(await client.delete(*doomed))
     except (RedisError, OSError) as exc:

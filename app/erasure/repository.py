@@ -48,18 +48,19 @@ async def session_receipts(
     return list((await db.execute(query)).scalars().all())
 
 
-async def lock_receipt(db: AsyncSession, receipt_id: uuid.UUID) -> EraseReceipt | None:
-    """A receipt locked for the erase job working on it."""
-    query = select(EraseReceipt).where(EraseReceipt.id == receipt_id).with_for_update()
-    return (await db.execute(query)).scalar_one_or_none()
-
-
-async def count_attempt(db: AsyncSession, receipt_id: uuid.UUID) -> None:
-    await db.execute(
+async def claim_attempt(
+    db: AsyncSession, receipt_id: uuid.UUID
+) -> tuple[dict[str, Any], uuid.UUID] | None:
+    """Count an attempt of the erase job on a receipt not yet complete, locking it for the job;
+    (its target, its tenant), None when it is gone or complete."""
+    row = await db.execute(
         update(EraseReceipt)
-        .where(EraseReceipt.id == receipt_id)
+        .where(EraseReceipt.id == receipt_id, EraseReceipt.status != "completed")
         .values(attempts=EraseReceipt.attempts + 1)
+        .returning(EraseReceipt.target, EraseReceipt.tenant_id)
     )
+    found = row.one_or_none()
+    return None if found is None else (dict(found[0]), found[1])
 
 
 async def complete_receipt(

@@ -9,6 +9,11 @@ embedding mix both), and the turns of it that were *not* forgotten are re-chunke
 so every remaining turn stays covered by exactly one active chunk (spec §2) and no kept detail is
 lost.
 
+Every entry point takes the session rows it changes first, in one statement (the lock order of
+`app.sessions.repository`), and runs in a transaction of its own that a deadlock or
+serialization failure retries (`app.core.db.retrying_transaction`); a user delete takes one such
+transaction per session, so none grows with the user's size.
+
 A turn range is first widened to whole tool-call groups (`app.offload.policy.atomic_units` over the
 session's live turns), so forgetting a tool call also forgets its results and the other way round:
 no tool result is ever left without its call (spec §2), in the window or in a chunk.
@@ -16,8 +21,9 @@ no tool result is ever left without its call (spec §2), in the window or in a c
 
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -25,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.schemas import Caller
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.core.db import after_commit
+from app.core.db import after_commit, retrying_transaction
 from app.core.errors import Conflict, InvalidInput, NotFound
 from app.db.models import EraseReceipt, Session, Turn
 from app.erasure import repository
@@ -43,7 +49,6 @@ from app.offload.service import write_chunks
 from app.sessions import repository as sessions_repository
 from app.sessions.service import require_session, session_cache_key, to_record, write_session
 
-TOMBSTONE_PREFIX = "~erasing~"  # outside SESSION_ID_PATTERN: no request can name it
 NOTES_WRITE_ATTEMPTS = 3  # a notes job may commit a new version between our read and our write
 USER_SESSIONS_UPDATED = 50  # notes of at most this many of a user's sessions updated per forget
 USER_SESSIONS_PER_DELETE = 100  # sessions a user delete tombstones per call: a request stays short
@@ -76,12 +81,26 @@ def resolve_ref(value: str, known: Sequence[uuid.UUID], field: str, what: str) -
 async def forget(
     db: AsyncSession, settings: Settings, cache: Cache, session: Session, request: MemoryRequest
 ) -> tuple[str, dict[str, Any]]:
-    """The memory tool's `forget`: (answer text, answer data)."""
+    """The memory tool's `forget`: (answer text, answer data), committed."""
+    session_pk, session_id = session.id, session.external_id
+    return await retrying_transaction(
+        db, lambda: _forget(db, settings, cache, session_pk, session_id, request)
+    )
+
+
+async def _forget(
+    db: AsyncSession,
+    settings: Settings,
+    cache: Cache,
+    session_pk: uuid.UUID,
+    session_id: str,
+    request: MemoryRequest,
+) -> tuple[str, dict[str, Any]]:
     if request.memory_id is not None:
-        return await _forget_memory(db, settings, cache, session, request.memory_id)
-    locked = await sessions_repository.lock_session_by_pk(db, session.id)
-    assert locked is not None
-    session = locked
+        return await _forget_memory(db, settings, cache, session_pk, session_id, request.memory_id)
+    session = _live(await sessions_repository.lock_sessions(db, [session_pk]), session_pk)
+    if session is None:
+        raise NotFound(f"session {session_id!r} not found", field="session_id")
     if request.chunk_id is not None:
         chunk_pk = resolve_ref(
             request.chunk_id,
@@ -205,30 +224,44 @@ def _runs(turns: list[Turn]) -> list[list[Turn]]:
 
 
 async def _forget_memory(
-    db: AsyncSession, settings: Settings, cache: Cache, session: Session, memory_id: str
+    db: AsyncSession,
+    settings: Settings,
+    cache: Cache,
+    session_pk: uuid.UUID,
+    session_id: str,
+    memory_id: str,
 ) -> tuple[str, dict[str, Any]]:
+    read = await sessions_repository.get_session_by_pk(db, session_pk)
+    if read is None or sessions_repository.erasing(read):
+        raise NotFound(f"session {session_id!r} not found", field="session_id")
     pk = resolve_ref(
         memory_id,
-        await memory_repository.visible_memory_ids(db, session),
+        await memory_repository.visible_memory_ids(db, read),
         "memory_id",
         "memory",
     )
-    memory = await memory_repository.visible_memory(db, session, pk)
+    memory = await memory_repository.visible_memory(db, read, pk)
     if memory is None:
         raise NotFound(f"memory {memory_id!r} not found", field="memory_id")
-    await memory_repository.set_memory_status(db, [memory.id], "tombstoned")
+    memory_pk, users = memory.id, {memory.user_id} if memory.scope == "user" else set()
+    # A user's item leaves the notes of their other sessions too: all locked before the item.
+    others = await _users_other_sessions(db, read, users)
+    locked = await sessions_repository.lock_sessions(db, [session_pk, *others])
+    session = _live(locked, session_pk)
+    if session is None:
+        raise NotFound(f"session {session_id!r} not found", field="session_id")
+    await memory_repository.set_memory_status(db, [memory_pk], "tombstoned")
     await drop_from_notes(db, settings, cache, session, set())
-    if memory.scope == "user" and memory.user_id:
-        await drop_from_user_notes(db, settings, cache, session, memory.user_id)
+    await _drop_from_others_notes(db, settings, cache, locked, session_pk)
     receipt_id = await _schedule_erase(
-        db, session, {"kind": "memory", "memory_ids": [str(memory.id)]}
+        db, session, {"kind": "memory", "memory_ids": [str(memory_pk)]}
     )
     text = (
-        f"Forgotten: remembered item {memory.id}. It no longer appears in notes, recall or "
+        f"Forgotten: remembered item {memory_pk}. It no longer appears in notes, recall or "
         f"prompts; its text is being erased in the background (erase receipt {receipt_id})."
     )
     return text, {
-        "memory_id": str(memory.id),
+        "memory_id": str(memory_pk),
         "erase_receipt_id": str(receipt_id),
         "status": "tombstoned",
     }
@@ -261,19 +294,41 @@ async def drop_from_notes(
     )
 
 
-async def drop_from_user_notes(
-    db: AsyncSession, settings: Settings, cache: Cache, session: Session, user_id: str
+def _live(locked: list[Session], session_pk: uuid.UUID) -> Session | None:
+    """The session `session_pk` among `locked`, unless it was deleted or tombstoned meanwhile."""
+    found = next((s for s in locked if s.id == session_pk), None)
+    return None if found is None or sessions_repository.erasing(found) else found
+
+
+async def _users_other_sessions(
+    db: AsyncSession, session: Session, users: set[str | None]
+) -> list[uuid.UUID]:
+    """The sessions of `users` other than `session` whose notes lose a tombstoned user-scope
+    item now (read without locks): the most recently changed ones only, so that a request
+    stays short; the erase job does the rest (`app.erasure.erase`)."""
+    found: list[uuid.UUID] = []
+    for user_id in sorted(u for u in users if u):
+        found.extend(
+            pk
+            for pk in await sessions_repository.user_session_ids(
+                db, session.tenant_id, user_id, USER_SESSIONS_UPDATED
+            )
+            if pk != session.id
+        )
+    return found
+
+
+async def _drop_from_others_notes(
+    db: AsyncSession,
+    settings: Settings,
+    cache: Cache,
+    locked: list[Session],
+    session_pk: uuid.UUID,
 ) -> None:
-    """Now: the notes of the user's other sessions (their `remembered` section) without a
-    tombstoned user-scope item of `session`; the most recently changed ones only, so that a
-    request stays short, and the erase job does the rest (`app.erasure.erase`)."""
-    for other_pk in await sessions_repository.user_session_ids(
-        db, session.tenant_id, user_id, USER_SESSIONS_UPDATED
-    ):
-        if other_pk != session.id:
-            other = await sessions_repository.get_session_by_pk(db, other_pk)
-            if other is not None and not erasing(other):
-                await drop_from_notes(db, settings, cache, other, set())
+    """`drop_from_notes` in every locked session but `session_pk` (and those being erased)."""
+    for other in locked:
+        if other.id != session_pk and not sessions_repository.erasing(other):
+            await drop_from_notes(db, settings, cache, other, set())
 
 
 async def _schedule_erase(db: AsyncSession, session: Session, target: dict[str, Any]) -> uuid.UUID:
@@ -296,7 +351,19 @@ async def delete_session(
     reuse), with the user-scope items it wrote (out of the user's other notes too), and enqueue
     the job that erases it. Returns the erase receipt id."""
     session = await require_session(db, caller, session_id)
-    return str(await _erase_session(db, settings, cache, session, user_notes=True))
+    session_pk = session.id
+    others = await _users_other_sessions(
+        db, session, set(await memory_repository.session_item_users(db, session_pk))
+    )
+    receipt_id = await retrying_transaction(
+        db,
+        lambda: _erase_session(
+            db, settings, cache, session_pk, others, lambda s: s.external_id == session_id
+        ),
+    )
+    if receipt_id is None:  # deleted by a concurrent call
+        raise NotFound(f"session {session_id!r} not found", field="session_id")
+    return str(receipt_id)
 
 
 async def delete_user(
@@ -305,63 +372,105 @@ async def delete_user(
     """Everything of a user: up to `USER_SESSIONS_PER_DELETE` of their sessions deleted as
     `delete_session` does, and every item remembered for them that a session still holds
     (one of theirs left for a later call, or a session since given another user) forgotten
-    there, each holder with its erase receipt."""
-    sessions = await sessions_repository.sessions_page(
-        db, caller.tenant_id, user_id=user_id, after=None, limit=USER_SESSIONS_PER_DELETE
-    )
+    there, each holder with its erase receipt.
+
+    One transaction per session and per holder, each committed with its receipt and job: no
+    transaction grows with the user's size, and a failure midway leaves those done erased
+    (their receipts complete) and the rest to the next call."""
+    tenant_id = caller.tenant_id
+    sessions = [
+        (s.id, s.external_id)
+        for s in await sessions_repository.sessions_page(
+            db, tenant_id, user_id=user_id, after=None, limit=USER_SESSIONS_PER_DELETE
+        )
+    ]
+
+    def still_theirs(session: Session) -> bool:
+        return session.tenant_id == tenant_id and session.user_id == user_id
+
     erased_sessions = []
-    for session in sessions:
-        session_id = session.external_id  # the tombstone renames it
+    for session_pk, session_id in sessions:
         # The user's other sessions go too: their notes are left to the erase jobs.
-        receipt_id = await _erase_session(db, settings, cache, session, user_notes=False)
-        erased_sessions.append(
-            ErasedSession(session_id=session_id, erase_receipt_id=str(receipt_id))
+        receipt_id = await retrying_transaction(
+            db, partial(_erase_session, db, settings, cache, session_pk, [], still_theirs)
         )
-    erased_memories: list[ErasedMemory] = []
-    held = await memory_repository.user_memories_by_session(db, caller.tenant_id, user_id)
-    for holder_pk, memory_ids in held.items():
-        holder = await sessions_repository.get_session_by_pk(db, holder_pk)
-        if holder is None:
-            continue
-        await memory_repository.set_memory_status(db, memory_ids, "tombstoned")
-        await drop_from_notes(db, settings, cache, holder, set())
-        receipt_id = await _schedule_erase(
-            db, holder, {"kind": "memory", "memory_ids": [str(m) for m in memory_ids]}
-        )
-        erased_memories.extend(
-            ErasedMemory(
-                memory_id=str(m), session_id=holder.external_id, erase_receipt_id=str(receipt_id)
+        if receipt_id is not None:
+            erased_sessions.append(
+                ErasedSession(session_id=session_id, erase_receipt_id=str(receipt_id))
             )
-            for m in memory_ids
+    erased_memories: list[ErasedMemory] = []
+    for holder_pk in await memory_repository.user_memories_by_session(db, tenant_id, user_id):
+        forgotten = await retrying_transaction(
+            db, partial(_forget_user_items, db, settings, cache, holder_pk, tenant_id, user_id)
         )
+        if forgotten is not None:
+            holder_id, memory_ids, receipt_id = forgotten
+            erased_memories.extend(
+                ErasedMemory(
+                    memory_id=str(m), session_id=holder_id, erase_receipt_id=str(receipt_id)
+                )
+                for m in memory_ids
+            )
     if not erased_sessions and not erased_memories:
         raise NotFound(f"no session or remembered item of user {user_id!r}", field="user_id")
     return UserErased(
         user_id=user_id,
         sessions=erased_sessions,
         memories=erased_memories,
-        remaining_sessions=await sessions_repository.count_sessions(db, caller.tenant_id, user_id),
+        remaining_sessions=await sessions_repository.count_sessions(db, tenant_id, user_id),
     )
 
 
+async def _forget_user_items(
+    db: AsyncSession,
+    settings: Settings,
+    cache: Cache,
+    holder_pk: uuid.UUID,
+    tenant_id: uuid.UUID,
+    user_id: str,
+) -> tuple[str, list[uuid.UUID], uuid.UUID] | None:
+    """Forget the items remembered for the user that `holder_pk` holds: (its session id, the
+    items, the erase receipt), None when there are none any more."""
+    holder = _live(await sessions_repository.lock_sessions(db, [holder_pk]), holder_pk)
+    if holder is None:  # being erased: its items were tombstoned with it
+        return None
+    memory_ids = await memory_repository.tombstone_user_memories(db, holder_pk, tenant_id, user_id)
+    if not memory_ids:
+        return None
+    await drop_from_notes(db, settings, cache, holder, set())
+    receipt_id = await _schedule_erase(
+        db, holder, {"kind": "memory", "memory_ids": [str(m) for m in memory_ids]}
+    )
+    return holder.external_id, memory_ids, receipt_id
+
+
 async def _erase_session(
-    db: AsyncSession, settings: Settings, cache: Cache, session: Session, *, user_notes: bool
-) -> uuid.UUID:
-    """`delete_session` of a loaded session; `user_notes`: update the notes of the user's other
-    sessions now (`drop_from_user_notes`)."""
+    db: AsyncSession,
+    settings: Settings,
+    cache: Cache,
+    session_pk: uuid.UUID,
+    others: list[uuid.UUID],
+    wanted: Callable[[Session], bool],
+) -> uuid.UUID | None:
+    """Tombstone the session `session_pk` and enqueue its erase: its receipt id, None when it
+    is gone, being erased, or no longer `wanted` once locked. The notes of `others` (the
+    sessions of the users its user-scope items were written for) lose those items now."""
+    locked = await sessions_repository.lock_sessions(db, [session_pk, *others])
+    session = _live(locked, session_pk)
+    if session is None or not wanted(session):
+        return None
     session_id, tenant_id = session.external_id, session.tenant_id
     now = datetime.now(UTC)
     await sessions_repository.forget_session_turns(db, session.id, now)
     await chunks_repository.tombstone_session_chunks(db, session.id)
-    for user_id in await memory_repository.tombstone_session_memories(db, session.id):
-        if user_notes:
-            await drop_from_user_notes(db, settings, cache, session, user_id)
+    await memory_repository.tombstone_session_memories(db, session.id)
+    await _drop_from_others_notes(db, settings, cache, locked, session_pk)
     key = session_cache_key(cache, tenant_id, session_id)
     version = await write_session(
         db,
         cache,
         session,
-        external_id=f"{TOMBSTONE_PREFIX}{session.id}",
+        external_id=f"{sessions_repository.TOMBSTONE_PREFIX}{session.id}",
         chunks_version=Session.chunks_version + 1,  # every active chunk was just tombstoned
     )
 
@@ -384,11 +493,6 @@ async def _erase_session(
         db, TaskName.ERASE, {"receipt_id": str(receipt.id)}, lock=session_lock(session.id)
     )
     return receipt.id
-
-
-def erasing(session: Session) -> bool:
-    """Whether the session is tombstoned, its rows waiting for the erase job."""
-    return session.external_id.startswith(TOMBSTONE_PREFIX)
 
 
 def receipt_out(receipt: EraseReceipt) -> EraseReceiptOut:

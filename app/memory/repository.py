@@ -200,15 +200,22 @@ async def memories_written_since(db: AsyncSession, session_pk: uuid.UUID, since:
 # --- erase ---------------------------------------------------------------------------------------
 
 
+async def tombstoned_texts(db: AsyncSession, memory_ids: Sequence[uuid.UUID]) -> list[str]:
+    """The texts of those of `memory_ids` waiting for their erase."""
+    if not memory_ids:
+        return []
+    rows = await db.execute(
+        select(Memory.text).where(Memory.id.in_(memory_ids), Memory.status == "tombstoned")
+    )
+    return [t for t in rows.scalars() if t]
+
+
 async def erase_memories(
     db: AsyncSession, memory_ids: Sequence[uuid.UUID]
 ) -> tuple[int, list[str]]:
     if not memory_ids:
         return 0, []
-    rows = await db.execute(
-        select(Memory.text).where(Memory.id.in_(memory_ids), Memory.status == "tombstoned")
-    )
-    texts = [t for t in rows.scalars() if t]
+    texts = await tombstoned_texts(db, memory_ids)
     result = await db.execute(
         update(Memory)
         .where(Memory.id.in_(memory_ids), Memory.status == "tombstoned")
@@ -225,9 +232,11 @@ async def erase_memories(
     return int(result.rowcount or 0), texts  # type: ignore[attr-defined]
 
 
-async def session_memory_texts(db: AsyncSession, session_pk: uuid.UUID) -> list[str]:
-    rows = await db.execute(select(Memory.text).where(Memory.session_id == session_pk))
-    return [t for t in rows.scalars() if t]
+async def session_memory_texts(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, list[str]]:
+    """(items, their texts) the session holds, whatever their status."""
+    query = select(Memory.text).where(Memory.session_id == session_pk)
+    texts = list((await db.execute(query)).scalars())
+    return len(texts), [t for t in texts if t]
 
 
 async def user_memories_by_session(
@@ -251,6 +260,39 @@ async def user_memories_by_session(
     return held
 
 
+async def tombstone_user_memories(
+    db: AsyncSession, holder_pk: uuid.UUID, tenant_id: uuid.UUID, user_id: str
+) -> list[uuid.UUID]:
+    """Tombstone the items written for the user that the session holds; returns their ids."""
+    result = await db.execute(
+        update(Memory)
+        .where(
+            Memory.session_id == holder_pk,
+            Memory.tenant_id == tenant_id,
+            Memory.user_id == user_id,
+            Memory.status.in_(["active", "superseded"]),
+        )
+        .values(status="tombstoned")
+        .returning(Memory.id)
+    )
+    return sorted(result.scalars().all())
+
+
+async def session_item_users(db: AsyncSession, session_pk: uuid.UUID) -> set[str]:
+    """The users of the user-scope items the session wrote and still holds (not tombstoned)."""
+    rows = await db.execute(
+        select(Memory.user_id)
+        .where(
+            Memory.session_id == session_pk,
+            Memory.scope == "user",
+            Memory.user_id.is_not(None),
+            Memory.status.in_(["active", "superseded"]),
+        )
+        .distinct()
+    )
+    return {user for user in rows.scalars() if user}
+
+
 async def tombstone_session_memories(db: AsyncSession, session_pk: uuid.UUID) -> set[str]:
     """Includes user-scope items the session wrote: they leave the user's other sessions too.
     Returns the users whose items these were."""
@@ -261,11 +303,6 @@ async def tombstone_session_memories(db: AsyncSession, session_pk: uuid.UUID) ->
         .returning(Memory.scope, Memory.user_id)
     )
     return {user_id for scope, user_id in result.all() if scope == "user" and user_id}
-
-
-async def count_session_memories(db: AsyncSession, session_pk: uuid.UUID) -> int:
-    query = select(func.count()).where(Memory.session_id == session_pk)
-    return int((await db.execute(query)).scalar_one())
 
 
 async def count_memories(

@@ -14,7 +14,7 @@ from app.auth import repository as auth_repository
 from app.auth.schemas import Caller
 from app.core.context import AppContext
 from app.core.dates import said_at
-from app.core.errors import InvalidInput, TooLong
+from app.core.errors import InvalidInput, NotFound, TooLong
 from app.core.pagination import Page, created_after, created_cursor
 from app.core.ratelimit import WINDOW_SECONDS, rate_limited
 from app.core.text import lexical_document, terms
@@ -199,6 +199,13 @@ async def _remember(
         )
     tags = sorted({t.strip()[:64] for t in request.tags or [] if t.strip()})
     await _check_rate(db, context, session)
+    # The session row before its items (the lock order of `app.sessions.repository`): an erase
+    # of the session tombstones its items under that lock.
+    session_id = session.external_id
+    locked = await sessions_repository.lock_session_by_pk(db, session.id)
+    if locked is None or sessions_repository.erasing(locked):
+        raise NotFound(f"session {session_id!r} not found", field="session_id")
+    session = locked
 
     owner = (
         f"memory:{session.tenant_id}:user:{session.user_id}"

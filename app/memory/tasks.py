@@ -10,6 +10,7 @@ from app.embeddings.batches import embed_pending
 from app.jobs.queue import BACKGROUND_QUEUE, DEFAULT_RETRY, TaskName, app_context, enqueue
 from app.memory import repository
 from app.memory.policy import embedding_text
+from app.sessions import repository as sessions_repository
 
 SWEEP_BATCH = 512
 
@@ -32,6 +33,9 @@ async def embed_memories(job_context: JobContext, memory_ids: list[str]) -> int:
         ),
         count_failure=lambda db, memories: repository.count_memory_embed_failure(
             db, [m.id for m in memories]
+        ),
+        lock_sessions=lambda db, memories: sessions_repository.lock_sessions(
+            db, {m.session_id for m in memories if m.session_id is not None}
         ),
     )
 

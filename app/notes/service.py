@@ -27,7 +27,7 @@ from app.sessions import repository as sessions_repository
 from app.sessions.service import to_record, write_session
 
 # What a refresh did: "written" (v+1 stored), "stale" (lost the version race, discarded),
-# "failed" (generation failed, rebuild flagged), "gone" (the session was deleted).
+# "failed" (generation failed, rebuild flagged), "gone" (the session was deleted, or is being).
 NotesOutcome = Literal["written", "stale", "failed", "gone"]
 
 
@@ -105,8 +105,13 @@ async def compute_notes(
 
 
 async def write_notes(db: AsyncSession, cache: Cache, draft: NotesDraft) -> NotesOutcome:
-    """Compare-and-set v -> v+1. "stale" when another writer got there first (counted)."""
+    """Compare-and-set v -> v+1. "stale" when another writer got there first (counted).
+
+    The session row is locked first (the lock order of `app.sessions.repository`: a session's
+    scratchpad is written only under its row lock); "gone" when it was deleted meanwhile."""
     session_pk = draft.session.id
+    if await sessions_repository.lock_session_by_pk(db, session_pk) is None:
+        return "gone"
     if draft.result is None:
         await repository.flag_rebuild_pending(db, session_pk, draft.base_version)
         return "failed"
@@ -147,8 +152,8 @@ async def refresh_notes(
     llm_client: httpx.AsyncClient | None = None,
 ) -> NotesOutcome:
     session = await sessions_repository.get_session_by_pk(db, session_pk)
-    if session is None:
-        return "gone"
+    if session is None or sessions_repository.erasing(session):
+        return "gone"  # or waiting for its erase job, which deletes the notes
     draft = await compute_notes(db, settings, session, rebuild=rebuild, llm_client=llm_client)
     return await write_notes(db, cache, draft)
 

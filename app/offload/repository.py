@@ -591,13 +591,19 @@ async def erase_chunks(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, in
     return int(result.rowcount or 0), embeddings, [t for t, _ in found if t]  # type: ignore[attr-defined]
 
 
-async def count_session_chunks(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, int]:
-    """(chunks, chunks with an embedding) of a session, whatever their status."""
-    row = await db.execute(
-        select(func.count(), func.count(Chunk.embedding)).where(Chunk.session_id == session_pk)
+async def session_chunk_texts(
+    db: AsyncSession, session_pk: uuid.UUID
+) -> tuple[int, int, list[str]]:
+    """(chunks, chunks with an embedding, their texts) of a session about to be deleted,
+    whatever their status."""
+    found = list(
+        await db.execute(
+            select(Chunk.raw_text, Chunk.embedding.is_not(None)).where(
+                Chunk.session_id == session_pk
+            )
+        )
     )
-    chunks, embedded = row.one()
-    return int(chunks), int(embedded)
+    return len(found), sum(1 for _, had in found if had), [t for t, _ in found if t]
 
 
 async def offload_events(db: AsyncSession, session_pk: uuid.UUID, limit: int) -> list[OffloadEvent]:

@@ -147,8 +147,8 @@ async def offload_session(
     """One offload in the caller's transaction. None when the session is gone or nothing moves."""
     started = time.perf_counter()
     session = await sessions_repository.lock_session_by_pk(db, session_pk)
-    if session is None:
-        return None  # deleted since the job was enqueued
+    if session is None or sessions_repository.erasing(session):
+        return None  # deleted since the job was enqueued, or waiting for its erase job
     budget = session_budget(settings, session)
     # Plan as if the notes were already at their cap: the notes job that follows this offload
     # may grow them, and the session must still be at the target once it has.

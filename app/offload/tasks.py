@@ -71,6 +71,9 @@ async def embed_chunks(job_context: JobContext, chunk_ids: list[str]) -> int:
             db, chunk.id, vector, embedder.name
         ),
         count_failure=lambda db, chunks: repository.count_embed_failure(db, [c.id for c in chunks]),
+        lock_sessions=lambda db, chunks: sessions_repository.lock_sessions(
+            db, {c.session_id for c in chunks}
+        ),
     )
     if len(chunk_ids) > batch:
         async with unit_of_work(context.sessionmaker) as db:

@@ -1,7 +1,23 @@
-"""SQL for sessions, turns and idempotency records: every query of those tables lives here."""
+"""SQL for sessions, turns and idempotency records: every query of those tables lives here.
+
+Lock order. Every transaction that takes more than one lock takes them in this order, so no two
+transactions wait on each other in a cycle (a PostgreSQL deadlock):
+
+1. session rows, `SELECT ... FOR UPDATE` (`lock_session_by_pk`, `lock_or_create_session`), and
+   several of them in one statement in primary-key order (`lock_sessions`), never one more
+   after rows of step 2 or 3 were written;
+2. rows of those sessions: turns, chunks, the scratchpad (notes);
+3. remembered items (`memories`), after the session rows that hold them.
+
+Offloads (the worker's, an append's or a build's inline one, the memory tool's), forget and
+session / user erase (`app.erasure`), notes writes, remember and the sweep's recount all lock the
+session row first. A path that must touch several sessions reads which ones without locks, then
+locks them all at once (`lock_sessions`). A deadlock or serialization failure that still happens
+is retried (`app.core.db.retrying_transaction`).
+"""
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -35,6 +51,23 @@ from app.db.models import IdempotencyRecord, Session, Turn
 from app.domain.budget import REPLY_PRIMING_TOKENS, BudgetConfig
 from app.domain.records import TurnRecord
 from app.sessions.schemas import SESSION_ID_PATTERN
+
+# A deleted session is renamed to this prefix and its primary key at once, then erased by a job:
+# outside SESSION_ID_PATTERN, so no request can name it.
+TOMBSTONE_PREFIX = "~erasing~"
+
+
+def erasing(session: Session) -> bool:
+    """Whether the session is tombstoned, its rows waiting for the erase job."""
+    return session.external_id.startswith(TOMBSTONE_PREFIX)
+
+
+def _not_erasing() -> ColumnElement[bool]:
+    """Sessions not waiting for their erase job: their counters are left as they were when the
+    session was tombstoned (its turns forgotten, its chunks tombstoned), so the sweep, which
+    recounts and offloads, leaves them alone."""
+    return ~Session.external_id.startswith(TOMBSTONE_PREFIX, autoescape=True)
+
 
 # procrastinate's job table (its schema is procrastinate's, not ours): what the sweep checks.
 JOBS = table("procrastinate_jobs", column("queueing_lock"), column("status"))
@@ -71,6 +104,19 @@ async def lock_or_create_session(
     created = await get_session(db, tenant_id, external_id, for_update=True)
     assert created is not None
     return created
+
+
+async def lock_sessions(db: AsyncSession, session_pks: Iterable[uuid.UUID]) -> list[Session]:
+    """Several session rows locked in one statement, in primary-key order (the lock order);
+    those deleted meanwhile are missing from the answer."""
+    query = (
+        select(Session)
+        .where(Session.id.in_(set(session_pks)))
+        .order_by(Session.id)
+        .with_for_update()
+        .execution_options(populate_existing=True)  # see `get_session`
+    )
+    return list((await db.execute(query)).scalars().all())
 
 
 async def lock_session_by_pk(db: AsyncSession, session_pk: uuid.UUID) -> Session | None:
@@ -377,9 +423,11 @@ async def erase_turns(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, lis
     return int(result.rowcount or 0), texts  # type: ignore[attr-defined]
 
 
-async def count_session_turns(db: AsyncSession, session_pk: uuid.UUID) -> int:
-    query = select(func.count()).where(Turn.session_id == session_pk)
-    return int((await db.execute(query)).scalar_one())
+async def session_turn_texts(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, list[str]]:
+    """(turns, their texts) of a session about to be deleted (to hunt cached copies)."""
+    query = select(Turn.content).where(Turn.session_id == session_pk)
+    texts = list((await db.execute(query)).scalars())
+    return len(texts), [t for t in texts if t]
 
 
 async def user_session_ids(
@@ -491,6 +539,7 @@ async def sessions_over_watermark(
     query = (
         select(Session.id)
         .where(
+            _not_erasing(),
             Session.c1_turns > 0,
             Session.last_offload_at.is_(None) | (Session.updated_at > Session.last_offload_at),
             _over_trigger(defaults),
@@ -597,6 +646,7 @@ async def sessions_with_drift(
     query = (
         select(Session.id)
         .where(
+            _not_erasing(),
             (Session.updated_at >= changed_since) | _over_trigger(defaults),
             or_(
                 Session.c1_tokens != c1_tokens,

@@ -508,7 +508,7 @@ async def repair_counters(
     """Recount the session's counters from its rows under the session lock; when they drifted,
     store the recount (and the watermark state it implies) and log the drift."""
     session = await repository.lock_session_by_pk(db, session_pk)
-    if session is None:
+    if session is None or repository.erasing(session):  # tombstoned since it was read
         return None
     counted = await repository.recount(db, session_pk, active_chunk_count)
     stored = Counters(session.c1_tokens, session.c1_turns, session.turn_count, session.chunk_count)

@@ -7,7 +7,6 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.cache import Cache
@@ -15,6 +14,7 @@ from app.core.config import Settings
 from app.core.text import term_set
 from tests.conftest import new_key
 from tests.support.server import RunningServer, run_server
+from tests.support.traces import all_text, redis_hits
 from tests.support.waiting import wait_for
 
 OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
@@ -197,43 +197,6 @@ async def test_scripted_agent_loop_through_the_tool_definition(
         what="the remembered item in the notes",
     )
     assert pad.status_code == 200
-
-
-async def all_text(engine: AsyncEngine, marker: str) -> list[str]:
-    """Every (table.column) of every table whose text or jsonb value contains `marker`."""
-    async with engine.connect() as conn:
-        columns = (
-            await conn.execute(
-                text(
-                    "SELECT table_schema, table_name, column_name, data_type"
-                    " FROM information_schema.columns"
-                    " WHERE table_schema NOT IN ('pg_catalog', 'information_schema')"
-                    " AND data_type IN"
-                    " ('text', 'character varying', 'jsonb', 'json', 'tsvector', 'ARRAY')"
-                )
-            )
-        ).all()
-        hits = []
-        for schema, table, column, _ in columns:
-            found = await conn.execute(
-                text(f'SELECT 1 FROM "{schema}"."{table}" WHERE "{column}"::text ILIKE :m LIMIT 1'),
-                {"m": f"%{marker}%"},
-            )
-            if found.first():
-                hits.append(f"{table}.{column}")
-    return hits
-
-
-async def redis_hits(cache: Cache, marker: str) -> list[str]:
-    client = cache.client
-    assert client is not None
-    hits = []
-    async for key in client.scan_iter(match=f"{cache.key('')[:-1]}*", count=1000):
-        if await client.type(key) == b"string":
-            value = await client.get(key)
-            if value and marker.encode() in value:
-                hits.append(key.decode())
-    return hits
 
 
 async def test_forget_hides_at_once_and_the_erase_job_leaves_no_copy(

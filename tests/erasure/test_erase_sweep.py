@@ -1,0 +1,59 @@
+"""The sweep leaves a session waiting for its erase job alone: its tombstone forgot every turn
+and tombstoned every chunk without touching the counters, which a recount would call drift."""
+
+from datetime import UTC, datetime, timedelta
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.core.cache import Cache
+from app.core.config import Settings
+from app.offload.repository import active_chunk_count
+from app.sessions import repository
+from app.sessions.repository import Counters
+from app.sessions.service import repair_counters
+from tests.support.factories import session_of_key, transaction
+
+SMALL = {
+    "context_limit": 2500,
+    "reserve_tokens": 200,
+    "min_recent_turns": 2,
+    "min_recent_tokens": 60,
+}
+
+
+async def test_the_sweep_skips_a_session_waiting_for_its_erase(
+    admin: httpx.AsyncClient,
+    admin_key: str,
+    engine: AsyncEngine,
+    settings: Settings,
+    cache: Cache,
+) -> None:
+    sid = "erase-pending"
+    assert (await admin.put(f"/v1/sessions/{sid}", json=SMALL)).status_code == 200
+    turns = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}: trains " * 20}
+        for i in range(12)
+    ]
+    assert (await admin.post(f"/v1/sessions/{sid}/turns", json={"turns": turns})).is_success
+    offload = await admin.post(f"/v1/sessions/{sid}/memory", json={"type": "offload"})
+    assert offload.json()["data"]["chunks_written"] > 0
+    pk = await session_of_key(engine, admin_key, sid)
+    # This server runs no worker: the session stays tombstoned, its erase job waiting.
+    assert (await admin.delete(f"/v1/sessions/{sid}")).status_code == 202
+
+    async with transaction(engine) as db:
+        row = await repository.get_session_by_pk(db, pk)
+        assert row is not None and repository.erasing(row)
+        stored = Counters(row.c1_tokens, row.c1_turns, row.turn_count, row.chunk_count)
+        counted = await repository.recount(db, pk, active_chunk_count)
+        assert stored != counted  # what the sweep took for drift
+        drifted = await repository.sessions_with_drift(
+            db,
+            settings.session_defaults,
+            active_chunk_count,
+            changed_since=datetime.now(UTC) - timedelta(hours=1),
+        )
+        assert pk not in drifted
+        assert pk not in await repository.sessions_over_watermark(db, settings.session_defaults)
+        assert await repair_counters(db, settings, cache, pk) is None
