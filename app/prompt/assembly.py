@@ -494,19 +494,29 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     system_cost, tools_cost, query_cost = mandatory.system, mandatory.tools, mandatory.query
     left = inp.budget - mandatory.total
 
+    # Every call shown with its result and every result with its call (`paired_turns`): the
+    # history as it may be shown, in which any cut between groups keeps that true.
+    history = History(paired_turns([*inp.tail, *inp.turns]), inp.chunk_of, inp.clearing)
+    groups = tool_groups(history.turns)
+
     notes = inp.notes_block
     if anthropic:
         notes_cost = _system_cost([c0_text, notes]) - system_cost
     else:
         notes_cost = message_tokens("system", notes) if notes else 0
-    keep_notes = bool(notes) and notes_cost <= left
+    # A tool loop whose whole history, from the session's first turn, fits verbatim gets the
+    # full-history prompt, as if it had never been offloaded: the notes would only sum up what
+    # it shows (and take the room that keeps it whole).
+    whole_history = bool(
+        notes
+        and inp.tail
+        and history.has_values
+        and history.turns[0].seq == FIRST_SEQ
+        and _whole(groups, history, left, anthropic, most=0) is not None
+    )
+    keep_notes = bool(notes) and notes_cost <= left and not whole_history
     if keep_notes:
         left -= notes_cost
-
-    # Every call shown with its result and every result with its call (`paired_turns`): the
-    # history as it may be shown, in which any cut between groups keeps that true.
-    history = History(paired_turns([*inp.tail, *inp.turns]), inp.chunk_of, inp.clearing)
-    groups = tool_groups(history.turns)
     first_window_seq = inp.turns[0].seq if inp.turns else history.end
     # Groups holding a window turn (a group may reach back into the tail: a call offloaded
     # whose result is still in the window), then the tail's own.
@@ -658,7 +668,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     included = [t.seq for group in kept for t in group if t.seq >= first_window_seq]
     if len(included) < len(inp.turns):
         flags.append("window_truncated")
-    if notes and not keep_notes:
+    if notes and not keep_notes and not whole_history:
         flags.append("notes_dropped")
     if any(reason == "over_budget" for reason, _ in recall.outcome.values()):
         flags.append("recall_over_budget")
@@ -711,7 +721,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         manifest=_manifest(
             inp,
             costs | {"query": query_cost, "values": table_cost},
-            keep_notes,
+            None if keep_notes else "history_whole" if whole_history else "over_budget",
             {t.seq: t for t in shown},
             history,
             about,
@@ -775,6 +785,10 @@ def _fit_transcript(
             return cleared[start:], used
     return [], 0
 
+
+# Turn seqs count from 1 in every session (`sessions.service.append_turns`): a history whose
+# first turn has it holds the whole session.
+FIRST_SEQ = 1
 
 # The transcript's start moves by stretches of about half the turns the budget holds (a power
 # of two, so that it changes seldom as the mean turn size drifts); below `MIN_STRETCH_TURNS` the
@@ -877,7 +891,7 @@ def _value_table(
 def _manifest(
     inp: AssemblyInput,
     costs: dict[str, int],
-    keep_notes: bool,
+    notes_reason: str | None,
     shown: Mapping[int, TurnRecord],
     history: History,
     about: _Choice,
@@ -887,13 +901,12 @@ def _manifest(
     Offloaded turns are listed only when shown; a cleared result as its stub (its tokens, the
     chunk of its raw text)."""
     e = ManifestEntry
-    notes_reason = None if keep_notes else "over_budget"
     entries = [e("c0:system", "c0", "request.system", costs["c0:system"], None, True, None)]
     if inp.tools:
         entries.append(e("c0:tools", "c0", "request.tools", costs["c0:tools"], None, True, None))
     if inp.notes_block:
         entries.append(
-            e("notes", "c2", "scratchpad", costs["notes"], None, keep_notes, notes_reason)
+            e("notes", "c2", "scratchpad", costs["notes"], None, not notes_reason, notes_reason)
         )
     for index, item in enumerate(inp.about_user):
         reason, tokens = about.outcome[index]

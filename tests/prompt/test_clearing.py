@@ -188,3 +188,18 @@ def test_every_call_keeps_its_result_at_every_budget(fmt: str) -> None:
                 assert seq - 1 in shown  # its call
             if t.tool_calls:
                 assert seq + 1 in shown  # its result
+
+
+def test_a_tool_loop_whose_whole_history_fits_gets_the_full_history_prompt() -> None:
+    """Offloaded, but every turn from the session's first fits verbatim: the prompt is the full
+    history (the notes would only sum it up); a history that does not start at the session's
+    first turn keeps its notes."""
+    turns = loop(4)
+    notes = "Notes (goal, done, open): check the reservations RES000X to RES003X."
+    whole = build(turns, 8000, tail=5, notes_block=notes)
+    assert [m["content"] for m in whole.messages if m["role"] == "system"] == [SYSTEM[0]["content"]]
+    assert whole.cleared_turns == [] and "notes_dropped" not in whole.flags
+    entry = next(e for e in whole.manifest if e.id == "notes")
+    assert (entry.included, entry.reason) == (False, "history_whole")
+    later = build(turns[1:], 8000, tail=4, notes_block=notes)  # turn 1 forgotten or not read
+    assert any(m["content"] == notes for m in later.messages)
