@@ -2,7 +2,6 @@
 the key entered once on the login page and kept in an HttpOnly cookie; the key needs
 `sessions:read` and sees its own tenant only. No key is asked for when auth is disabled (dev)."""
 
-import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -18,7 +17,7 @@ from app.auth.service import authenticate, require_scope
 from app.core.deps import ContextDep, DbDep
 from app.core.errors import ContextdError, NotFound, Unauthorized
 from app.inspect import service
-from app.sessions.schemas import SESSION_ID_PATTERN
+from app.sessions.schemas import is_session_id
 
 router = APIRouter(prefix="/inspect", include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
@@ -83,7 +82,7 @@ async def session_page(
     except ContextdError as exc:
         return _login(request, exc.message, exc.status_code)
     try:
-        if not re.fullmatch(SESSION_ID_PATTERN, session_id):
+        if not is_session_id(session_id):
             raise NotFound(f"session {session_id!r} not found", field="session_id")
         page = await service.session_page(db, context, caller, session_id, build)
     except NotFound as exc:
