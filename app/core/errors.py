@@ -234,6 +234,13 @@ class BudgetExceeded(InvalidInput):
     code = "budget_exceeded"
 
 
+class MisdirectedRequest(ContextdError):
+    """The request's Host header names a host this server does not answer for (not in
+    `CONTEXTD_ALLOWED_HOSTS`): a web page reaching it by DNS rebinding, or a misconfiguration."""
+
+    status_code, code = 421, "misdirected_request"
+
+
 class RateLimited(ContextdError):
     """Too many calls of this kind; retry later."""
 
@@ -309,6 +316,7 @@ COMMON_ERRORS: tuple[type[ContextdError], ...] = (
     InvalidText,
     TooDeep,
     TransactionConflict,
+    MisdirectedRequest,
     RateLimited,
     ServiceUnavailable,
 )

@@ -35,11 +35,24 @@ from app.mcp import tools
 logger = logging.getLogger("contextd.mcp")
 
 PATH = "/mcp"
-LOOPBACK = TransportSecuritySettings(
-    enable_dns_rebinding_protection=True,
-    allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-    allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-)
+
+
+def browser_origins(settings: Settings) -> TransportSecuritySettings | None:
+    """Without keys, the SDK's check that a browser's `Origin` is one of the allowed hosts (the
+    Host header itself is checked for every path by `app.core.server.HostAllowList`)."""
+    if not settings.auth_disabled:
+        return None
+    names = settings.allowed_hosts
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[host for name in names for host in (name, f"{name}:*")],
+        allowed_origins=[
+            origin
+            for name in names
+            for scheme in ("http", "https")
+            for origin in (f"{scheme}://{name}", f"{scheme}://{name}:*")
+        ],
+    )
 
 
 def refusal(status: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -135,8 +148,7 @@ class McpEndpoint:
             app=server,
             stateless=True,
             json_response=True,
-            # without keys, only pages on loopback may reach it (DNS-rebinding protection)
-            security_settings=LOOPBACK if settings.auth_disabled else None,
+            security_settings=browser_origins(settings),
         )
         self._app = StreamableHTTPASGIApp(self.manager)
 
