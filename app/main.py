@@ -17,6 +17,7 @@ from app.core.server import HostAllowList, RequestBodyGuard, settled_heap
 from app.core.tokens import encoding
 from app.erasure.endpoints import router as erasure_router
 from app.inspect.endpoints import router as inspect_router
+from app.inspect.security import InspectorHeaders
 from app.mcp.server import McpEndpoint
 from app.memory.endpoints import router as memory_router
 from app.notes.endpoints import router as notes_router
@@ -62,6 +63,7 @@ def create_app(settings: Settings | None = None, metrics: Metrics | None = None)
         timeout=settings.server.body_timeout_seconds,
     )
     app.add_middleware(HostAllowList, allowed=settings.allowed_hosts)  # before any route runs
+    app.add_middleware(InspectorHeaders)  # on every inspector answer, refusals too
     app.add_middleware(RequestContextMiddleware)  # outermost: every answer gets its request id
     app.include_router(health.router)
     app.include_router(sessions_router)
