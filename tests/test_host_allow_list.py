@@ -2,13 +2,16 @@
 and the inspector, under `contextd dev` (loopback names only, no keys) and `serve` (the names
 of CONTEXTD_ALLOWED_HOSTS): a web page cannot reach a local server by DNS rebinding."""
 
+import json
 from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings, load_settings
 from app.core.server import host_name
+from tests.sessions.test_bad_input import tenant_rows
 from tests.support.dev import dev_server
 from tests.support.server import RunningServer, free_port, run_server
 
@@ -82,6 +85,30 @@ async def test_serve_refuses_a_foreign_host_and_answers_loopback_names(
         assert allowed["inspector"].status_code == 200, host
     async with httpx.AsyncClient(base_url=server.url, headers={"Host": "10.1.2.3"}) as probe:
         assert (await probe.get("/healthz")).status_code == 200  # orchestrators probe by IP
+
+
+async def test_a_page_of_another_site_can_neither_read_nor_write(
+    server: RunningServer, api_key: str, engine: AsyncEngine, tenant_name: str
+) -> None:
+    """What a browser lets another site's page send to a loopback server with a loopback Host:
+    a "simple" cross-origin request (GET, or POST of a form or text/plain), whose answer it may
+    not read without CORS headers. The API sends none, and takes no body but JSON."""
+    page = {"Origin": "http://attacker.example", "Authorization": f"Bearer {api_key}"}
+    async with httpx.AsyncClient(base_url=server.url, headers=page, timeout=30) as http:
+        read = await http.get("/v1/sessions")
+        assert "access-control-allow-origin" not in read.headers
+        for content_type in ("text/plain", "application/x-www-form-urlencoded"):
+            body = json.dumps({"turns": [{"role": "user", "content": "hi"}]})
+            posted = await http.post(
+                "/v1/sessions/csrf/turns", content=body, headers={"Content-Type": content_type}
+            )
+            assert posted.status_code == 415, content_type
+            assert "access-control-allow-origin" not in posted.headers
+        preflight = await http.options(
+            "/v1/sessions/csrf", headers={"Access-Control-Request-Method": "DELETE"}
+        )
+        assert "access-control-allow-origin" not in preflight.headers
+    assert await tenant_rows(engine, tenant_name) == (0, 0)
 
 
 async def test_serve_answers_the_configured_names_only(settings: Settings, api_key: str) -> None:

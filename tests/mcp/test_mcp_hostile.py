@@ -2,7 +2,6 @@
 code and message, nothing is stored, and no answer carries internal text (SQL, driver names);
 a wrong key reads as 401 in the MCP client."""
 
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,12 +13,12 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import LATEST_PROTOCOL_VERSION, CallToolResult
+from mcp_types import CallToolResult
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.errors import InvalidSessionId
 from tests.sessions.test_bad_input import tenant_rows
-from tests.support.hostile import HOSTILE_STRINGS, internal_text
+from tests.support.hostile import HOSTILE_STRINGS, MARK, internal_text, mcp_post
 from tests.support.server import RunningServer
 
 CALLS: list[tuple[str, dict[str, Any]]] = [
@@ -46,27 +45,10 @@ def is_surrogate(text: str) -> bool:
 async def raw_tool_call(
     base_url: str, key: str, tool: str, session_id: str, arguments: dict[str, Any]
 ) -> CallToolResult:
-    """`tools/call` as a JSON-RPC request written by hand, the session id a JSON escape."""
-    envelope = {
-        "io.modelcontextprotocol/protocolVersion": LATEST_PROTOCOL_VERSION,
-        "io.modelcontextprotocol/clientCapabilities": {},
-    }
-    call = {"name": tool, "arguments": {"session_id": "SID", **arguments}, "_meta": envelope}
-    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}
-    escaped = json.dumps(session_id)[1:-1]  # ensure_ascii: "\\ud800"
-    body = json.dumps(message).replace('"SID"', f'"{escaped}"')
-    headers = {
-        "Authorization": f"Bearer {key}",
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": LATEST_PROTOCOL_VERSION,
-        "Mcp-Method": "tools/call",
-        "Mcp-Name": tool,
-    }
+    call = {"name": tool, "arguments": {"session_id": MARK, **arguments}}
     async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        resp = await http.post("/mcp", content=body, headers=headers)
-    assert resp.status_code == 200, resp.text
-    return CallToolResult.model_validate(resp.json()["result"])
+        answer = await mcp_post(http, key, "tools/call", call, session_id)
+    return CallToolResult.model_validate(answer["result"])
 
 
 async def test_hostile_session_ids_are_refused_by_every_tool_as_by_rest(
