@@ -270,6 +270,8 @@ def cmd_dev(args: argparse.Namespace) -> None:
             print("  auth  DISABLED (dev on loopback): no Authorization header needed")
         else:
             print("  auth  'Authorization: Bearer <key>' (create one: contextd keys create)")
+        hosts = ", ".join(settings.allowed_hosts)
+        print(f"  hosts {hosts} only, any port (CONTEXTD_ALLOWED_HOSTS; another Host header: 421)")
         sys.stdout.flush()
 
     try:

@@ -68,7 +68,7 @@ def closed_by_server(sock: socket.socket) -> bool:
 
 
 def request(method: str, path: str, body: bytes = b"", **headers: str) -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", "Host: test"]
+    lines = [f"{method} {path} HTTP/1.1", "Host: localhost"]
     lines += [f"{k.replace('_', '-')}: {v}" for k, v in headers.items()]
     if body or method in ("POST", "PUT"):
         lines.append(f"Content-Length: {len(body)}")

@@ -22,7 +22,7 @@ async def test_a_first_request_builds_no_validators(settings: Settings) -> None:
             built.append(frame.f_code.co_name)
 
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://contextd") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         sys.setprofile(hook)
         try:
             missing = await http.get("/v1/no/such/route")

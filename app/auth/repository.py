@@ -37,6 +37,19 @@ async def find_active_key(db: AsyncSession, key_hash: str) -> tuple[ApiKey, Tena
     return (row[0], row[1]) if row else None
 
 
+async def find_active_key_by_id(
+    db: AsyncSession, key_id: uuid.UUID
+) -> tuple[ApiKey, Tenant] | None:
+    row = (
+        await db.execute(
+            select(ApiKey, Tenant)
+            .join(Tenant, Tenant.id == ApiKey.tenant_id)
+            .where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
+        )
+    ).first()
+    return (row[0], row[1]) if row else None
+
+
 async def tenant_settings(db: AsyncSession, tenant_id: uuid.UUID) -> dict[str, Any]:
     found = await db.execute(select(Tenant.settings).where(Tenant.id == tenant_id))
     return dict(found.scalar_one_or_none() or {})

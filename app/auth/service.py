@@ -3,8 +3,11 @@
 Keys carry 256 bits of randomness, so a fast hash is enough (no password stretching needed).
 """
 
+import base64
 import hashlib
+import hmac
 import secrets
+import uuid
 from collections.abc import Iterable
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -53,6 +56,37 @@ async def authenticate(db: AsyncSession, authorization: str | None) -> Caller:
     found = await repository.find_active_key(db, hash_key(token.strip()))
     if found is None:
         raise Unauthorized("invalid or revoked API key", field="Authorization")
+    key, tenant = found
+    return Caller(tenant.id, tenant.name, frozenset(key.scopes), key.id)
+
+
+def signed_token(key: str, key_id: str, expires_at: int) -> str:
+    """A token standing for `key` until `expires_at` (Unix seconds) that does not hold it: the
+    key's id, the expiry and an HMAC of both keyed with the key's stored hash, which only the
+    server and the key's holder can compute. Revoking the key ends every token of it."""
+    return f"{key_id}.{expires_at}.{_token_mac(hash_key(key), key_id, expires_at)}"
+
+
+def _token_mac(key_hash: str, key_id: str, expires_at: int) -> str:
+    mac = hmac.new(key_hash.encode(), f"{key_id}.{expires_at}".encode(), hashlib.sha256)
+    return base64.urlsafe_b64encode(mac.digest()).decode().rstrip("=")
+
+
+async def authenticate_signed_token(db: AsyncSession, token: str, now: float) -> Caller:
+    """The caller a `signed_token` stands for, while it is unexpired and its key active."""
+    key_id, _, rest = token.partition(".")
+    expires, _, mac = rest.partition(".")
+    try:
+        key_uuid = uuid.UUID(key_id)
+        expires_at = int(expires)
+    except ValueError:
+        raise Unauthorized("invalid sign-in; sign in again", field="Cookie") from None
+    if expires_at <= now:
+        raise Unauthorized("the sign-in has expired; sign in again", field="Cookie")
+    found = await repository.find_active_key_by_id(db, key_uuid)
+    expected = _token_mac(found[0].key_hash, key_id, expires_at) if found else ""
+    if found is None or not hmac.compare_digest(expected.encode(), mac.encode()):
+        raise Unauthorized("invalid or revoked API key", field="Cookie")
     key, tenant = found
     return Caller(tenant.id, tenant.name, frozenset(key.scopes), key.id)
 

@@ -7,14 +7,16 @@ the prefix, as every hosting platform names them.
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import AliasChoices, BaseModel, Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, BaseModel, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.domain.budget import BudgetConfig
 
 MAX_PAGE_SIZE = 10_000  # the largest `max_page_size` a deployment may set
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+ANY_HOST = "*"
 
 
 # prometheus_client's multiprocess directory, set by `serve --workers N` and `dev` for their
@@ -313,6 +315,11 @@ class Settings(BaseSettings):
     port: int = Field(8080, description="port the API binds to")
     data_dir: Path = Field(Path(".contextd"), description="embedded stack data (`contextd dev`)")
     auth_disabled: bool = Field(False, description="serve without API keys (dev on loopback only)")
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        list(LOOPBACK_HOSTS),
+        description="names a request's Host header may give, any port, comma-separated (another "
+        "Host: 421); `*`: any, only behind a proxy that checks Host (refused with auth disabled)",
+    )
     log_level: str = Field("INFO", description="root log level")
     log_format: Literal["auto", "json", "text"] = Field(
         "auto",
@@ -337,10 +344,22 @@ class Settings(BaseSettings):
     memory: MemorySettings = MemorySettings()
     worker: WorkerSettings = WorkerSettings()
 
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):  # CONTEXTD_ALLOWED_HOSTS=api.example.com,localhost
+            value = value.split(",")
+        if isinstance(value, list | tuple):
+            return [str(name).strip().lower() for name in value if str(name).strip()]
+        return value
+
     @model_validator(mode="after")
     def _refuse_unsafe_auth(self) -> "Settings":
         if self.auth_disabled and self.host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError("auth_disabled is only allowed when binding to a loopback address")
+        if self.auth_disabled and ANY_HOST in self.allowed_hosts:
+            # Any Host would let a web page reach a keyless server by DNS rebinding.
+            raise ValueError("allowed_hosts '*' is not allowed with auth_disabled")
         return self
 
     @property
@@ -376,7 +395,10 @@ def settings_table() -> str:
                 walk(annotation, f"{prefix}{name.upper()}__")
                 continue
             env = name.upper() if name in ("database_url", "redis_url") else prefix + name.upper()
-            default = "(unset)" if field.default is None else f"`{field.default}`"
+            default = field.default
+            if isinstance(default, list):  # as the variable is written
+                default = ",".join(default)
+            default = "(unset)" if default is None else f"`{default}`"
             rows.append(f"| `{env}` | {default} | {field.description} |")
 
     walk(Settings, "CONTEXTD_")

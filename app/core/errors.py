@@ -203,9 +203,11 @@ class DuplicateToolResult(InvalidInput):
 
 
 class InvalidSessionId(InvalidInput):
-    """The session id in the path is not 1-128 characters of letters, digits and `._:-`."""
+    """The session id is not 1-128 characters of letters, digits and `._:-`."""
 
     code = "invalid_session_id"
+    # The one message of every surface that takes a session id (REST path, MCP, memory tool).
+    RULE = "a session id is 1-128 characters, each a letter (A-Z, a-z), a digit or one of . _ : -"
 
 
 class InvalidChunkId(InvalidInput):
@@ -230,6 +232,13 @@ class BudgetExceeded(InvalidInput):
     """The system prompt, tools and query alone do not fit the window (figures in `details`)."""
 
     code = "budget_exceeded"
+
+
+class MisdirectedRequest(ContextdError):
+    """The request's Host header names a host this server does not answer for (not in
+    `CONTEXTD_ALLOWED_HOSTS`): a web page reaching it by DNS rebinding, or a misconfiguration."""
+
+    status_code, code = 421, "misdirected_request"
 
 
 class RateLimited(ContextdError):
@@ -307,6 +316,7 @@ COMMON_ERRORS: tuple[type[ContextdError], ...] = (
     InvalidText,
     TooDeep,
     TransactionConflict,
+    MisdirectedRequest,
     RateLimited,
     ServiceUnavailable,
 )
@@ -362,10 +372,21 @@ CUSTOM_VALIDATION_ERRORS: dict[str, type[InvalidInput]] = {
 }
 
 
+def _path_parameter(loc: tuple[Any, ...]) -> str | None:
+    return str(loc[1]) if len(loc) == 2 and loc[0] == "path" else None
+
+
+def _validation_message(error: dict[str, Any]) -> str:
+    """pydantic's message, except for a session id: the rule itself, as every surface says it."""
+    if _path_parameter(tuple(error.get("loc", ()))) == "session_id":
+        return InvalidSessionId.RULE
+    return str(error.get("msg", "invalid request"))
+
+
 def _validation_error_class(error: dict[str, Any]) -> type[InvalidInput]:
     kind = str(error.get("type", ""))
     loc = tuple(error.get("loc", ()))
-    if len(loc) == 2 and loc[0] == "path" and loc[1] in PATH_PARAMETER_ERRORS:
+    if _path_parameter(loc) in PATH_PARAMETER_ERRORS:
         return PATH_PARAMETER_ERRORS[loc[1]]
     if kind in CUSTOM_VALIDATION_ERRORS:
         return CUSTOM_VALIDATION_ERRORS[kind]
@@ -378,6 +399,14 @@ def _validation_error_class(error: dict[str, Any]) -> type[InvalidInput]:
     if kind.endswith("_type") or kind.endswith("_parsing"):
         return WrongType
     return InvalidInput
+
+
+def validation_error(error: dict[str, Any]) -> InvalidInput:
+    """A pydantic validation error as contextd answers it, on every surface (REST bodies and
+    parameters, MCP tool arguments)."""
+    # A body-wide check (app.core.input) names the field inside the body itself.
+    field = (error.get("ctx") or {}).get("field") or _loc_to_field(tuple(error.get("loc", ())))
+    return _validation_error_class(error)(_validation_message(error), field=field)
 
 
 def _unreadable_body(request: Request, error: dict[str, Any], body: Any) -> ContextdError | None:
@@ -470,11 +499,7 @@ def install_error_handlers(app: FastAPI, retry_after_seconds: int) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
-        # A body-wide check (app.core.input) names the field inside the body itself.
-        field = (first.get("ctx") or {}).get("field") or _loc_to_field(tuple(first.get("loc", ())))
-        err = _unreadable_body(request, first, exc.body) or _validation_error_class(first)(
-            str(first.get("msg", "invalid request")), field=field
-        )
+        err = _unreadable_body(request, first, exc.body) or validation_error(first)
         return err.response()
 
     @app.exception_handler(StarletteHTTPException)

@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel, model_validator
+from pydantic import AfterValidator, BaseModel, model_validator
 from pydantic_core import PydanticCustomError
 
 from app.core.errors import InvalidText, PayloadTooLarge, Rule, TooDeep
@@ -26,6 +26,10 @@ BODY_RULES = (
     Rule(TooDeep, f"JSON nested at most {MAX_JSON_DEPTH} levels"),
     Rule(PayloadTooLarge, "a body within limits.max_body_bytes"),
 )
+
+
+# The rule of a free-text path or query parameter (`StorableText`).
+PARAMETER_RULE = Rule(InvalidText, "no text parameter holds NUL (U+0000) or a lone surrogate")
 
 
 def json_size(value: Any) -> int:
@@ -72,3 +76,16 @@ class RequestBody(BaseModel):
             code, field, message = problem
             raise PydanticCustomError(code, "{message}", {"message": message, "field": field})
         return data
+
+
+def _storable(value: str) -> str:
+    problem = find_bad_input(value)
+    if problem is not None:
+        code, _, message = problem
+        raise PydanticCustomError(code, "{message}", {"message": message})
+    return value
+
+
+# A free-text path or query parameter, refused like a body's text (422 `invalid_text` naming the
+# parameter) rather than reaching PostgreSQL: `Annotated[str, Query(...), StorableText]`.
+StorableText = AfterValidator(_storable)

@@ -12,6 +12,9 @@
   so) — `RequestBodyGuard`, pure ASGI, raising `BodyError` where the application reads the body,
   so the error handlers answer it. A 408 closes the connection; after a 413 the server reads
   and discards the rest of the body (clients send a whole body before they read an answer).
+- A request's Host header must name an allowed host, any port (`HostAllowList`,
+  `allowed_hosts`): a web page whose name an attacker rebinds to 127.0.0.1 would otherwise read
+  and erase a keyless `contextd dev` from the developer's browser (DNS rebinding). Else 421.
 - The cyclic garbage collector leaves the startup objects alone (`settled_heap`).
 """
 
@@ -25,8 +28,8 @@ import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from app.core.config import Settings
-from app.core.errors import BodyError, PayloadTooLarge, RequestTimeout
+from app.core.config import ANY_HOST, Settings
+from app.core.errors import BodyError, MisdirectedRequest, PayloadTooLarge, RequestTimeout
 
 
 class OneSendTransport:
@@ -218,3 +221,40 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
         http=guarded_h11_protocol(settings.server.header_timeout_seconds),
         timeout_keep_alive=settings.server.keep_alive_seconds,
     )
+
+
+def host_name(host: str) -> str:
+    """The name of a Host header value, without its port, lower case: `[::1]:8080` → `[::1]`."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[: host.find("]") + 1] if "]" in host else host
+    name, _, port = host.rpartition(":")
+    return name if name and port.isdigit() else host
+
+
+class HostAllowList:
+    """Pure ASGI: answers a request whose Host header is missing or names a host not in
+    `allowed` with a 421 (the API, MCP and the inspector alike). Health probes pass: an
+    orchestrator addresses the container by its IP, and they tell nothing of a tenant."""
+
+    OPEN_PATHS = ("/healthz", "/readyz")
+
+    def __init__(self, app: ASGIApp, allowed: list[str]) -> None:
+        self.app = app
+        self.allowed = frozenset(allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or ANY_HOST in self.allowed:  # the API serves no websocket
+            await self.app(scope, receive, send)
+            return
+        host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
+        if host_name(host) in self.allowed or scope["path"] in self.OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        shown = host[:64] or "(none)"
+        refused = MisdirectedRequest(
+            f"this server does not answer for Host {shown!r} (allowed: "
+            f"{', '.join(sorted(self.allowed))}; see CONTEXTD_ALLOWED_HOSTS)",
+            field="Host",
+        )
+        await refused.response()(scope, receive, send)

@@ -6,7 +6,14 @@ from fastapi import APIRouter, Path, Response, status
 
 from app.auth.deps import ReadCaller, WriteCaller
 from app.core.deps import CacheDep, DbDep, SettingsDep
-from app.core.errors import COMMON_ERRORS, InvalidReceiptId, NotFound, error_responses
+from app.core.errors import (
+    COMMON_ERRORS,
+    InvalidReceiptId,
+    NotFound,
+    error_responses,
+    with_rules,
+)
+from app.core.input import PARAMETER_RULE, StorableText
 from app.erasure import repository, service
 from app.erasure.schemas import EraseReceiptOut, SessionErased, UserErased
 from app.sessions.endpoints import SessionIdPath
@@ -42,7 +49,7 @@ async def delete_session(
     "/v1/users/{user_id}",
     operation_id="delete_user",
     summary="Delete a user's sessions and remembered items",
-    description=(
+    **with_rules(
         "Everything of one `user_id` in the key's tenant: up to 100 of the user's sessions "
         "deleted as `DELETE /v1/sessions/{session_id}` deletes one, and every item remembered "
         "for the user that a session still holds (a session since given another user, or one "
@@ -50,12 +57,13 @@ async def delete_session(
         "and holder; `remaining_sessions` above 0: call again. 404 when the user has neither. "
         "Each session is tombstoned in a transaction of its own: a call that fails midway has "
         "erased the sessions before the failure (their receipts complete) and leaves the rest "
-        "to the next call."
+        "to the next call.",
+        PARAMETER_RULE,
     ),
     status_code=status.HTTP_202_ACCEPTED,
 )
 async def delete_user(
-    user_id: Annotated[str, Path(min_length=1, max_length=128)],
+    user_id: Annotated[str, Path(min_length=1, max_length=128), StorableText],
     caller: WriteCaller,
     db: DbDep,
     settings: SettingsDep,

@@ -1,8 +1,10 @@
 """Pages of the web inspector. The same keys as the API: an `Authorization: Bearer` header, or
-the key entered once on the login page and kept in an HttpOnly cookie; the key needs
-`sessions:read` and sees its own tenant only. No key is asked for when auth is disabled (dev)."""
+the key entered once on the login page, for which an HttpOnly cookie holds a token signed for
+that key (never the key itself, `app.auth.service.signed_token`); the key needs
+`sessions:read` and sees its own tenant only. No key is asked for when auth is disabled (dev).
+Headers and the same-origin check of the forms: `app.inspect.security`."""
 
-import re
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -14,15 +16,24 @@ from fastapi.templating import Jinja2Templates
 
 from app.auth.deps import get_caller
 from app.auth.schemas import Caller, Scope
-from app.auth.service import authenticate, require_scope
+from app.auth.service import (
+    authenticate,
+    authenticate_signed_token,
+    require_scope,
+    signed_token,
+)
 from app.core.deps import ContextDep, DbDep
 from app.core.errors import ContextdError, NotFound, Unauthorized
 from app.inspect import service
-from app.sessions.schemas import SESSION_ID_PATTERN
+from app.inspect.security import from_this_site
+from app.sessions.schemas import is_session_id
 
 router = APIRouter(prefix="/inspect", include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
-COOKIE = "contextd_key"
+COOKIE = "contextd_inspector"
+RAW_KEY_COOKIE = "contextd_key"  # earlier versions kept the key itself: dropped at sign-in
+SIGN_IN_SECONDS = 12 * 3600  # a sign-in lasts a working day
+OTHER_SITE = "this form was sent from a page of another site: sign in on this page"
 
 
 def _ts(value: datetime | None) -> str:
@@ -39,7 +50,7 @@ async def _caller(request: Request, db: DbDep, context: ContextDep) -> Caller:
         cookie = request.cookies.get(COOKIE)
         if not cookie:
             raise Unauthorized("no API key yet", field="Authorization")
-        caller = await authenticate(db, f"Bearer {cookie}")
+        caller = await authenticate_signed_token(db, cookie, time.time())
     require_scope(caller, Scope.READ)
     return caller
 
@@ -83,7 +94,7 @@ async def session_page(
     except ContextdError as exc:
         return _login(request, exc.message, exc.status_code)
     try:
-        if not re.fullmatch(SESSION_ID_PATTERN, session_id):
+        if not is_session_id(session_id):
             raise NotFound(f"session {session_id!r} not found", field="session_id")
         page = await service.session_page(db, context, caller, session_id, build)
     except NotFound as exc:
@@ -100,6 +111,8 @@ async def session_page(
 
 @router.post("/login")
 async def login(request: Request, db: DbDep) -> Response:
+    if not from_this_site(request.headers):
+        return _login(request, OTHER_SITE, status.HTTP_403_FORBIDDEN)
     form = parse_qs((await request.body()).decode(errors="replace"))
     key = (form.get("key") or [""])[0].strip()
     try:
@@ -110,17 +123,21 @@ async def login(request: Request, db: DbDep) -> Response:
     response = RedirectResponse("/inspect", status_code=status.HTTP_303_SEE_OTHER)
     response.set_cookie(
         COOKIE,
-        key,
+        signed_token(key, str(caller.key_id), int(time.time()) + SIGN_IN_SECONDS),
+        max_age=SIGN_IN_SECONDS,
         path="/inspect",
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
     )
+    response.delete_cookie(RAW_KEY_COOKIE, path="/inspect")
     return response
 
 
 @router.post("/logout")
-async def logout() -> Response:
+async def logout(request: Request) -> Response:
+    if not from_this_site(request.headers):
+        return _login(request, OTHER_SITE, status.HTTP_403_FORBIDDEN)
     response = RedirectResponse("/inspect", status_code=status.HTTP_303_SEE_OTHER)
     response.delete_cookie(COOKIE, path="/inspect")
     return response

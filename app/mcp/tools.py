@@ -16,13 +16,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.schemas import Caller, Scope
 from app.auth.service import require_scope
 from app.core.context import AppContext
-from app.core.errors import ContextdError, InvalidInput, NotFound
+from app.core.errors import MissingField, NotFound, validation_error
 from app.memory import service as memory_service
 from app.memory.schemas import MemoryRequest
 from app.memory.tool import TOOL_NAME as MEMORY
 from app.prompt.schemas import BuildPromptRequest
 from app.prompt.service import build_prompt
-from app.sessions.schemas import SESSION_ID_PATTERN
+from app.sessions.schemas import SESSION_ID_PATTERN, require_session_id
 
 BUILD_PROMPT = "build_prompt"
 SESSION_ID_SCHEMA: dict[str, Any] = {
@@ -69,9 +69,9 @@ async def call_tool(
 ) -> dict[str, Any]:
     """Run one tool call; the JSON answer of the matching REST endpoint."""
     args = dict(arguments)
-    session_id = args.pop("session_id", None)
-    if not isinstance(session_id, str) or not session_id:
-        raise InvalidInput("session_id is required", field="session_id")
+    if "session_id" not in args:
+        raise MissingField("session_id is required", field="session_id")
+    session_id = require_session_id(args.pop("session_id"))  # the rule of the REST paths
     if name == MEMORY:
         request = _validated(MemoryRequest, args)
         answer = await memory_service.call(db, context, caller, session_id, request)
@@ -93,9 +93,7 @@ def _validated(model: type[Body], args: dict[str, Any]) -> Body:
     try:
         return model.model_validate(args)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or None
-        raise InvalidInput(first["msg"], field=field) from None
+        raise validation_error(dict(exc.errors()[0])) from None
 
 
 def tool_result(answer: dict[str, Any]) -> types.CallToolResult:
@@ -106,11 +104,11 @@ def tool_result(answer: dict[str, Any]) -> types.CallToolResult:
     )
 
 
-def error_result(exc: ContextdError) -> types.CallToolResult:
+def error_result(body: dict[str, Any]) -> types.CallToolResult:
     """A refused call, as the model should see it: the REST error body, flagged as an error."""
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=_json(exc.body()))],
-        structured_content=exc.body(),
+        content=[types.TextContent(type="text", text=_json(body))],
+        structured_content=body,
         is_error=True,
     )
 

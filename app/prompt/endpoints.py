@@ -1,7 +1,6 @@
 """HTTP endpoints of the read path: build-prompt and stored build manifests."""
 
 import asyncio
-import re
 import uuid
 from typing import Annotated, Any
 
@@ -33,7 +32,7 @@ from app.prompt.schemas import BuildPromptRequest, BuildPromptResponse
 from app.prompt.service import Prefetched, read_snapshot
 from app.prompt.service import build_prompt as build_prompt_service
 from app.sessions.endpoints import SessionIdPath
-from app.sessions.schemas import SESSION_ID_PATTERN
+from app.sessions.schemas import is_session_id
 from app.sessions.service import require_session
 
 router = APIRouter(
@@ -73,9 +72,6 @@ async def build_prompt(
     return await build_prompt_service(db, context, caller, session_id, body)
 
 
-_SESSION_ID = re.compile(SESSION_ID_PATTERN)
-
-
 def _is_json(content_type: str | None) -> bool:
     kind = (content_type or "").split(";")[0].strip().lower()
     return kind == "application/json" or (
@@ -89,7 +85,7 @@ async def build_prompt_direct(request: Request, raw: bytes) -> Response | None:
     body or session id that does not validate goes to the full stack (None), which names the
     field exactly as before."""
     session_id: str = request.path_params["session_id"]
-    if not _is_json(request.headers.get("content-type")) or not _SESSION_ID.fullmatch(session_id):
+    if not _is_json(request.headers.get("content-type")) or not is_session_id(session_id):
         return None
     try:
         body = BuildPromptRequest.model_validate_json(raw)

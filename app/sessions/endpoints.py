@@ -20,7 +20,7 @@ from app.core.errors import (
     error_responses,
     with_rules,
 )
-from app.core.input import BODY_RULES
+from app.core.input import BODY_RULES, PARAMETER_RULE, StorableText
 from app.core.pagination import BIGINT_KEY, CURSOR_VALUE_MAX, UUID_KEY, Page, page_params
 from app.offload.service import append_turns_and_offload
 from app.sessions import service
@@ -124,10 +124,11 @@ async def append_turns(
     "",
     operation_id="list_sessions",
     summary="List sessions",
-    description=(
+    **with_rules(
         "The key's tenant's sessions, newest first, paginated by an opaque cursor (a session "
         "changed meanwhile keeps its place); with `user_id`, that user's only. Sessions being "
-        "erased are not listed."
+        "erased are not listed.",
+        PARAMETER_RULE,
     ),
 )
 async def list_sessions(
@@ -135,7 +136,7 @@ async def list_sessions(
     db: DbDep,
     settings: SettingsDep,
     page: Annotated[Page, Depends(page_params(BIGINT_KEY, UUID_KEY))],
-    user_id: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+    user_id: Annotated[str | None, Query(min_length=1, max_length=128), StorableText] = None,
 ) -> SessionPage:
     return await service.list_sessions(db, caller, settings, page, user_id)
 

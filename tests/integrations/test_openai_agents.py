@@ -19,10 +19,14 @@ import httpx
 import pytest
 from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner
 from openai import AsyncOpenAI
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.core.errors import InvalidSessionId
 from tests.examples.fake_model import FILLER, MODEL, chat_model
 from tests.examples.test_agent_loops import CHATTER, FIRST, QUESTION, SMALL_WINDOW
 from tests.prompt.test_recall_needles import recalled_block
+from tests.sessions.test_bad_input import tenant_rows
+from tests.support.hostile import HOSTILE_STRINGS
 from tests.support.loopback import LoopbackServer, serving
 from tests.support.server import RunningServer
 from tests.support.waiting import wait_for
@@ -277,3 +281,21 @@ async def test_add_items_retried_after_a_lost_answer_stores_once(
     turns = (await http.get("/v1/sessions/agents-retry/turns")).json()["turns"]
     assert [t["content"] for t in turns] == ["Only once, please."]
     await session.aclose()
+
+
+async def test_hostile_session_ids_are_refused_by_the_server_rule(
+    contextd_agents: Any, http: httpx.AsyncClient, engine: AsyncEngine, tenant_name: str
+) -> None:
+    for label, session_id in HOSTILE_STRINGS.items():
+        session = contextd_agents.ContextdSession(session_id, client=http)
+        for call in (
+            session.add_items([{"role": "user", "content": "hi"}]),
+            session.get_items(),
+            session.clear_session(),
+        ):
+            with pytest.raises(contextd_agents.ContextdError) as refused:
+                await call
+            # an id with "/" names no route of the API; every other one breaks the rule
+            expected = "HTTP 404" if "/" in session_id else InvalidSessionId.RULE
+            assert expected in str(refused.value), label
+    assert await tenant_rows(engine, tenant_name) == (0, 0)

@@ -108,6 +108,6 @@ async def test_mcp_tools_recall_like_rest_and_build_prompts(
             resp = await anonymous.post("/mcp", json=initialize, headers=headers)
             assert resp.status_code == 401
             assert resp.headers["WWW-Authenticate"] == "Bearer"
-            assert resp.json()["error"]["code"] == "unauthorized"
+            assert resp.json()["error"]["data"]["error"]["code"] == "unauthorized"
             wrong = {**headers, "Authorization": "Bearer ctxd_not-a-key"}
             assert (await anonymous.post("/mcp", json=initialize, headers=wrong)).status_code == 401

@@ -10,6 +10,7 @@ so until it is stored the input (seen by `session_input_callback`) is sent as th
 import json
 import uuid
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from agents import FunctionTool, RunConfig, RunContextWrapper, SessionSettings
@@ -164,7 +165,9 @@ class ContextdSession:
     async def _request(
         self, method: str, tail: str | None, *, missing_ok: bool = False, **kwargs: Any
     ) -> dict[str, Any] | None:
-        path = f"/v1/sessions/{self.session_id}" + (f"/{tail}" if tail else "")
+        # Every character reaches the server, whose one session-id rule refuses what it must.
+        session = quote(self.session_id, safe="", errors="surrogatepass")
+        path = f"/v1/sessions/{session}" + (f"/{tail}" if tail else "")
         resp = await self._send(method, path, missing_ok=missing_ok, **kwargs)
         if resp.status_code == 404 and missing_ok:
             return None
@@ -186,9 +189,19 @@ class ContextdSession:
             if resp.status_code >= 500 and attempt < self.retries:
                 attempt += 1
                 continue
-            if resp.status_code >= 400 and not (resp.status_code == 404 and missing_ok):
+            if resp.status_code >= 400 and not (missing_ok and _no_such_session(resp)):
                 raise ContextdError(f"{method} {path}: HTTP {resp.status_code} {resp.text}")
             return resp
+
+
+def _no_such_session(resp: httpx.Response) -> bool:
+    """A 404 for a session not stored yet (not one for a path no route serves)."""
+    if resp.status_code != 404:
+        return False
+    try:
+        return bool(resp.json()["error"].get("field") == "session_id")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
 
 
 def _plain(item: Any) -> dict[str, Any]:
