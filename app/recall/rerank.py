@@ -148,7 +148,13 @@ def _found(matchers: Sequence[Sequence[Callable[[str], bool]]], folded_text: str
 def _share_found(matchers: Sequence[Sequence[Callable[[str], bool]]], folded_text: str) -> float:
     if not matchers:
         return 0.0
-    return sum(_found(matchers, folded_text)) / len(matchers)
+    found = 0
+    for forms in matchers:  # a loop, not `_found`: once per candidate of every build
+        for match in forms:
+            if match(folded_text):
+                found += 1
+                break
+    return found / len(matchers)
 
 
 def _key_weights(keys: Sequence[str], found: Sequence[Sequence[bool]]) -> list[float]:
@@ -242,16 +248,16 @@ def feature_rerank(
         f"{c.call_text.casefold()}\n{text}" if c.call_text else text
         for c, text in zip(candidates, folded, strict=True)
     ]
-    found = [_found(exact_keys, text) for text in keyed]
+    # Most queries hold no exact key: nothing to look for then.
+    found = [_found(exact_keys, text) for text in keyed] if exact_keys else []
     key_weights = _key_weights(keys, found)
     all_keys = sum(key_weights)
     scored: list[tuple[tuple[float, int, int], ScoredCandidate]] = []
     for position, cand in enumerate(candidates):
-        held = found[position]
         features = RerankFeatures(
             fused=fused[position],
             exact=(
-                sum(w for w, h in zip(key_weights, held, strict=True) if h) / all_keys
+                sum(w for w, h in zip(key_weights, found[position], strict=True) if h) / all_keys
                 if all_keys > 0
                 else 0.0
             ),

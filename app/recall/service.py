@@ -590,6 +590,8 @@ class ResultOfCall:
 def calls_at_end(text: str) -> int:
     """How many tool calls the last turn of a chunk's `text` makes (0: its last turn calls no
     tool). A call line cut by a split turn counts as one call."""
+    if _TOOL_CALLS_MARK not in text:  # a conversation's chunks: no copy of the text
+        return 0
     lines = text.rstrip().rsplit("\n", 1)
     last = lines[-1]
     at = last.find(_TOOL_CALLS_MARK)
