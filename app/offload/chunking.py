@@ -17,15 +17,18 @@ turn (still in order, still contiguous).
 """
 
 import re
+import uuid
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from itertools import accumulate, chain
 
-from app.core.dates import said_at
-from app.core.text import shorten, terms
+from app.core.config import Settings
+from app.core.dates import date_terms, said_at
+from app.core.text import shorten, terms, terms_document
 from app.core.tokens import (
     count_tokens,
     encoding,
@@ -495,3 +498,44 @@ def _overlap(previous: str, tokens: int) -> str:
                 tail = tail[space + 1 :]
             return tail
     return ""
+
+
+def chunking_config(settings: Settings) -> ChunkingConfig:
+    o = settings.offload
+    return ChunkingConfig(
+        min_tokens=o.chunk_min_tokens,
+        max_tokens=o.chunk_max_tokens,
+        split_overlap_tokens=o.chunk_overlap_tokens,
+        time_gap_seconds=o.chunk_time_gap_seconds,
+        topic_shift_threshold=o.topic_shift_threshold,
+    )
+
+
+def chunk_row(draft: ChunkDraft, chunk_id: uuid.UUID) -> dict[str, object]:
+    """The row `app.offload.repository.insert_chunks` stores for `draft`: ids and times as
+    strings, which is how JSON carries them to PostgreSQL."""
+    counts = Counter(draft.terms)
+    # The tsvector holds each term once: it only serves matches (`@@`), which positions and
+    # repeats do not change, and the parser's cost follows the text it reads.
+    lexical = terms_document(list(counts))
+    # The chunk's days and months are search terms too ("in May", "last week": app.core.dates).
+    dates = date_terms(draft.ts_first, draft.ts_last)
+    counts.update(dates)
+    return {
+        "id": str(chunk_id),
+        "turn_first": draft.turn_first,
+        "turn_last": draft.turn_last,
+        "part": draft.part,
+        "parts": draft.parts,
+        "overlap_tokens": count_tokens(draft.overlap_prefix) if draft.overlap_prefix else 0,
+        "roles": list(draft.roles),
+        "ts_first": draft.ts_first.isoformat(),
+        "ts_last": draft.ts_last.isoformat(),
+        "raw_text": draft.raw_text,
+        "summary_hint": draft.summary_hint[:200],
+        "token_count": draft.token_count,
+        "term_counts": dict(counts),
+        "term_total": len(draft.terms) + len(dates),
+        "lexical_source": " ".join([lexical, *dates]),
+        "trusted": draft.trusted,
+    }
