@@ -236,35 +236,40 @@ def _newline_tokens(tail: str) -> int:
     return count_tokens(tail + "\n") - count_tokens(tail)
 
 
-def _prepare(turn: TurnRecord, label_terms: dict[str, list[str]]) -> _Prepared:
+def _prepare(turn: TurnRecord, label_terms: dict[str, list[str]], max_tokens: int) -> _Prepared:
     text = render_turn(turn)
+    said = said_at(turn.metadata, turn.created_at)
+    # `render_turn`: "label: content", then "\nrole → tool_calls: ..." for a tool call.
+    prefix = f"{turn_label(turn)}: "
+    rest = text[len(prefix) + len(turn.content) :] if turn.content else None
+    if turn.content and not rest:
+        # cl100k always cuts after the label's colon (a space follows it), and the stored
+        # count holds the content's tokens: only the content's first word is counted again.
+        content = turn.token_count - framing_tokens(turn.role, turn.name, turn.tool_call_id)
+        tokens = short_tokens(prefix[:-1]) + spaced_tokens(turn.content, content)
+    else:
+        tokens = count_tokens(text)
+    if tokens > max_tokens:
+        # The turn is split into pieces with terms of their own (`_split_turn`): the whole
+        # turn's would never be used (on megabytes of text, seconds).
+        return _Prepared(turn, text, tokens, _join_tokens(text), [], frozenset(), said)
     content_terms = terms(turn.content)
-    tokens = None
     if turn.content:
-        # `render_turn`: "label: content", then "\nrole → tool_calls: ..." for a tool call.
         # Terms never span the ": " nor the newline, so the text's terms are the parts' (the
         # label's computed once per label).
-        label = turn_label(turn)
-        prefix = f"{label}: "
         if prefix not in label_terms:
             label_terms[prefix] = terms(prefix)
-        rest = text[len(prefix) + len(turn.content) :]
         text_terms = [*label_terms[prefix], *content_terms, *(terms(rest) if rest else ())]
-        if not rest:
-            # cl100k always cuts after the label's colon (a space follows it), and the stored
-            # count holds the content's tokens: only the content's first word is counted again.
-            content = turn.token_count - framing_tokens(turn.role, turn.name, turn.tool_call_id)
-            tokens = short_tokens(f"{label}:") + spaced_tokens(turn.content, content)
     else:
         text_terms = terms(text)
     return _Prepared(
         turn=turn,
         text=text,
-        tokens=count_tokens(text) if tokens is None else tokens,
+        tokens=tokens,
         join=_join_tokens(text),
         terms=text_terms,
         content_terms=frozenset(content_terms),
-        said=said_at(turn.metadata, turn.created_at),
+        said=said,
     )
 
 
@@ -291,7 +296,7 @@ def iter_chunks(
     current: list[_Prepared] = []
     current_tokens = 0
     for indices in atomic_units(turns):
-        group = [_prepare(turns[i], label_terms) for i in indices]
+        group = [_prepare(turns[i], label_terms, cfg.max_tokens) for i in indices]
         # A tool call stays in one chunk with its results even past max_tokens (spec §2); only
         # when one of its turns must itself be split does the group fall apart turn by turn.
         if len(group) > 1 and any(p.tokens > cfg.max_tokens for p in group):

@@ -99,6 +99,8 @@ async def layered_round(
     stored = appended.json()["turns"]
     assert stored[2]["token_count"] <= view_limit + 20  # the view, framing included
     body = await build(client, sid)
+    # Nothing is offloaded: the result's chunks belong to a turn in the window, no recall runs.
+    assert body["recall"]["skipped_reason"] == "no_history"
     tool_messages = [m for m in body["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_messages] == ["call_0"]
     view: str = tool_messages[0]["content"]
