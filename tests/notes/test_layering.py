@@ -90,11 +90,17 @@ def test_fields_of_few_values_come_first_and_log_lines_are_not_values() -> None:
         Value("request_id", "req2"),
         Value("order_id", "ORD-1"),
         Value("", "ABC123"),
-        Value("note", "a long line of words here"),
+        Value("address", "975 Sunset Drive"),
+        Value("status", "200 took 5ms path=/a order_id=ORD-2"),  # the rest of a log line
+        Value("INFO worker-0 handled request_id", "req3"),
     ]
-    ranked = layered_values(values)
-    assert ranked[0] == Value("order_id", "ORD-1")
-    assert ranked[-2:] == [Value("note", "a long line of words here"), Value("", "ABC123")]
+    assert layered_values(values) == [
+        Value("order_id", "ORD-1"),
+        Value("request_id", "req1"),
+        Value("request_id", "req2"),
+        Value("address", "975 Sunset Drive"),
+        Value("", "ABC123"),
+    ]
 
 
 def test_settings_in_a_log_line_are_values_ending_at_a_space() -> None:
