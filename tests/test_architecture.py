@@ -28,6 +28,7 @@ PURE = (
     "app.notes.policy",
     "app.notes.rules",
     "app.notes.values",
+    "app.notes.layering",
     "app.recall.adapter",
     "app.recall.bm25",
     "app.recall.fusion",

@@ -38,6 +38,25 @@ class Limits(BaseModel):
     max_metadata_bytes: int = Field(
         16_384, gt=0, description="largest metadata object of a turn or session, bytes as JSON"
     )
+    max_tool_result_bytes: int = Field(
+        4_194_304,
+        gt=0,
+        description="largest tool result (a tool turn): content + metadata, bytes (413 above); "
+        "the request body's limit applies too",
+    )
+    # Above the C1 floor's 6,000 tokens (a result that alone would fill the protected recent
+    # turns), well under a 128k window; tau-bench's largest result is 2,837 tokens.
+    layer_tool_result_tokens: int = Field(
+        8_000,
+        gt=0,
+        description="a tool result above this many tokens is layered on arrival: the window "
+        "holds its head, tail and values, the whole text goes to the chunks (C3)",
+    )
+    layered_view_tokens: int = Field(
+        2_000,
+        gt=0,
+        description="what a layered result costs in the window at most: head, tail and values",
+    )
     max_turns_per_request: int = Field(100, gt=0, description="turns in one append call")
     max_page_size: int = Field(
         500, gt=0, le=MAX_PAGE_SIZE, description="largest page of a list endpoint"
@@ -45,6 +64,12 @@ class Limits(BaseModel):
     requests_per_minute_per_key: int = Field(
         6_000, ge=0, description="requests one API key may make per minute (429 above; 0: off)"
     )
+
+    @model_validator(mode="after")
+    def _view_smaller_than_threshold(self) -> "Limits":
+        if self.layered_view_tokens >= self.layer_tool_result_tokens:
+            raise ValueError("layered_view_tokens must be below layer_tool_result_tokens")
+        return self
 
 
 class ServerSettings(BaseModel):

@@ -11,7 +11,9 @@ JSON results are walked leaf by leaf: each scalar leaf is kept under its nearest
 under the list's key). Text results (logs, files, Chinese or English prose) give `key: value` /
 `key=value` pairs (also with a full-width colon) and identifier-shaped tokens (codes with letters
 and digits, `snake_case` / `CamelCase` / dotted names, paths, emails, dates, numbers of four
-digits or more) under the empty key. Values longer than `MAX_VALUE_CHARS` are prose, not values.
+digits or more) under the empty key; in logs and command lines, `key=value` settings (no
+spaces around the `=`) end at the first space. Values longer than `MAX_VALUE_CHARS` are prose,
+not values.
 """
 
 import json
@@ -44,6 +46,13 @@ _PAIR_RE = re.compile(
 )
 
 
+# `key=value` with no space around the `=` (log lines, query strings, command lines): the value
+# ends at the first space, where `_PAIR_RE` would run on to the end of the line.
+_SETTING_RE = re.compile(
+    r"(?<![\w.-])(?P<key>[A-Za-z_][\w.-]{0,30})=(?P<value>[^\s,;&\"'=]{1,64})(?![^\s,;&\"'])"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Value:
     """One value as a tool result or call held it: the field it came under ("" when none)."""
@@ -64,10 +73,10 @@ def _scalar(leaf: Any) -> str | None:
     return None
 
 
-def _json_values(data: Any) -> list[Value]:
+def _json_values(data: Any, max_leaves: int = MAX_LEAVES) -> list[Value]:
     found: list[Value] = []
     stack: list[tuple[str, Any]] = [("", data)]
-    while stack and len(found) < MAX_LEAVES:
+    while stack and len(found) < max_leaves:
         key, node = stack.pop()
         if isinstance(node, Mapping):
             stack.extend((str(k), v) for k, v in reversed(list(node.items())))
@@ -81,7 +90,8 @@ def _json_values(data: Any) -> list[Value]:
 
 
 def _text_values(text: str) -> list[Value]:
-    found = [
+    found = [Value(m["key"], m["value"]) for m in _SETTING_RE.finditer(text)]
+    found += [
         Value(m["key"].strip(), m["value"].strip())
         for m in _PAIR_RE.finditer(text)
         if _HAS_DIGIT_RE.search(m["value"]) or _IDENT_RE.fullmatch(m["value"].strip())
@@ -102,10 +112,11 @@ def parsed_json(text: str) -> Any | None:
         return None
 
 
-def result_values(text: str) -> list[Value]:
-    """The values of a tool result, in order of appearance, each (key, value) once."""
+def result_values(text: str, max_leaves: int = MAX_LEAVES) -> list[Value]:
+    """The values of a tool result, in order of appearance, each (key, value) once (of a JSON
+    result, those of its first `max_leaves` leaves)."""
     data = parsed_json(text)
-    found = _json_values(data) if data is not None else _text_values(text)
+    found = _json_values(data, max_leaves) if data is not None else _text_values(text)
     return list(dict.fromkeys(found))
 
 

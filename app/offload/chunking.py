@@ -17,15 +17,18 @@ turn (still in order, still contiguous).
 """
 
 import re
+import uuid
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from itertools import accumulate, chain
 
-from app.core.dates import said_at
-from app.core.text import shorten, terms
+from app.core.config import Settings
+from app.core.dates import date_terms, said_at
+from app.core.text import shorten, terms, terms_document
 from app.core.tokens import (
     count_tokens,
     encoding,
@@ -233,35 +236,40 @@ def _newline_tokens(tail: str) -> int:
     return count_tokens(tail + "\n") - count_tokens(tail)
 
 
-def _prepare(turn: TurnRecord, label_terms: dict[str, list[str]]) -> _Prepared:
+def _prepare(turn: TurnRecord, label_terms: dict[str, list[str]], max_tokens: int) -> _Prepared:
     text = render_turn(turn)
+    said = said_at(turn.metadata, turn.created_at)
+    # `render_turn`: "label: content", then "\nrole → tool_calls: ..." for a tool call.
+    prefix = f"{turn_label(turn)}: "
+    rest = text[len(prefix) + len(turn.content) :] if turn.content else None
+    if turn.content and not rest:
+        # cl100k always cuts after the label's colon (a space follows it), and the stored
+        # count holds the content's tokens: only the content's first word is counted again.
+        content = turn.token_count - framing_tokens(turn.role, turn.name, turn.tool_call_id)
+        tokens = short_tokens(prefix[:-1]) + spaced_tokens(turn.content, content)
+    else:
+        tokens = count_tokens(text)
+    if tokens > max_tokens:
+        # The turn is split into pieces with terms of their own (`_split_turn`): the whole
+        # turn's would never be used (on megabytes of text, seconds).
+        return _Prepared(turn, text, tokens, _join_tokens(text), [], frozenset(), said)
     content_terms = terms(turn.content)
-    tokens = None
     if turn.content:
-        # `render_turn`: "label: content", then "\nrole → tool_calls: ..." for a tool call.
         # Terms never span the ": " nor the newline, so the text's terms are the parts' (the
         # label's computed once per label).
-        label = turn_label(turn)
-        prefix = f"{label}: "
         if prefix not in label_terms:
             label_terms[prefix] = terms(prefix)
-        rest = text[len(prefix) + len(turn.content) :]
         text_terms = [*label_terms[prefix], *content_terms, *(terms(rest) if rest else ())]
-        if not rest:
-            # cl100k always cuts after the label's colon (a space follows it), and the stored
-            # count holds the content's tokens: only the content's first word is counted again.
-            content = turn.token_count - framing_tokens(turn.role, turn.name, turn.tool_call_id)
-            tokens = short_tokens(f"{label}:") + spaced_tokens(turn.content, content)
     else:
         text_terms = terms(text)
     return _Prepared(
         turn=turn,
         text=text,
-        tokens=count_tokens(text) if tokens is None else tokens,
+        tokens=tokens,
         join=_join_tokens(text),
         terms=text_terms,
         content_terms=frozenset(content_terms),
-        said=said_at(turn.metadata, turn.created_at),
+        said=said,
     )
 
 
@@ -288,7 +296,7 @@ def iter_chunks(
     current: list[_Prepared] = []
     current_tokens = 0
     for indices in atomic_units(turns):
-        group = [_prepare(turns[i], label_terms) for i in indices]
+        group = [_prepare(turns[i], label_terms, cfg.max_tokens) for i in indices]
         # A tool call stays in one chunk with its results even past max_tokens (spec §2); only
         # when one of its turns must itself be split does the group fall apart turn by turn.
         if len(group) > 1 and any(p.tokens > cfg.max_tokens for p in group):
@@ -495,3 +503,44 @@ def _overlap(previous: str, tokens: int) -> str:
                 tail = tail[space + 1 :]
             return tail
     return ""
+
+
+def chunking_config(settings: Settings) -> ChunkingConfig:
+    o = settings.offload
+    return ChunkingConfig(
+        min_tokens=o.chunk_min_tokens,
+        max_tokens=o.chunk_max_tokens,
+        split_overlap_tokens=o.chunk_overlap_tokens,
+        time_gap_seconds=o.chunk_time_gap_seconds,
+        topic_shift_threshold=o.topic_shift_threshold,
+    )
+
+
+def chunk_row(draft: ChunkDraft, chunk_id: uuid.UUID) -> dict[str, object]:
+    """The row `app.offload.repository.insert_chunks` stores for `draft`: ids and times as
+    strings, which is how JSON carries them to PostgreSQL."""
+    counts = Counter(draft.terms)
+    # The tsvector holds each term once: it only serves matches (`@@`), which positions and
+    # repeats do not change, and the parser's cost follows the text it reads.
+    lexical = terms_document(list(counts))
+    # The chunk's days and months are search terms too ("in May", "last week": app.core.dates).
+    dates = date_terms(draft.ts_first, draft.ts_last)
+    counts.update(dates)
+    return {
+        "id": str(chunk_id),
+        "turn_first": draft.turn_first,
+        "turn_last": draft.turn_last,
+        "part": draft.part,
+        "parts": draft.parts,
+        "overlap_tokens": count_tokens(draft.overlap_prefix) if draft.overlap_prefix else 0,
+        "roles": list(draft.roles),
+        "ts_first": draft.ts_first.isoformat(),
+        "ts_last": draft.ts_last.isoformat(),
+        "raw_text": draft.raw_text,
+        "summary_hint": draft.summary_hint[:200],
+        "token_count": draft.token_count,
+        "term_counts": dict(counts),
+        "term_total": len(draft.terms) + len(dates),
+        "lexical_source": " ".join([lexical, *dates]),
+        "trusted": draft.trusted,
+    }

@@ -9,7 +9,6 @@ moved twice.
 import logging
 import time
 import uuid
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,16 +20,14 @@ from app.auth.schemas import Caller
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.cpu import batches_off_loop
-from app.core.dates import date_terms
 from app.core.db import after_commit, local_time_limits, release
 from app.core.observability import Metrics
-from app.core.text import terms_document
-from app.core.tokens import count_tokens, message_tokens
+from app.core.tokens import message_tokens
 from app.db.models import Session
 from app.domain.records import TurnRecord
 from app.jobs.queue import TaskName, embedding_lock, enqueue, session_lock
 from app.offload import repository
-from app.offload.chunking import ChunkDraft, ChunkingConfig, iter_chunks
+from app.offload.chunking import ChunkDraft, chunk_row, chunking_config, iter_chunks
 from app.offload.policy import select_offload
 from app.sessions import repository as sessions_repository
 from app.sessions import service as sessions_service
@@ -50,47 +47,6 @@ class OffloadResult:
     ratio_after: float
     floor_limited: bool
     chunk_ids: tuple[uuid.UUID, ...]
-
-
-def chunking_config(settings: Settings) -> ChunkingConfig:
-    o = settings.offload
-    return ChunkingConfig(
-        min_tokens=o.chunk_min_tokens,
-        max_tokens=o.chunk_max_tokens,
-        split_overlap_tokens=o.chunk_overlap_tokens,
-        time_gap_seconds=o.chunk_time_gap_seconds,
-        topic_shift_threshold=o.topic_shift_threshold,
-    )
-
-
-def chunk_row(draft: ChunkDraft, chunk_id: uuid.UUID) -> dict[str, object]:
-    """The row `repository.insert_chunks` stores for `draft`: ids and times as strings, which is
-    how JSON carries them to PostgreSQL."""
-    counts = Counter(draft.terms)
-    # The tsvector holds each term once: it only serves matches (`@@`), which positions and
-    # repeats do not change, and the parser's cost follows the text it reads.
-    lexical = terms_document(list(counts))
-    # The chunk's days and months are search terms too ("in May", "last week": app.core.dates).
-    dates = date_terms(draft.ts_first, draft.ts_last)
-    counts.update(dates)
-    return {
-        "id": str(chunk_id),
-        "turn_first": draft.turn_first,
-        "turn_last": draft.turn_last,
-        "part": draft.part,
-        "parts": draft.parts,
-        "overlap_tokens": count_tokens(draft.overlap_prefix) if draft.overlap_prefix else 0,
-        "roles": list(draft.roles),
-        "ts_first": draft.ts_first.isoformat(),
-        "ts_last": draft.ts_last.isoformat(),
-        "raw_text": draft.raw_text,
-        "summary_hint": draft.summary_hint[:200],
-        "token_count": draft.token_count,
-        "term_counts": dict(counts),
-        "term_total": len(draft.terms) + len(dates),
-        "lexical_source": " ".join([lexical, *dates]),
-        "trusted": draft.trusted,
-    }
 
 
 # Chunks per insert while the rest of an offload is still being chunked (`batches_off_loop`).

@@ -730,7 +730,7 @@ async def _recall(
     """Run the recall chain when the mode and the session call for it; never fail the build."""
     if req.recall.mode == "never":
         return None, "mode_never"
-    if req.recall.mode == "auto" and session.chunk_count == 0:
+    if req.recall.mode == "auto" and not _has_history(session):
         return None, "no_history"
     query = req.query
     if query is None:
@@ -770,7 +770,14 @@ def _embeds_query(session: Any, req: BuildPromptRequest) -> bool:
     too: recall then starts the embedding itself)."""
     if req.recall.mode == "never":
         return False
-    return bool(session.user_id) or req.recall.mode != "auto" or session.chunk_count > 0
+    return bool(session.user_id) or req.recall.mode != "auto" or _has_history(session)
+
+
+def _has_history(session: Any) -> bool:
+    """Whether the session has offloaded turns to recall. Chunks alone are not enough: those of
+    a huge tool result layered on arrival belong to a turn still in the window, which recall
+    leaves out."""
+    return bool(session.chunk_count and session.offloaded_until_seq)
 
 
 def _turn_range(items: list[RecalledItem], item_id: str) -> list[int] | None:

@@ -58,6 +58,9 @@ SessionIdPath = Annotated[
         "Returns each turn's `seq` and token count, the session's usage and watermark. "
         "Turns that take the window to the emergency ratio are followed by an offload before "
         "the answer (the usage and watermark are still those the turns reached). "
+        "A tool result above limits.layer_tool_result_tokens is layered: its whole text is "
+        "stored as chunks at once, and its turn holds its head, tail and values (the token "
+        "count is the layered view's). "
         "With `Idempotency-Key`, a replay returns the first response and writes nothing.",
         Rule(
             InvalidInput,
@@ -80,7 +83,8 @@ SessionIdPath = Annotated[
         Rule(
             PayloadTooLarge,
             "content + tool calls + metadata of a turn within "
-            "limits.max_turn_bytes, metadata within limits.max_metadata_bytes, at most "
+            "limits.max_turn_bytes (of a tool result: limits.max_tool_result_bytes), metadata "
+            "within limits.max_metadata_bytes, at most "
             "limits.max_turns_per_request turns",
         ),
     ),

@@ -41,7 +41,8 @@ from app.domain.records import TurnRecord
 from app.jobs.queue import enqueue_offload
 from app.memory import repository as memory_repository
 from app.offload.repository import active_chunk_count
-from app.sessions import repository
+from app.sessions import layering, repository
+from app.sessions.layering import LayeredResult, layer
 from app.sessions.repository import Counters, ToolCallTally
 from app.sessions.schemas import (
     AppendedTurn,
@@ -120,7 +121,8 @@ def check_metadata_size(metadata: dict[str, Any] | None, field: str, settings: S
 
 
 def _check_turn_size(turn: TurnIn, field: str, settings: Settings) -> None:
-    """Content, tool calls and metadata together within `limits.max_turn_bytes` (413)."""
+    """Content, tool calls and metadata together within `limits.max_turn_bytes`, a tool result
+    within `limits.max_tool_result_bytes` (413)."""
     parts = {
         "content": len((turn.content or "").encode()),
         "tool_calls": json_size([c.model_dump(mode="json") for c in turn.tool_calls])
@@ -128,12 +130,18 @@ def _check_turn_size(turn: TurnIn, field: str, settings: Settings) -> None:
         else 0,
         "metadata": check_metadata_size(turn.metadata, f"{field}.metadata", settings),
     }
-    size, limit = sum(parts.values()), settings.limits.max_turn_bytes
+    limits = settings.limits
+    size = sum(parts.values())
+    limit, name = (
+        (limits.max_tool_result_bytes, "limits.max_tool_result_bytes")
+        if turn.role == "tool"
+        else (limits.max_turn_bytes, "limits.max_turn_bytes")
+    )
     if size > limit:
         largest = max(parts, key=lambda part: parts[part])
         raise PayloadTooLarge(
             f"turn is {size} bytes ({', '.join(f'{k} {v}' for k, v in parts.items() if v)}); "
-            f"the limit is {limit}",
+            f"the limit ({name}) is {limit}",
             field=f"{field}.{largest}",
         )
 
@@ -219,10 +227,14 @@ def _validate_batch(request: AppendTurnsRequest, settings: Settings) -> list[str
 class PreparedTurns:
     rows: list[dict[str, Any]]  # the turn columns that do not depend on the session
     request_hash: str  # "" unless asked for (Idempotency-Key)
+    layered: dict[int, LayeredResult]  # huge tool results, by their place in `rows`
 
 
-def _prepare_turns(request: AppendTurnsRequest, *, hashed: bool) -> PreparedTurns:
+def _prepare_turns(
+    request: AppendTurnsRequest, settings: Settings, *, hashed: bool
+) -> PreparedTurns:
     rows: list[dict[str, Any]] = []
+    layered: dict[int, LayeredResult] = {}
     for turn in request.turns:
         tool_calls = (
             [c.model_dump(mode="json") for c in turn.tool_calls] if turn.tool_calls else None
@@ -242,10 +254,15 @@ def _prepare_turns(request: AppendTurnsRequest, *, hashed: bool) -> PreparedTurn
                 "trusted": turn.role != "tool",
             }
         )
+        row = rows[-1]
+        if turn.role == "tool" and row["token_count"] > settings.limits.layer_tool_result_tokens:
+            result = layer(settings, row)
+            layered[len(rows) - 1] = result
+            row.update(content=result.view, token_count=result.token_count)
     if not hashed:
-        return PreparedTurns(rows, "")
+        return PreparedTurns(rows, "", layered)
     payload = json.dumps(request.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)
-    return PreparedTurns(rows, hashlib.sha256(payload.encode()).hexdigest())
+    return PreparedTurns(rows, hashlib.sha256(payload.encode()).hexdigest(), layered)
 
 
 @dataclass
@@ -268,7 +285,7 @@ async def append_turns(
     # Tokenising and hashing long turns is CPU work: done before the session lock is taken, and
     # off the event loop when the turns are long.
     prepared = await off_loop(
-        lambda: _prepare_turns(request, hashed=idempotency_key is not None),
+        lambda: _prepare_turns(request, settings, hashed=idempotency_key is not None),
         chars=sum(len(turn.content or "") for turn in request.turns),
     )
     session = await repository.lock_or_create_session(db, caller.tenant_id, session_id)
@@ -302,11 +319,21 @@ async def append_turns(
         for offset, values in enumerate(prepared.rows, start=1)
     ]
     stored = await repository.insert_turns(db, rows)
+    # Huge results' whole texts go to C3 with their turns, in this transaction.
+    chunks_written = await layering.store(
+        db, session, [(rows[i]["seq"], result) for i, result in prepared.layered.items()]
+    )
     added_tokens = sum(r["token_count"] for r in rows)
     session.last_seq += len(rows)
     session.c1_tokens += added_tokens
     session.c1_turns += len(rows)
     session.turn_count += len(rows)
+
+    chunks: dict[str, Any] = {}
+    if chunks_written:
+        # The per-process lexical indexes are keyed by `chunks_version`.
+        session.chunk_count += chunks_written
+        chunks = {"chunk_count": session.chunk_count, "chunks_version": Session.chunks_version + 1}
 
     budget = session_budget(settings, session)
     observation = await observe_watermark(db, budget, session)
@@ -319,6 +346,7 @@ async def append_turns(
         c1_turns=session.c1_turns,
         turn_count=session.turn_count,
         offload_armed=observation.armed,
+        **chunks,
     )
     response = AppendTurnsResponse(
         turns=[

@@ -84,7 +84,9 @@ def test_eval_agent_writes_a_report(
     assert steps == {3: 9, 15: 9, 16: 9}
     assert sum(len(s.dependencies) for s in runs[3].steps) >= 4
     out = tmp_path / "report"
-    small_turns = settings.limits.model_copy(update={"max_turn_bytes": TURN_LIMIT_BYTES})
+    small_turns = settings.limits.model_copy(
+        update={"max_turn_bytes": TURN_LIMIT_BYTES, "max_tool_result_bytes": TURN_LIMIT_BYTES}
+    )
     with run_server(settings.model_copy(update={"limits": small_turns}), with_worker=True) as srv:
         code = main(
             [

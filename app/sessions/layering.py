@@ -1,0 +1,79 @@
+"""A huge tool result, layered on arrival (`limits.layer_tool_result_tokens`).
+
+Its whole text is chunked as the offload chunks a long turn (`app.offload.chunking`) and stored
+in C3 in the append's own transaction; the window's turn holds its layered view
+(`app.notes.layering`) and costs the view's tokens. The chunks are embedded later by the worker,
+as any offloaded chunk; until then lexical and exact search find them.
+"""
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.config import Settings
+from app.core.tokens import message_tokens
+from app.db.models import Session
+from app.domain.records import TurnRecord
+from app.jobs.queue import TaskName, embedding_lock, enqueue
+from app.notes.layering import LayeredSource, layered_view
+from app.offload import repository as chunks_repository
+from app.offload.chunking import chunk_row, chunking_config, iter_chunks
+
+
+@dataclass(frozen=True)
+class LayeredResult:
+    """A tool result's layered view and the chunks of its whole text (their turn still 0)."""
+
+    view: str
+    token_count: int  # the view's, as a message
+    chunk_rows: list[dict[str, object]]
+
+
+def layer(settings: Settings, row: dict[str, Any]) -> LayeredResult:
+    """Layer the tool turn `row` (the turn columns of an append, its whole text as `content`,
+    its `token_count` as sent). CPU work: called off the event loop."""
+    raw = TurnRecord(
+        seq=0,  # the turn's seq is known once the session is locked (`store`)
+        role=row["role"],
+        content=row["content"],
+        token_count=row["token_count"],
+        created_at=datetime.now(UTC),
+        name=row["name"],
+        tool_call_id=row["tool_call_id"],
+        metadata=row["metadata_"],
+    )
+    rows = [chunk_row(d, uuid.uuid4()) for d in iter_chunks([raw], chunking_config(settings))]
+    source = LayeredSource(
+        text=raw.content,
+        tokens=raw.token_count,
+        chunk_id=str(rows[0]["id"]),
+        chunks=len(rows),
+    )
+    view = layered_view(source, settings.limits.layered_view_tokens)
+    tokens = message_tokens(raw.role, view, raw.name, None, raw.tool_call_id)
+    return LayeredResult(view, tokens, rows)
+
+
+async def store(
+    db: AsyncSession, session: Session, layered: list[tuple[int, LayeredResult]]
+) -> int:
+    """Store the chunks of the layered results (by their turn's seq) and enqueue their
+    embedding, in the caller's transaction. Returns how many chunks were written."""
+    rows = [
+        {**row, "turn_first": seq, "turn_last": seq}
+        for seq, result in layered
+        for row in result.chunk_rows
+    ]
+    if not rows:
+        return 0
+    await chunks_repository.insert_chunks(db, session.tenant_id, session.id, rows)
+    await enqueue(
+        db,
+        TaskName.EMBED_CHUNKS,
+        {"chunk_ids": [str(row["id"]) for row in rows]},
+        lock=embedding_lock(session.id),
+    )
+    return len(rows)
