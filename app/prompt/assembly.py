@@ -728,8 +728,9 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
             recall,
         ),
         flags=flags,
-        tail_turns=[t.seq for t in shown if t.seq < first_window_seq],
-        cleared_turns=[t.seq for t in shown if history.is_stub(t)],
+        # (Passes over every shown turn skipped when there is nothing to find: a conversation.)
+        tail_turns=[t.seq for t in shown if t.seq < first_window_seq] if tail else [],
+        cleared_turns=[t.seq for t in shown if history.is_stub(t)] if history.stubs else [],
     )
 
 
@@ -929,7 +930,7 @@ def _manifest(
             entries.append(
                 e(f"turn:{t.seq}", "c1", t.role, t.token_count, None, False, "window_truncated")
             )
-        elif history.is_stub(shown[t.seq]):
+        elif history.stubs and history.is_stub(shown[t.seq]):
             tokens = shown[t.seq].token_count
             entries.append(e(f"turn:{t.seq}", "c1", "tool_result_stub", tokens, None, True, None))
         else:

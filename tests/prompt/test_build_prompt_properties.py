@@ -187,13 +187,19 @@ async def test_build_prompt_properties(
     messages = body["messages"]
     assert messages[-1] == {"role": "user", "content": query}
     # The branches the example prepared were reached: recall ran over the chunks, and the notes
-    # were offered to the assembly (in the prompt, or left out for room and flagged).
+    # were offered to the assembly (in the prompt, left out for room and flagged, or left out
+    # because a tool loop's whole history is shown verbatim, every offloaded turn with it).
     if has_chunks:
         assert body["recall"]["skipped_reason"] is None
     if has_notes:
         assert body["notes_version"] >= 1
         offered = [m for m in body["manifest"] if m["layer"] == "c2"]
-        assert offered and (offered[0]["included"] or "notes_dropped" in body["fallbacks"])
+        assert offered
+        if offered[0]["reason"] == "history_whole":
+            shown = [m for m in body["manifest"] if m["id"].startswith("turn:")]
+            assert shown and all(m["included"] and m["source"] != "tool_result_stub" for m in shown)
+        else:
+            assert offered[0]["included"] or "notes_dropped" in body["fallbacks"]
     event(f"recall items: {min(len(body['recall']['items']), 2)}")
     if fmt == "openai":
         assert prompt_tokens(messages, tools) <= available
