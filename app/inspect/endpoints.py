@@ -24,6 +24,7 @@ from app.auth.service import (
 )
 from app.core.deps import ContextDep, DbDep
 from app.core.errors import ContextdError, NotFound, Unauthorized
+from app.core.text import shorten
 from app.inspect import service
 from app.inspect.security import from_this_site
 from app.sessions.schemas import is_session_id
@@ -41,6 +42,8 @@ def _ts(value: datetime | None) -> str:
 
 
 templates.env.filters["ts"] = _ts
+# Previews cut between words, never inside an accented letter or a CJK character.
+templates.env.filters["shorten"] = shorten
 
 
 async def _caller(request: Request, db: DbDep, context: ContextDep) -> Caller:

@@ -145,3 +145,18 @@ async def test_pages_keep_tenants_apart_and_ask_for_a_key(
         out = await http.post("/inspect/logout")
         assert out.status_code == 303
         assert (await http.get(f"/inspect/sessions/{SID}")).status_code == 401
+
+
+async def test_previews_cut_between_words_not_inside_one(seeded: Seeded) -> None:
+    owner = {"Authorization": f"Bearer {seeded.key}"}
+    lead = "x" * 114 + " "  # the 120-character preview ends inside the next word
+    content = lead + "Fourvière et la Saône, puis le Musée des Confluences. " * 4
+    async with httpx.AsyncClient(base_url=seeded.url, timeout=30, headers=owner) as http:
+        appended = await http.post(
+            "/v1/sessions/preview-fr/turns", json={"turns": [{"role": "user", "content": content}]}
+        )
+        assert appended.status_code == 201
+        page = await http.get("/inspect/sessions/preview-fr")
+    assert page.status_code == 200
+    assert f"<summary>{lead.rstrip()}…</summary>" in page.text  # not "Fourvi…"
+    assert "Fourvi…" not in page.text
