@@ -14,7 +14,6 @@ runs (milliseconds, client side, loopback).
 
 import argparse
 import asyncio
-import contextlib
 import json
 import statistics
 import time
@@ -23,6 +22,7 @@ import uuid
 import httpx
 
 from benchmarks.append_latency import percentile
+from benchmarks.long_turns import probe
 from tests.sessions.test_huge_tool_results import call, chinese_log, english_log, result
 
 
@@ -37,15 +37,6 @@ CASES = {
     "1 MB JSON": order_json(),
     "2 MB Chinese log": chinese_log(14_000),
 }
-
-
-async def probe(http: httpx.AsyncClient, stop: asyncio.Event, worst: list[float]) -> None:
-    while not stop.is_set():
-        started = time.perf_counter()
-        (await http.get("/healthz")).raise_for_status()
-        worst[0] = max(worst[0], (time.perf_counter() - started) * 1000)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), 0.02)
 
 
 async def one_run(http: httpx.AsyncClient, text: str) -> tuple[float, float, float]:

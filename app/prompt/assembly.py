@@ -188,6 +188,14 @@ def _system_cost(parts: Sequence[str]) -> int:
     return message_tokens("system", text) if text else 0
 
 
+def _system_added(prefix: Sequence[str], text: str, anthropic: bool) -> int:
+    """What a system block (the value table) adds after `prefix`: its own message, or in
+    Anthropic format its part of the system string."""
+    if anthropic:
+        return _system_cost([*prefix, text]) - _system_cost(prefix)
+    return message_tokens("system", text)
+
+
 def _group_cost(group: list[TurnRecord], anthropic: bool) -> int:
     if not anthropic:
         return group[0].token_count if len(group) == 1 else sum(t.token_count for t in group)
@@ -530,9 +538,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     prefix0 = [c0_text, notes if keep_notes else ""]
 
     def cost0(text: str) -> int:
-        if anthropic:
-            return _system_cost([*prefix0, text]) - _system_cost(prefix0)
-        return message_tokens("system", text)
+        return _system_added(prefix0, text, anthropic)
 
     # An agent's step in a tool loop (no new input) whose offloaded turns do not all fit
     # verbatim: the transcript starts at a stretch boundary (`_anchored`), so consecutive builds
@@ -543,6 +549,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         inp.query is None
         and history.has_values
         and split
+        and not whole_history
         and _whole(groups, history, left, anthropic, most=0) is None
     ):
         anchored = _anchored(groups, history, left, table_room, anthropic, cost0)
@@ -643,10 +650,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     # of the values no shown turn holds, then the tail again with what the table did not use.
 
     def table_cost_of(text: str) -> int:
-        """What the value table adds: its message, or its part of the Anthropic system string."""
-        if anthropic:
-            return _system_cost([*prefix, text]) - _system_cost(prefix)
-        return message_tokens("system", text)
+        return _system_added(prefix, text, anthropic)
 
     if window_whole and split and not tail and anchored is None:
         tail, tail_cost = _fit_transcript(groups[:split], history, left - reserve, anthropic)
