@@ -2,7 +2,11 @@
 
 Order (stable parts first, so prompt-prefix caches hit):
 C0 system messages → C2 notes block → "about this user" block → recalled-history block → value
-table → offloaded tail → C1 turns → x_t.
+table → offloaded tail → C1 turns → x_t. An agent's step in a tool loop (no x_t) puts the two
+found blocks last, after the transcript: they change with every step of its loop. Past its
+budget (`_anchored`, item 6 below) it also puts the value table first and the notes after the
+transcript: the head then changes only when the transcript's start moves (OpenAI format; in
+Anthropic format the blocks are the system string, where any change is a change of the whole).
 
 Precedence when the budget is short (`budget` = C - r):
 1. x_t and C0 are mandatory. If they alone (plus reply priming and tool schemas) exceed the
@@ -683,22 +687,24 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         system = SYSTEM_SEPARATOR.join(p for p in order if p)
         messages = [m for group in (*tail, *kept) for m in anthropic_messages(group)]
     else:
+        notes_message = notes if keep_notes else ""
+        if anchored:
+            # An agent's step past its budget: the table changes only with the transcript's
+            # start, the transcript then only grows until the start moves; after it what may
+            # change at any step: the notes (a worker's new version) and what the step's
+            # search found (its query is the latest exchange).
+            head, late = [table], [notes_message, about_block, block]
+        elif inp.query is None and history.has_values:
+            # An agent's step whose history fits: only what its search found comes last.
+            head, late = [notes_message, table], [about_block, block]
+        else:
+            head, late = [notes_message, about_block, block, table], []
+        # (In Anthropic format every block is in the system string, where any change is a
+        # change of the whole.)
         messages = [dict(m) for m in inp.system]
-        # An anchored table changes only when the transcript's start moves (which changes what
-        # follows anyway), the notes whenever the worker writes a version: the table first.
-        # (In Anthropic format the order within the system string does not matter for caching:
-        # any change in it is a change of the whole.)
-        if table and anchored:
-            messages.append({"role": "system", "content": table})
-        if keep_notes:
-            messages.append({"role": "system", "content": notes})
-        if about_block:
-            messages.append({"role": "system", "content": about_block})
-        if block:
-            messages.append({"role": "system", "content": block})
-        if table and not anchored:
-            messages.append({"role": "system", "content": table})
+        messages += [{"role": "system", "content": b} for b in head if b]
         messages += [turn_message(t) for t in shown]
+        messages += [{"role": "system", "content": b} for b in late if b]
     if inp.query is not None:
         messages.append({"role": "user", "content": inp.query})
 

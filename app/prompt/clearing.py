@@ -32,6 +32,7 @@ from app.notes.values import (
     render_stub,
     render_table,
     result_values,
+    used_mark,
 )
 
 # The values part of one stub at most, tokens: enough for a user's ids and reservations or a
@@ -202,8 +203,8 @@ class History:
     def table_entries(self, shown: Sequence[TurnRecord]) -> list["TableEntry"]:
         """The value table's candidates: each value of a result or call that is not among the
         `shown` turns (as shown: a stub holds some of its result's values) and that no shown
-        turn holds, once, under the result (or call) that first held it; `hot` when a later
-        call passed it on."""
+        turn holds, once, under the result (or call) that first held it, with the latest later
+        call that passed it on."""
         held = {
             v.value
             for t in shown
@@ -219,7 +220,7 @@ class History:
                 entry = entries.get(value.value)
                 if entry is not None:
                     if turn.role == "assistant" and turn.seq > entry.seq:
-                        entry.hot = True
+                        entry.used = turn.seq
                     continue
                 if value.value in held or value.value in said:
                     continue
@@ -229,7 +230,7 @@ class History:
     def stable_table_entries(self, shown: Sequence[TurnRecord]) -> list["TableEntry"]:
         """The value table's candidates when the transcript starts at `shown[0]`: every value of
         the results and calls before it, and those of shown stubs their stubs do not keep;
-        `hot` by the calls before it only, so that the table changes only when the start moves."""
+        used by the calls before it only, so that the table changes only when the start moves."""
         first = shown[0].seq if shown else self.end
         stubbed = {t.seq for t in shown if self.is_stub(t)}
         entries: dict[str, TableEntry] = {}
@@ -243,7 +244,7 @@ class History:
                 entry = entries.get(value.value)
                 if entry is not None:
                     if turn.role == "assistant" and turn.seq > entry.seq:
-                        entry.hot = True
+                        entry.used = turn.seq
                     continue
                 if value in kept:
                     continue
@@ -269,16 +270,18 @@ def _without_arguments(turn: TurnRecord) -> TurnRecord:
 
 @dataclass(slots=True)
 class TableEntry:
-    """A value of the value table: where it was first seen, and whether a later call used it."""
+    """A value of the value table: where it was first seen, and the latest later call that
+    passed it on (None: none did)."""
 
     value: Value
     seq: int
     label: str
-    hot: bool = False
+    used: int | None = None
 
     @property
     def cost(self) -> int:
-        return _value_cost(self.value)
+        mark = count_tokens(used_mark(self.used)) if self.used is not None else 0
+        return _value_cost(self.value) + mark
 
 
 def fit_table(entries: Sequence[TableEntry], max_tokens: int) -> tuple[str, int]:
@@ -287,7 +290,9 @@ def fit_table(entries: Sequence[TableEntry], max_tokens: int) -> tuple[str, int]
     ("", 0) when nothing fits."""
     if max_tokens <= 0 or not entries:
         return "", 0
-    ranked = sorted(entries, key=lambda e: (-identifying(e.value.value), not e.hot, e.cost, -e.seq))
+    ranked = sorted(
+        entries, key=lambda e: (-identifying(e.value.value), e.used is None, e.cost, -e.seq)
+    )
     used = message_tokens("system", VALUE_TABLE_HEADER)
     rows: set[int] = set()
     chosen: list[TableEntry] = []
@@ -299,7 +304,7 @@ def fit_table(entries: Sequence[TableEntry], max_tokens: int) -> tuple[str, int]
         rows.add(entry.seq)
         used += cost
     # Each row lists its values as the result did, whatever their rank: a value a new call
-    # makes hot moves up the ranking, not along its row, and the table's text stays the same.
+    # uses moves up the ranking, not along its row (its mark says which call used it).
     listed = {id(entry): n for n, entry in enumerate(entries)}
     while chosen:
         text = render_table(_rows(sorted(chosen, key=lambda e: listed[id(e)])))
@@ -315,5 +320,11 @@ def _rows(entries: Sequence[TableEntry]) -> list[TableRow]:
     for entry in entries:
         by_seq.setdefault(entry.seq, []).append(entry)
     return [
-        TableRow(group[0].label, seq, [e.value for e in group]) for seq, group in by_seq.items()
+        TableRow(
+            group[0].label,
+            seq,
+            [e.value for e in group],
+            {e.value: e.used for e in group if e.used is not None},
+        )
+        for seq, group in by_seq.items()
     ]

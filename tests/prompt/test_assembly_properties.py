@@ -22,7 +22,7 @@ from app.prompt.assembly import (
     baseline_messages,
     tools_tokens,
 )
-from app.prompt.blocks import anthropic_counting_view, turn_message
+from app.prompt.blocks import ABOUT_USER_OPEN, RECALL_OPEN, anthropic_counting_view, turn_message
 
 T0 = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)
 SAMPLE = "the hotel budget is at most 120 EUR order ID-4411 must never book flights on Friday"
@@ -190,7 +190,17 @@ def test_assembly_properties(inp: AssemblyInput) -> None:
     if inp.format == "openai":
         window = [turn_message(t) for t in inp.turns if t.seq in included]
         query = [] if inp.query is None else prompt.messages[-1:]
-        shown = prompt.messages[len(prompt.messages) - len(window) - len(query) :]
+        end = len(prompt.messages) - len(query)
+        # An agent's step puts the notes and what its search found after the transcript.
+        late = (inp.notes_block, RECALL_OPEN, ABOUT_USER_OPEN)
+        while (
+            inp.query is None
+            and end > len(inp.system)
+            and prompt.messages[end - 1]["role"] == "system"
+            and any(h and prompt.messages[end - 1]["content"].startswith(h) for h in late)
+        ):
+            end -= 1
+        shown = [*prompt.messages[end - len(window) : end], *query]
         for message, turn in zip(shown, [t for t in inp.turns if t.seq in included], strict=False):
             if turn.seq in cleared:
                 assert message["content"].startswith(STUB_PREFIX)

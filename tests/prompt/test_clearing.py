@@ -9,8 +9,8 @@ import pytest
 
 from app.core.tokens import messages_tokens
 from app.prompt.assembly import AssemblyInput, assemble_prompt, stretch_turns
-from app.prompt.clearing import ToolClearing
-from tests.prompt.test_assembly import call, turn
+from app.prompt.clearing import History, ToolClearing, fit_table
+from tests.prompt.test_assembly import call, item, turn
 
 SYSTEM = [{"role": "system", "content": "You are an airline agent."}]
 
@@ -63,10 +63,10 @@ def build(turns: list[Any], budget: int, *, tail: int = 0, **extra: Any) -> Any:
             turns=turns[tail:],
             tail=turns[:tail],
             chunk_of={t.seq: f"chunk-{t.seq}" for t in turns[:tail]},
-            query=None,
+            query=extra.pop("query", None),
             budget=budget,
-            recall_budget_tokens=0,
-            top_k=0,
+            recall_budget_tokens=extra.pop("recall_budget_tokens", 0),
+            top_k=extra.pop("top_k", 0),
             per_item_max_tokens=200,
             value_table_tokens=extra.pop("value_table_tokens", 500),
             **extra,
@@ -165,6 +165,64 @@ def test_consecutive_builds_share_their_head_and_the_start_moves_by_stretches(fm
     assert stretch_turns(loop(30), 4000) == 8
     assert 1 <= len(moves) <= len(starts) // 3
     assert all(start % 8 == 0 for start in moves)
+
+
+def test_an_agent_step_puts_what_recall_found_after_the_transcript() -> None:
+    """The recalled block changes with every step of a tool loop (its query is the latest
+    exchange): after the transcript, two steps that recall different chunks still share every
+    message before it; a build with a query keeps the spec's order (recall before the window)."""
+    turns = loop(30)
+    prompts = [
+        build(
+            turns,
+            4000,
+            tail=54,
+            recall_budget_tokens=300,
+            top_k=1,
+            recalled=[item(f"chunk-{seq}", f"user: the old remark {seq}", seq, seq)],
+        )
+        for seq in (3, 5)
+    ]
+    for prompt in prompts:
+        assert prompt.tail_turns[0] > 5  # anchored in the offloaded tail, past the items' turns
+        assert prompt.messages[-1]["role"] == "system"
+        assert "the old remark" in prompt.messages[-1]["content"]
+        assert prompt.usage["total"] <= 4000
+    first, second = (p.messages for p in prompts)
+    assert first[:-1] == second[:-1] and first[-1] != second[-1]
+    asked = build(
+        turns,
+        4000,
+        tail=54,
+        query="Which remark was that?",
+        recall_budget_tokens=300,
+        top_k=1,
+        recalled=[item("chunk-3", "user: the old remark 3", 3, 3)],
+    )
+    position = next(n for n, m in enumerate(asked.messages) if "the old remark" in m["content"])
+    assert position < next(n for n, m in enumerate(asked.messages) if m["role"] == "tool")
+
+
+def test_the_value_table_says_which_later_call_used_a_value() -> None:
+    """A value a later call passed on is ranked first and marked with that call's turn (the
+    latest one); a value no call used carries no mark."""
+    turns = loop(4)
+    again = [call(f"c{n}", "cancel_reservation", '{"reservation_id": "RES001X"}') for n in (8, 9)]
+    turns += [
+        turn(10, "assistant", "", tool_calls=[again[0]]),
+        turn(11, "tool", '{"status": "cancelled"}', tool_call_id="c8"),
+        turn(12, "assistant", "", tool_calls=[again[1]]),
+        turn(13, "tool", '{"status": "cancelled"}', tool_call_id="c9"),
+    ]
+    history = History(turns, {}, ToolClearing())
+    entries = history.table_entries([])
+    used = {e.value.value: e.used for e in entries}
+    assert used["RES001X"] == 12 and used["RES000X"] is None
+    text, _ = fit_table(entries, 500)
+    assert "RES001X (used turn 12)" in text and "RES000X (used" not in text
+    # Within a small budget the used value is among the first kept.
+    small, _ = fit_table(entries, 90)
+    assert "RES001X (used turn 12)" in small and "RES003X" not in small
 
 
 def test_stretches_scale_with_the_budget_and_small_budgets_have_none() -> None:
