@@ -1,5 +1,6 @@
 """HTTP endpoints of erasure: delete a session, read an erase receipt."""
 
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
@@ -14,7 +15,7 @@ from app.core.errors import (
     with_rules,
 )
 from app.core.input import PARAMETER_RULE, StorableText
-from app.erasure import repository, service
+from app.erasure import erase, repository, service
 from app.erasure.schemas import EraseReceiptOut, SessionErased, UserErased
 from app.sessions.endpoints import SessionIdPath
 
@@ -40,7 +41,8 @@ async def delete_session(
     cache: CacheDep,
     response: Response,
 ) -> SessionErased:
-    receipt_id = await service.delete_session(db, caller, settings, cache, session_id)
+    erase_now = partial(erase.erase_now, db, settings, cache)
+    receipt_id = await service.delete_session(db, caller, settings, cache, session_id, erase_now)
     response.headers["Location"] = f"/v1/erase-receipts/{receipt_id}"
     return SessionErased(session_id=session_id, erase_receipt_id=receipt_id)
 
@@ -69,7 +71,8 @@ async def delete_user(
     settings: SettingsDep,
     cache: CacheDep,
 ) -> UserErased:
-    return await service.delete_user(db, caller, settings, cache, user_id)
+    erase_now = partial(erase.erase_now, db, settings, cache)
+    return await service.delete_user(db, caller, settings, cache, user_id, erase_now)
 
 
 @router.get(
