@@ -56,9 +56,10 @@ NOTES_WRITE_ATTEMPTS = 3  # a notes job may commit a new version between our rea
 USER_SESSIONS_UPDATED = 50  # notes of at most this many of a user's sessions updated per forget
 USER_SESSIONS_PER_DELETE = 100  # sessions a user delete tombstones per call: a request stays short
 # A session delete erases inline (`app.erasure.erase.erase_now`) when that is cheap: a session of
-# at most this many turns, a cache of at most this many keys to hunt, and in a user delete while
-# the request has run less than this; its job then waits this long, for a process that died.
-INLINE_MAX_TURNS = 2_000
+# at most this many bytes of turn text, a cache of at most this many keys to hunt, and in a user
+# delete while the request has run less than this; its job then waits this long, for a process
+# that died.
+INLINE_MAX_TEXT_BYTES = 4 * 1024 * 1024
 INLINE_MAX_CACHE_KEYS = 5_000
 INLINE_SECONDS = 2.0
 INLINE_JOB_DELAY_SECONDS = 10.0
@@ -545,7 +546,7 @@ async def _erase_session(
             "tenant_id": str(tenant_id),
         },
     )
-    inline = inline and session.last_seq <= INLINE_MAX_TURNS
+    inline = inline and await repository.session_text_bytes(db, session.id) <= INLINE_MAX_TEXT_BYTES
     await enqueue(
         db,
         TaskName.ERASE,

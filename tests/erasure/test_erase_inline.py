@@ -14,6 +14,7 @@ from app.auth.schemas import ALL_SCOPES, Caller
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import create_sessionmaker
+from app.erasure import repository as erasure_repository
 from app.erasure.erase import run_erase
 from app.erasure.service import delete_session
 from app.sessions import repository
@@ -100,6 +101,21 @@ async def test_a_session_delete_is_erased_in_its_request(
         again = await run_erase(create_sessionmaker(engine), settings, cache, http, receipt_id)
     assert again is False
     assert (await receipt_row(engine, receipt_id))["attempts"] == 1
+
+
+async def test_the_inline_bound_counts_the_bytes_of_the_turn_texts(
+    admin: httpx.AsyncClient, admin_key: str, engine: AsyncEngine
+) -> None:
+    sid = f"bytes-{uuid.uuid4().hex[:8]}"
+    texts = ["Grüße aus Köln", "你好，世界", "plain"]
+    turns = [{"role": "user", "content": t} for t in texts]
+    assert (await admin.post(f"/v1/sessions/{sid}/turns", json={"turns": turns})).is_success
+    pk = await session_of_key(engine, admin_key, sid)
+    async with transaction(engine) as db:
+        assert await erasure_repository.session_text_bytes(db, pk) == sum(
+            len(t.encode()) for t in texts
+        )
+        assert await erasure_repository.session_text_bytes(db, uuid.uuid4()) == 0
 
 
 async def test_a_failed_cache_hunt_leaves_every_row_for_the_retry(
