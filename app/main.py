@@ -13,7 +13,7 @@ from app.core.cpu import one_blas_thread
 from app.core.direct import DirectRoutes
 from app.core.errors import install_error_handlers
 from app.core.observability import Metrics, RequestContextMiddleware
-from app.core.server import HostAllowList, RequestBodyGuard, settled_heap
+from app.core.server import HostAllowList, RequestBodyGuard, SlashInSessionId, settled_heap
 from app.core.tokens import encoding
 from app.erasure.endpoints import router as erasure_router
 from app.inspect.endpoints import router as inspect_router
@@ -62,6 +62,7 @@ def create_app(settings: Settings | None = None, metrics: Metrics | None = None)
         max_bytes=settings.limits.max_body_bytes,
         timeout=settings.server.body_timeout_seconds,
     )
+    app.add_middleware(SlashInSessionId)  # before the router splits the id at its "/"
     app.add_middleware(HostAllowList, allowed=settings.allowed_hosts)  # before any route runs
     app.add_middleware(InspectorHeaders)  # on every inspector answer, refusals too
     app.add_middleware(RequestContextMiddleware)  # outermost: every answer gets its request id

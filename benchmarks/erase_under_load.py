@@ -17,15 +17,18 @@ sweep is enqueued every 5 s (it recounts counters of sessions changed in the las
 logs each repair).
 
 Printed: the answers of the erases, appends and offloads by status class (5xx are failures),
-receipt completion (the receipt's `completed_at` minus the moment its erase request was sent,
-one clock) median / p95 / max for user and session erases, the bystanders' acknowledged turns
-missing afterwards, counter repairs the sweep logged (nothing corrupts counters here: every one
-is false), deadlocks PostgreSQL logged, and transaction retries contextd logged.
+how long the erase requests took to answer (a small session is erased in its request), the
+machine's load average while erasing, receipt completion (the receipt's `completed_at` minus
+the moment its erase request was sent, one clock) median / p95 / max for user and session
+erases, the bystanders' acknowledged turns missing afterwards, counter repairs the sweep logged
+(nothing corrupts counters here: every one is false), deadlocks PostgreSQL logged, and
+transaction retries contextd logged.
 """
 
 import argparse
 import asyncio
 import contextlib
+import os
 import random
 import statistics
 import tempfile
@@ -77,6 +80,8 @@ class Tally:
     statuses: dict[str, Counter[int]] = field(default_factory=dict)
     completion: dict[str, list[float]] = field(default_factory=dict)
     receipts: list[tuple[str, str, float]] = field(default_factory=list)  # kind, id, sent at
+    answered: dict[str, list[float]] = field(default_factory=dict)  # erase request seconds
+    load: list[float] = field(default_factory=list)  # 1-minute load average, while erasing
     acknowledged: dict[str, dict[int, str]] = field(default_factory=dict)
 
     def count(self, what: str, status: int) -> None:
@@ -211,6 +216,8 @@ async def run(base: str, database_url: str, log: Path, pg_log: Path, args: Any) 
                 )
                 sent_at = time.time()
                 resp = await http.delete(path)
+                tally.answered.setdefault(target.kind, []).append(time.time() - sent_at)
+                tally.load.append(os.getloadavg()[0])
                 tally.count(f"{target.kind} erase", resp.status_code)
                 if resp.status_code != 202:
                     print(f"{target.kind} erase {resp.status_code}: {resp.text}", flush=True)
@@ -251,8 +258,14 @@ async def run(base: str, database_url: str, log: Path, pg_log: Path, args: Any) 
 
         lost = 0
         for sid, acked in tally.acknowledged.items():
-            listed = await http.get(f"/v1/sessions/{sid}/turns", params={"limit": 1000})
-            stored = {t["seq"]: t["content"] for t in listed.json()["turns"]}
+            stored: dict[int, str] = {}
+            params: dict[str, Any] = {"limit": 500}  # the API's largest page by default
+            while True:
+                page = (await http.get(f"/v1/sessions/{sid}/turns", params=params)).json()
+                stored.update({t["seq"]: t["content"] for t in page["turns"]})
+                if not page["next_cursor"]:
+                    break
+                params["cursor"] = page["next_cursor"]
             lost += sum(1 for seq, content in acked.items() if stored.get(seq) != content)
 
     text = log.read_text(errors="replace")
@@ -267,6 +280,15 @@ async def run(base: str, database_url: str, log: Path, pg_log: Path, args: Any) 
         by_class = Counter(f"{s // 100}xx" for s in statuses.elements())
         detail = ", ".join(f"{s}: {n}" for s, n in sorted(statuses.items()))
         print(f"{what:14} {sum(statuses.values()):6}  5xx {by_class['5xx']:4}  ({detail})")
+    for kind, values in sorted(tally.answered.items()):
+        print(
+            f"{kind} erase requests answered {len(values)}: p50 {statistics.median(values):.2f} s, "
+            f"p95 {percentile(values, 0.95):.2f} s, max {max(values):.2f} s"
+        )
+    print(
+        f"load average (1 min) while erasing: {min(tally.load):.1f}-{max(tally.load):.1f}, "
+        f"median {statistics.median(tally.load):.1f} ({os.cpu_count()} CPUs)"
+    )
     for kind, values in sorted(tally.completion.items()):
         print(
             f"{kind} erase receipts completed {len(values)}: from request p50 "

@@ -74,8 +74,8 @@ async def test_hostile_parameters_are_refused_naming_the_parameter(
         outside_rule = name not in FREE_TEXT or unstorable(value)
         if not outside_rule and resp.status_code < 400:
             continue
-        if where == "path" and "/" in value and resp.status_code == 404:
-            continue  # the slash splits the path: no route takes it
+        if where == "path" and "/" in value and name != "session_id" and resp.status_code == 404:
+            continue  # the slash splits the path: no route takes it (a session id's is refused)
         error = resp.json().get("error", {})
         if not (400 <= resp.status_code < 500 and error.get("field") == name):
             unnamed.append((method, url, name, resp.status_code, error))

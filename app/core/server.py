@@ -20,6 +20,7 @@
 
 import asyncio
 import gc
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -29,7 +30,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from app.core.config import ANY_HOST, Settings
-from app.core.errors import BodyError, MisdirectedRequest, PayloadTooLarge, RequestTimeout
+from app.core.errors import (
+    BodyError,
+    InvalidSessionId,
+    MisdirectedRequest,
+    PayloadTooLarge,
+    RequestTimeout,
+)
 
 
 class OneSendTransport:
@@ -258,3 +265,25 @@ class HostAllowList:
             field="Host",
         )
         await refused.response()(scope, receive, send)
+
+
+# A session segment of a path (the API's, the inspector's) holding an encoded "/".
+_SLASH_IN_SESSION_SEGMENT = re.compile(rb"/sessions/[^/?]*%2f", re.IGNORECASE)
+
+
+class SlashInSessionId:
+    """Pure ASGI: a session id holding "/", sent as one percent-encoded path segment (`a%2Fb`,
+    as the clients send every id), is refused as every id outside the session-id rule is (422
+    `invalid_session_id`). The router matches the decoded path, where that "/" splits the id:
+    it was a route 404, or another route (`x%2Fturns` read session `x`'s turns)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw_path: bytes = (scope.get("raw_path") or b"").partition(b"?")[0]
+        if scope["type"] == "http" and _SLASH_IN_SESSION_SEGMENT.search(raw_path):
+            refused = InvalidSessionId(InvalidSessionId.RULE, field="session_id")
+            await refused.response()(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

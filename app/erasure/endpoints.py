@@ -1,5 +1,6 @@
 """HTTP endpoints of erasure: delete a session, read an erase receipt."""
 
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
@@ -14,7 +15,7 @@ from app.core.errors import (
     with_rules,
 )
 from app.core.input import PARAMETER_RULE, StorableText
-from app.erasure import repository, service
+from app.erasure import erase, repository, service
 from app.erasure.schemas import EraseReceiptOut, SessionErased, UserErased
 from app.sessions.endpoints import SessionIdPath
 
@@ -27,8 +28,9 @@ router = APIRouter(tags=["erasure"], responses=error_responses(*COMMON_ERRORS))
     summary="Delete a session",
     description=(
         "Tombstones the session at once (from then on it is a 404 and its id can be reused) and "
-        "enqueues the job that erases its turns, chunks, embeddings, notes, memories and cached "
-        "copies. 202 with the erase receipt id; follow it at `GET /v1/erase-receipts/{id}`."
+        "erases its turns, chunks, embeddings, notes, memories and cached copies: in the request "
+        "when the session is small (the receipt is then already complete), else in a background "
+        "job. 202 with the erase receipt id; follow it at `GET /v1/erase-receipts/{id}`."
     ),
     status_code=status.HTTP_202_ACCEPTED,
 )
@@ -40,7 +42,8 @@ async def delete_session(
     cache: CacheDep,
     response: Response,
 ) -> SessionErased:
-    receipt_id = await service.delete_session(db, caller, settings, cache, session_id)
+    erase_now = partial(erase.erase_now, db, settings, cache)
+    receipt_id = await service.delete_session(db, caller, settings, cache, session_id, erase_now)
     response.headers["Location"] = f"/v1/erase-receipts/{receipt_id}"
     return SessionErased(session_id=session_id, erase_receipt_id=receipt_id)
 
@@ -51,7 +54,8 @@ async def delete_session(
     summary="Delete a user's sessions and remembered items",
     **with_rules(
         "Everything of one `user_id` in the key's tenant: up to 100 of the user's sessions "
-        "deleted as `DELETE /v1/sessions/{session_id}` deletes one, and every item remembered "
+        "deleted as `DELETE /v1/sessions/{session_id}` deletes one (erased in the request for "
+        "its first 2 seconds, the rest in the background), and every item remembered "
         "for the user that a session still holds (a session since given another user, or one "
         "of theirs left for the next call) forgotten. 202 with an erase receipt per session "
         "and holder; `remaining_sessions` above 0: call again. 404 when the user has neither. "
@@ -69,7 +73,8 @@ async def delete_user(
     settings: SettingsDep,
     cache: CacheDep,
 ) -> UserErased:
-    return await service.delete_user(db, caller, settings, cache, user_id)
+    erase_now = partial(erase.erase_now, db, settings, cache)
+    return await service.delete_user(db, caller, settings, cache, user_id, erase_now)
 
 
 @router.get(

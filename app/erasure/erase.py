@@ -1,31 +1,38 @@
-"""Erasure, step two: the `memory:erase` job behind a forget or a session delete.
+"""Erasure, step two: the `memory:erase` job behind a forget or a session delete (and a session
+delete's erase run inline by its request, `erase_now`).
 
-For a forget, first the notes, rebuilt from the remaining raw turns in a transaction of their
-own (a generator that fails retries the job before anything is erased). Then Postgres, in one
-transaction that locks the session rows first (the lock order of `app.sessions.repository`):
-forgotten turns blanked, tombstoned chunks stripped of raw text, terms, tsvector and embedding
-(status `erased`), tombstoned memories blanked, stored build manifests quoting the text deleted,
-a deleted session's rows deleted, and erased remembered items taken out of other sessions'
-notes. Then Redis: the session's notes cache keys deleted and a scan of the key prefix deletes any
-string value that still quotes an erased text. Then the receipt is completed with what each store
-did. A failure anywhere retries the job (every step is idempotent); each attempt is counted on
-the receipt.
+The receipt is claimed first (an attempt counted, its row locked: two runs of one receipt take
+turns, and the second finds it complete). For a forget, then the notes, rebuilt from the
+remaining raw turns in a transaction of their own (a generator that fails retries the job before
+anything is erased), and the receipt locked again. Then, in one transaction (for a session
+delete, the claim's): Postgres, the session rows locked first (the lock order of
+`app.sessions.repository`; the receipt row, which only erase runs lock, before them): forgotten
+turns blanked, tombstoned chunks stripped of raw text, terms, tsvector and embedding (status
+`erased`), tombstoned memories blanked, stored build manifests quoting the text deleted, a
+deleted session's rows deleted, and erased remembered items taken out of other sessions' notes;
+then Redis: the keys about the session deleted and a scan of the key prefix deletes any string
+value that still quotes an erased text; then the receipt completed with what each store did,
+and the commit. A failure anywhere rolls all of it back and retries the job (every step is
+idempotent); each attempt is counted on the receipt.
 """
 
+import contextlib
 import json
 import re
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.core.db import retrying_transaction, unit_of_work
+from app.core.db import commit, retrying_transaction
 from app.db.models import Session
 from app.erasure import repository
 from app.erasure.service import drop_from_notes
@@ -73,34 +80,110 @@ async def run_erase(
     receipt_id: uuid.UUID,
 ) -> bool:
     """The job body. False when the receipt is gone or already complete."""
-    async with unit_of_work(maker) as db:
-        claimed = await repository.claim_attempt(db, receipt_id)
-    if claimed is None:
-        return False
-    target, tenant_pk = claimed
-    session_pk = uuid.UUID(target["session_pk"])
-    notes: dict[str, Any] = {}
-    if target["kind"] != "session":
+    async with maker() as db:
+        claimed = await _counting_attempt(
+            db, receipt_id, lambda: _claim_or_erase_session(db, settings, cache, receipt_id)
+        )
+        if not isinstance(claimed, tuple):
+            return claimed
+        session_pk = uuid.UUID(claimed[0]["session_pk"])
         # Notes from the remaining raw turns (the forgotten ones are marked since the request):
         # no item derived from an erased source survives. First, and on their own: a generator
         # that fails leaves the receipt pending and every erased text for the retry's hunt, and
         # no session row is held while an LLM answers.
-        async with unit_of_work(maker) as db:
-            rebuilt = await refresh_notes(
-                db, settings, cache, session_pk, rebuild=True, llm_client=llm_client
-            )
+        rebuilt = await refresh_notes(
+            db, settings, cache, session_pk, rebuild=True, llm_client=llm_client
+        )
+        await commit(db)
         if rebuilt == "failed":
             raise NotesRebuildFailed(f"notes rebuild of session {session_pk} failed, will retry")
         notes = {"notes": _stamp({"rebuilt_from_raw_turns": rebuilt})}
-    async with maker() as db:
-        stores, texts = await retrying_transaction(
-            db, lambda: _erase_rows(db, settings, cache, tenant_pk, session_pk, target)
+        return await retrying_transaction(
+            db, lambda: _erase_pending(db, settings, cache, receipt_id, notes)
         )
+
+
+async def erase_now(
+    db: AsyncSession, settings: Settings, cache: Cache, receipt_id: uuid.UUID
+) -> bool:
+    """A session delete's erase, inline in the request that tombstoned it (committed): True
+    when the receipt is complete. The request's erase job stays queued, a little later, for a
+    process that dies meanwhile; run twice, the second run finds the receipt complete."""
+    done = await _counting_attempt(
+        db, receipt_id, lambda: _claim_or_erase_session(db, settings, cache, receipt_id)
+    )
+    return done is True
+
+
+Claimed = tuple[dict[str, Any], uuid.UUID]
+
+
+async def _counting_attempt(
+    db: AsyncSession, receipt_id: uuid.UUID, work: Callable[[], Awaitable[bool | Claimed]]
+) -> bool | Claimed:
+    """`work` in a retried transaction; one that fails is still counted on the receipt (its
+    own count rolled back with it)."""
+    try:
+        return await retrying_transaction(db, work)
+    except Exception:
+        await db.rollback()
+        db.info.pop("after_commit", None)  # actions of the rolled back attempt
+        with contextlib.suppress(DBAPIError):  # the database is down: the job's retry counts
+            await repository.count_attempt(db, receipt_id)
+            await commit(db)
+        raise
+
+
+async def _claim_or_erase_session(
+    db: AsyncSession, settings: Settings, cache: Cache, receipt_id: uuid.UUID
+) -> bool | Claimed:
+    """One transaction: count an attempt on the receipt and lock it (a second run of the same
+    receipt, the job's and the request's, waits here, then finds it complete). A session
+    delete is erased and completed in the same transaction, returning True; a forget's
+    target is returned (the attempt committed) for its notes rebuild; False: no receipt to
+    erase."""
+    claimed = await repository.claim_attempt(db, receipt_id)
+    if claimed is None:
+        return False
+    if claimed[0]["kind"] != "session":
+        return claimed
+    await _erase_and_complete(db, settings, cache, receipt_id, claimed, {})
+    return True
+
+
+async def _erase_pending(
+    db: AsyncSession,
+    settings: Settings,
+    cache: Cache,
+    receipt_id: uuid.UUID,
+    notes: dict[str, Any],
+) -> bool:
+    """A forget's rows, cached copies and completion, its receipt locked first."""
+    claimed = await repository.lock_pending(db, receipt_id)
+    if claimed is None:
+        return False
+    await _erase_and_complete(db, settings, cache, receipt_id, claimed, notes)
+    return True
+
+
+async def _erase_and_complete(
+    db: AsyncSession,
+    settings: Settings,
+    cache: Cache,
+    receipt_id: uuid.UUID,
+    claimed: Claimed,
+    notes: dict[str, Any],
+) -> None:
+    """Rows, then cached copies, then the receipt, in the caller's transaction. The cache is
+    hunted before the commit: a run that ends between the two leaves every erased text in its
+    rows for the retry's hunt (after the commit, a retry would have nothing left to hunt
+    with), and the receipt completes with the rows."""
+    target, tenant_pk = claimed
+    session_pk = uuid.UUID(target["session_pk"])
+    stores, texts = await _erase_rows(db, settings, cache, tenant_pk, session_pk, target)
     redis_report = await _erase_cached(cache, session_pk, target, needles(texts))
     stores = {**stores, **notes, "redis": redis_report}
-    async with unit_of_work(maker) as db:
-        await repository.complete_receipt(db, receipt_id, stores, datetime.now(UTC))
-    return True
+    await repository.complete_receipt(db, receipt_id, stores, datetime.now(UTC))
 
 
 def _stamp(report: dict[str, Any]) -> dict[str, Any]:
@@ -202,49 +285,53 @@ async def _drop_from_other_notes(
 SCAN_PAGE = 500
 
 
-async def _quoting(client: Redis, keys: list[Any], found: list[str]) -> list[Any]:
-    """Those of `keys` whose string value quotes any of `found`."""
+def _key_text(key: Any) -> str:
+    return key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+
+
+async def _doomed(client: Redis, keys: list[Any], about: str, found: list[str]) -> list[Any]:
+    """Those of `keys` about the target (`about` in the key) or whose string value quotes any
+    of `found` (MGET answers nil for a key that holds no string)."""
     if not keys:
         return []
-    quoting = []
-    for key, value in zip(keys, await client.mget(keys), strict=True):
-        if value is None:
-            continue
-        body = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-        if any(n in body for n in found):
-            quoting.append(key)
-    return quoting
+    doomed = []
+    values = await client.mget(keys) if found else [None] * len(keys)
+    for key, value in zip(keys, values, strict=True):
+        if about in _key_text(key):
+            doomed.append(key)
+        elif value is not None:
+            body = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            if any(n in body for n in found):
+                doomed.append(key)
+    return doomed
 
 
 async def _erase_cached(
     cache: Cache, session_pk: uuid.UUID, target: dict[str, Any], found: list[str]
 ) -> dict[str, Any]:
+    """One scan of our key prefix, a page at a time: the keys about the session (its notes
+    versions; for a deleted session, every key naming it) and any value quoting an erased
+    text, deleted with one command."""
     client = cache.client
     if client is None:
         return _stamp({"configured": False})
     prefix = cache.key("")[: -len(":")]  # "<prefix>:v1"
+    about = str(session_pk) if target["kind"] == "session" else f"{prefix}:notes:{session_pk}:"
     deleted = scanned = 0
     try:
-        # Keys about the session: its notes versions (and, for a deleted session, everything).
-        pattern = f"{prefix}:notes:{session_pk}:*"
-        if target["kind"] == "session":
-            pattern = f"{prefix}:*{session_pk}*"
-        doomed = [k async for k in client.scan_iter(match=pattern, count=500)]
+        doomed: list[Any] = []
         if target["kind"] == "session":
             tenant = target.get("tenant_id")
             if tenant:
                 doomed.append(session_cache_key(cache, uuid.UUID(tenant), target["session_id"]))
-        # Anything else under our prefix that quotes an erased text: read a page of keys at a
-        # time (MGET answers nil for a key that holds no string), not two round trips a key.
-        if found:
-            page: list[Any] = []
-            async for key in client.scan_iter(match=f"{prefix}:*", count=SCAN_PAGE):
-                page.append(key)
-                if len(page) == SCAN_PAGE:
-                    doomed.extend(await _quoting(client, page, found))
-                    scanned, page = scanned + len(page), []
-            doomed.extend(await _quoting(client, page, found))
-            scanned += len(page)
+        page: list[Any] = []
+        async for key in client.scan_iter(match=f"{prefix}:*", count=SCAN_PAGE):
+            page.append(key)
+            if len(page) == SCAN_PAGE:
+                doomed.extend(await _doomed(client, page, about, found))
+                scanned, page = scanned + len(page), []
+        doomed.extend(await _doomed(client, page, about, found))
+        scanned += len(page)
         if doomed:
             deleted = int(await client.delete(*doomed))
     except (RedisError, OSError) as exc:

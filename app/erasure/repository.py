@@ -4,10 +4,10 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import EraseReceipt
+from app.db.models import EraseReceipt, Turn
 
 
 async def add_receipt(
@@ -51,13 +51,37 @@ async def session_receipts(
 async def claim_attempt(
     db: AsyncSession, receipt_id: uuid.UUID
 ) -> tuple[dict[str, Any], uuid.UUID] | None:
-    """Count an attempt of the erase job on a receipt not yet complete, locking it for the job;
+    """Count an attempt of the erase job on a receipt not yet complete, locking it for the rest
+    of the transaction (a second run of the same receipt waits, then finds it complete);
     (its target, its tenant), None when it is gone or complete."""
     row = await db.execute(
         update(EraseReceipt)
         .where(EraseReceipt.id == receipt_id, EraseReceipt.status != "completed")
         .values(attempts=EraseReceipt.attempts + 1)
         .returning(EraseReceipt.target, EraseReceipt.tenant_id)
+    )
+    found = row.one_or_none()
+    return None if found is None else (dict(found[0]), found[1])
+
+
+async def count_attempt(db: AsyncSession, receipt_id: uuid.UUID) -> None:
+    """An attempt that failed, counted after its transaction (and its own count) rolled back."""
+    await db.execute(
+        update(EraseReceipt)
+        .where(EraseReceipt.id == receipt_id, EraseReceipt.status != "completed")
+        .values(attempts=EraseReceipt.attempts + 1)
+    )
+
+
+async def lock_pending(
+    db: AsyncSession, receipt_id: uuid.UUID
+) -> tuple[dict[str, Any], uuid.UUID] | None:
+    """Lock a receipt not yet complete for the rest of the transaction, as `claim_attempt` does
+    without counting; None when it is gone or complete."""
+    row = await db.execute(
+        select(EraseReceipt.target, EraseReceipt.tenant_id)
+        .where(EraseReceipt.id == receipt_id, EraseReceipt.status != "completed")
+        .with_for_update()
     )
     found = row.one_or_none()
     return None if found is None else (dict(found[0]), found[1])
@@ -71,3 +95,14 @@ async def complete_receipt(
         .where(EraseReceipt.id == receipt_id)
         .values(stores=stores, status="completed", completed_at=now)
     )
+
+
+async def session_text_bytes(db: AsyncSession, session_pk: uuid.UUID) -> int:
+    """The bytes of a session's turn texts (what an erase reads, and hunts copies of; its chunks
+    hold the same text). PostgreSQL answers a stored text's length without reading it."""
+    total = await db.scalar(
+        select(func.coalesce(func.sum(func.octet_length(Turn.content)), 0)).where(
+            Turn.session_id == session_pk
+        )
+    )
+    return int(total or 0)

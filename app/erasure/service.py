@@ -19,13 +19,16 @@ session's live turns), so forgetting a tool call also forgets its results and th
 no tool result is ever left without its call (spec §2), in the window or in a chunk.
 """
 
+import logging
 import re
+import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
+from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.schemas import Caller
@@ -52,6 +55,17 @@ from app.sessions.service import require_session, session_cache_key, to_record, 
 NOTES_WRITE_ATTEMPTS = 3  # a notes job may commit a new version between our read and our write
 USER_SESSIONS_UPDATED = 50  # notes of at most this many of a user's sessions updated per forget
 USER_SESSIONS_PER_DELETE = 100  # sessions a user delete tombstones per call: a request stays short
+# A session delete erases inline (`app.erasure.erase.erase_now`) when that is cheap: a session of
+# at most this many bytes of turn text, a cache of at most this many keys to hunt, and in a user
+# delete while the request has run less than this; its job then waits this long, for a process
+# that died.
+INLINE_MAX_TEXT_BYTES = 4 * 1024 * 1024
+INLINE_MAX_CACHE_KEYS = 5_000
+INLINE_SECONDS = 2.0
+INLINE_JOB_DELAY_SECONDS = 10.0
+
+logger = logging.getLogger("contextd.erasure")
+EraseNow = Callable[[uuid.UUID], Awaitable[bool]]
 
 
 def parse_id(value: str, field: str, what: str) -> uuid.UUID:
@@ -345,29 +359,63 @@ async def _schedule_erase(db: AsyncSession, session: Session, target: dict[str, 
 
 
 async def delete_session(
-    db: AsyncSession, caller: Caller, settings: Settings, cache: Cache, session_id: str
+    db: AsyncSession,
+    caller: Caller,
+    settings: Settings,
+    cache: Cache,
+    session_id: str,
+    erase_now: EraseNow | None = None,
 ) -> str:
     """Tombstone the whole session now (it is a 404 from this commit on, and its id free for
     reuse), with the user-scope items it wrote (out of the user's other notes too), and enqueue
-    the job that erases it. Returns the erase receipt id."""
+    the job that erases it; then, when cheap, erase it with `erase_now` (its receipt complete
+    before the answer). Returns the erase receipt id."""
     session = await require_session(db, caller, session_id)
     session_pk = session.id
     others = await _users_other_sessions(
         db, session, set(await memory_repository.session_item_users(db, session_pk))
     )
-    receipt_id = await retrying_transaction(
+    inline = erase_now is not None and await _cache_small(cache)
+    tombstoned = await retrying_transaction(
         db,
         lambda: _erase_session(
-            db, settings, cache, session_pk, others, lambda s: s.external_id == session_id
+            db, settings, cache, session_pk, others, lambda s: s.external_id == session_id, inline
         ),
     )
-    if receipt_id is None:  # deleted by a concurrent call
+    if tombstoned is None:  # deleted by a concurrent call
         raise NotFound(f"session {session_id!r} not found", field="session_id")
-    return str(receipt_id)
+    await _erase_inline(erase_now, *tombstoned)
+    return str(tombstoned[0])
+
+
+async def _cache_small(cache: Cache) -> bool:
+    """Whether an inline erase's hunt through the cache is short (`INLINE_MAX_CACHE_KEYS`)."""
+    client = cache.client
+    if client is None:
+        return True
+    try:
+        return int(await client.dbsize()) <= INLINE_MAX_CACHE_KEYS
+    except (RedisError, OSError):
+        return False  # the job retries until Redis answers
+
+
+async def _erase_inline(erase_now: EraseNow | None, receipt_id: uuid.UUID, inline: bool) -> None:
+    """The inline erase of a tombstoned session; one that fails is left to its job."""
+    if erase_now is None or not inline:
+        return
+    try:
+        await erase_now(receipt_id)
+    except Exception as exc:  # the tombstone is committed: the answer is still 202
+        logger.warning("inline erase of receipt %s failed (%r); its job retries", receipt_id, exc)
 
 
 async def delete_user(
-    db: AsyncSession, caller: Caller, settings: Settings, cache: Cache, user_id: str
+    db: AsyncSession,
+    caller: Caller,
+    settings: Settings,
+    cache: Cache,
+    user_id: str,
+    erase_now: EraseNow | None = None,
 ) -> UserErased:
     """Everything of a user: up to `USER_SESSIONS_PER_DELETE` of their sessions deleted as
     `delete_session` does, and every item remembered for them that a session still holds
@@ -376,7 +424,10 @@ async def delete_user(
 
     One transaction per session and per holder, each committed with its receipt and job: no
     transaction grows with the user's size, and a failure midway leaves those done erased
-    (their receipts complete) and the rest to the next call."""
+    (their receipts complete) and the rest to the next call. Sessions are erased inline with
+    `erase_now`, as `delete_session` does, while the request has run less than
+    `INLINE_SECONDS`; the rest by their jobs."""
+    started = time.monotonic()
     tenant_id = caller.tenant_id
     sessions = [
         (s.id, s.external_id)
@@ -389,14 +440,17 @@ async def delete_user(
         return session.tenant_id == tenant_id and session.user_id == user_id
 
     erased_sessions = []
+    small_cache = erase_now is not None and await _cache_small(cache)
     for session_pk, session_id in sessions:
+        inline = small_cache and time.monotonic() - started < INLINE_SECONDS
         # The user's other sessions go too: their notes are left to the erase jobs.
-        receipt_id = await retrying_transaction(
-            db, partial(_erase_session, db, settings, cache, session_pk, [], still_theirs)
+        tombstoned = await retrying_transaction(
+            db, partial(_erase_session, db, settings, cache, session_pk, [], still_theirs, inline)
         )
-        if receipt_id is not None:
+        if tombstoned is not None:
+            await _erase_inline(erase_now, *tombstoned)
             erased_sessions.append(
-                ErasedSession(session_id=session_id, erase_receipt_id=str(receipt_id))
+                ErasedSession(session_id=session_id, erase_receipt_id=str(tombstoned[0]))
             )
     erased_memories: list[ErasedMemory] = []
     for holder_pk in await memory_repository.user_memories_by_session(db, tenant_id, user_id):
@@ -451,10 +505,13 @@ async def _erase_session(
     session_pk: uuid.UUID,
     others: list[uuid.UUID],
     wanted: Callable[[Session], bool],
-) -> uuid.UUID | None:
-    """Tombstone the session `session_pk` and enqueue its erase: its receipt id, None when it
-    is gone, being erased, or no longer `wanted` once locked. The notes of `others` (the
-    sessions of the users its user-scope items were written for) lose those items now."""
+    inline: bool,
+) -> tuple[uuid.UUID, bool] | None:
+    """Tombstone the session `session_pk` and enqueue its erase: its receipt id and whether
+    the caller erases it inline (`inline` asked and the session small: its job then waits),
+    None when it is gone, being erased, or no longer `wanted` once locked. The notes of
+    `others` (the sessions of the users its user-scope items were written for) lose those
+    items now."""
     locked = await sessions_repository.lock_sessions(db, [session_pk, *others])
     session = _live(locked, session_pk)
     if session is None or not wanted(session):
@@ -489,10 +546,15 @@ async def _erase_session(
             "tenant_id": str(tenant_id),
         },
     )
+    inline = inline and await repository.session_text_bytes(db, session.id) <= INLINE_MAX_TEXT_BYTES
     await enqueue(
-        db, TaskName.ERASE, {"receipt_id": str(receipt.id)}, lock=session_lock(session.id)
+        db,
+        TaskName.ERASE,
+        {"receipt_id": str(receipt.id)},
+        lock=session_lock(session.id),
+        delay_seconds=INLINE_JOB_DELAY_SECONDS if inline else None,
     )
-    return receipt.id
+    return receipt.id, inline
 
 
 def receipt_out(receipt: EraseReceipt) -> EraseReceiptOut:

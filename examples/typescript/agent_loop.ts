@@ -37,6 +37,8 @@ const CONTEXTD_URL = (env.CONTEXTD_URL ?? "http://127.0.0.1:8080").replace(/\/$/
 const OPENAI_BASE_URL = (env.OPENAI_BASE_URL ?? "https://api.openai.com/v1").replace(/\/$/, "");
 const MODEL = env.MODEL ?? "gpt-4o-mini";
 const SESSION = env.SESSION_ID ?? "agent-demo";
+// The id as one path segment: the server's session-id rule, not the router, refuses what it must.
+const SESSION_PATH = `/v1/sessions/${encodeURIComponent(SESSION)}`;
 const MAX_ROUNDS = Number(env.MAX_TOOL_ROUNDS ?? "5");
 const MAX_RETRIES = Number(env.MAX_RETRIES ?? "3");
 const RETRY_STATUSES = new Set([429, 500, 502, 503, 504]);
@@ -100,7 +102,7 @@ async function memoryTool(): Promise<Json[]> {
 
 async function append(turn: Json): Promise<void> {
   const key = { "Idempotency-Key": crypto.randomUUID() }; // one key for every retry of this append
-  await contextdJson("POST", `/v1/sessions/${SESSION}/turns`, { turns: [turn] }, key);
+  await contextdJson("POST", `${SESSION_PATH}/turns`, { turns: [turn] }, key);
 }
 
 /** Run one tool call; errors go back to the model as the tool result, not a crash. */
@@ -112,7 +114,7 @@ async function callMemory(call: ToolCall): Promise<string> {
   } catch (err) {
     return `error: arguments are not JSON (${String(err)})`;
   }
-  const resp = await contextd("POST", `/v1/sessions/${SESSION}/memory`, args);
+  const resp = await contextd("POST", `${SESSION_PATH}/memory`, args);
   if (resp.status >= 400) {
     const body = (await resp.json().catch(() => ({}))) as { error?: { code?: string; message?: string } };
     return `error: ${body.error?.code ?? resp.status}: ${body.error?.message ?? ""}`;
@@ -127,7 +129,7 @@ async function reply(userText: string, tools: Json[]): Promise<string> {
   for (let round = 0; round < MAX_ROUNDS; round++) {
     const prompt = await contextdJson<{ messages: Json[] }>(
       "POST",
-      `/v1/sessions/${SESSION}/build-prompt`,
+      `${SESSION_PATH}/build-prompt`,
       { system: SYSTEM_PROMPT, tools, format: "openai" },
     );
     const request: Json = { model: MODEL, messages: prompt.messages };

@@ -6,8 +6,10 @@ from datetime import UTC, datetime, timedelta
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.auth.schemas import ALL_SCOPES, Caller
 from app.core.cache import Cache
 from app.core.config import Settings
+from app.erasure.service import delete_session
 from app.offload.repository import active_chunk_count
 from app.sessions import repository
 from app.sessions.repository import Counters
@@ -39,8 +41,13 @@ async def test_the_sweep_skips_a_session_waiting_for_its_erase(
     offload = await admin.post(f"/v1/sessions/{sid}/memory", json={"type": "offload"})
     assert offload.json()["data"]["chunks_written"] > 0
     pk = await session_of_key(engine, admin_key, sid)
-    # This server runs no worker: the session stays tombstoned, its erase job waiting.
-    assert (await admin.delete(f"/v1/sessions/{sid}")).status_code == 202
+    # Tombstoned without the request's inline erase, and this server runs no worker: the
+    # session stays tombstoned, its erase job waiting.
+    async with transaction(engine) as db:
+        row = await repository.get_session_by_pk(db, pk)
+        assert row is not None
+        caller = Caller(row.tenant_id, "admin", frozenset(s.value for s in ALL_SCOPES), None)
+        await delete_session(db, caller, settings, cache, sid)
 
     async with transaction(engine) as db:
         row = await repository.get_session_by_pk(db, pk)
