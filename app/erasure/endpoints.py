@@ -43,9 +43,9 @@ async def delete_session(
     response: Response,
 ) -> SessionErased:
     erase_now = partial(erase.erase_now, db, settings, cache)
-    receipt_id = await service.delete_session(db, caller, settings, cache, session_id, erase_now)
-    response.headers["Location"] = f"/v1/erase-receipts/{receipt_id}"
-    return SessionErased(session_id=session_id, erase_receipt_id=receipt_id)
+    erased = await service.delete_session(db, caller, settings, cache, session_id, erase_now)
+    response.headers["Location"] = f"/v1/erase-receipts/{erased.erase_receipt_id}"
+    return erased
 
 
 @router.delete(

@@ -17,15 +17,20 @@ class EraseReceiptOut(BaseModel):
     completed_at: datetime | None
 
 
+EraseStatus = Literal["pending", "completed"]
+ERASE_STATUS = "`completed`: erased in the request; `pending`: its job erases it"
+
+
 class SessionErased(BaseModel):
     session_id: str
     erase_receipt_id: str
-    status: Literal["pending"] = "pending"
+    status: EraseStatus = Field(description=ERASE_STATUS)
 
 
 class ErasedSession(BaseModel):
     session_id: str
     erase_receipt_id: str
+    status: EraseStatus = Field(description=ERASE_STATUS)
 
 
 class ErasedMemory(BaseModel):
@@ -43,4 +48,7 @@ class UserErased(BaseModel):
     remaining_sessions: int = Field(
         description="the user's sessions this call left (it deletes at most 100): call again"
     )
-    status: Literal["pending"] = "pending"
+    status: EraseStatus = Field(
+        description="`completed` when every session was erased in the request and no item "
+        "was forgotten elsewhere (a forget is its job's); else `pending`"
+    )

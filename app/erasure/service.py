@@ -38,7 +38,13 @@ from app.core.db import after_commit, retrying_transaction
 from app.core.errors import Conflict, InvalidInput, NotFound
 from app.db.models import EraseReceipt, Session, Turn
 from app.erasure import repository
-from app.erasure.schemas import ErasedMemory, ErasedSession, EraseReceiptOut, UserErased
+from app.erasure.schemas import (
+    ErasedMemory,
+    ErasedSession,
+    EraseReceiptOut,
+    SessionErased,
+    UserErased,
+)
 from app.jobs.queue import TaskName, embedding_lock, enqueue, session_lock
 from app.memory import repository as memory_repository
 from app.memory.schemas import MemoryRequest
@@ -365,11 +371,11 @@ async def delete_session(
     cache: Cache,
     session_id: str,
     erase_now: EraseNow | None = None,
-) -> str:
+) -> SessionErased:
     """Tombstone the whole session now (it is a 404 from this commit on, and its id free for
     reuse), with the user-scope items it wrote (out of the user's other notes too), and enqueue
     the job that erases it; then, when cheap, erase it with `erase_now` (its receipt complete
-    before the answer). Returns the erase receipt id."""
+    before the answer): its erase receipt id and whether it is complete."""
     session = await require_session(db, caller, session_id)
     session_pk = session.id
     others = await _users_other_sessions(
@@ -384,8 +390,12 @@ async def delete_session(
     )
     if tombstoned is None:  # deleted by a concurrent call
         raise NotFound(f"session {session_id!r} not found", field="session_id")
-    await _erase_inline(erase_now, *tombstoned)
-    return str(tombstoned[0])
+    erased = await _erase_inline(erase_now, *tombstoned)
+    return SessionErased(
+        session_id=session_id,
+        erase_receipt_id=str(tombstoned[0]),
+        status="completed" if erased else "pending",
+    )
 
 
 async def _cache_small(cache: Cache) -> bool:
@@ -399,14 +409,17 @@ async def _cache_small(cache: Cache) -> bool:
         return False  # the job retries until Redis answers
 
 
-async def _erase_inline(erase_now: EraseNow | None, receipt_id: uuid.UUID, inline: bool) -> None:
-    """The inline erase of a tombstoned session; one that fails is left to its job."""
+async def _erase_inline(erase_now: EraseNow | None, receipt_id: uuid.UUID, inline: bool) -> bool:
+    """The inline erase of a tombstoned session: whether it erased it (one that fails, or is
+    not tried, is left to its job)."""
     if erase_now is None or not inline:
-        return
+        return False
     try:
         await erase_now(receipt_id)
     except Exception as exc:  # the tombstone is committed: the answer is still 202
         logger.warning("inline erase of receipt %s failed (%r); its job retries", receipt_id, exc)
+        return False
+    return True
 
 
 async def delete_user(
@@ -448,9 +461,13 @@ async def delete_user(
             db, partial(_erase_session, db, settings, cache, session_pk, [], still_theirs, inline)
         )
         if tombstoned is not None:
-            await _erase_inline(erase_now, *tombstoned)
+            erased = await _erase_inline(erase_now, *tombstoned)
             erased_sessions.append(
-                ErasedSession(session_id=session_id, erase_receipt_id=str(tombstoned[0]))
+                ErasedSession(
+                    session_id=session_id,
+                    erase_receipt_id=str(tombstoned[0]),
+                    status="completed" if erased else "pending",
+                )
             )
     erased_memories: list[ErasedMemory] = []
     for holder_pk in await memory_repository.user_memories_by_session(db, tenant_id, user_id):
@@ -472,6 +489,9 @@ async def delete_user(
         sessions=erased_sessions,
         memories=erased_memories,
         remaining_sessions=await sessions_repository.count_sessions(db, tenant_id, user_id),
+        status="pending"
+        if erased_memories or any(s.status == "pending" for s in erased_sessions)
+        else "completed",
     )
 
 

@@ -32,7 +32,6 @@ from app.notes.values import (
     render_stub,
     render_table,
     result_values,
-    used_mark,
 )
 
 # The values part of one stub at most, tokens: enough for a user's ids and reservations or a
@@ -280,14 +279,14 @@ class TableEntry:
 
     @property
     def cost(self) -> int:
-        mark = count_tokens(used_mark(self.used)) if self.used is not None else 0
-        return _value_cost(self.value) + mark
+        return _value_cost(self.value)
 
 
 def fit_table(entries: Sequence[TableEntry], max_tokens: int) -> tuple[str, int]:
     """The value table within `max_tokens` (as a system message): the most identifying values
     first, among them those a call used, then the cheapest, then the newest; (text, tokens) —
-    ("", 0) when nothing fits."""
+    ("", 0) when nothing fits. The turn that last used a value is marked only when the marks
+    fit beside the values chosen without them: a value is worth more than when it was used."""
     if max_tokens <= 0 or not entries:
         return "", 0
     ranked = sorted(
@@ -304,18 +303,20 @@ def fit_table(entries: Sequence[TableEntry], max_tokens: int) -> tuple[str, int]
         rows.add(entry.seq)
         used += cost
     # Each row lists its values as the result did, whatever their rank: a value a new call
-    # uses moves up the ranking, not along its row (its mark says which call used it).
+    # uses moves up the ranking, not along its row.
     listed = {id(entry): n for n, entry in enumerate(entries)}
     while chosen:
-        text = render_table(_rows(sorted(chosen, key=lambda e: listed[id(e)])))
-        tokens = message_tokens("system", text)
-        if tokens <= max_tokens:
-            return text, tokens
+        in_order = sorted(chosen, key=lambda e: listed[id(e)])
+        for marked in (True, False):
+            text = render_table(_rows(in_order, marked))
+            tokens = message_tokens("system", text)
+            if tokens <= max_tokens:
+                return text, tokens
         chosen.pop()  # the estimate was short: the last chosen, least ranked, goes
     return "", 0
 
 
-def _rows(entries: Sequence[TableEntry]) -> list[TableRow]:
+def _rows(entries: Sequence[TableEntry], marked: bool) -> list[TableRow]:
     by_seq: dict[int, list[TableEntry]] = {}
     for entry in entries:
         by_seq.setdefault(entry.seq, []).append(entry)
@@ -324,7 +325,7 @@ def _rows(entries: Sequence[TableEntry]) -> list[TableRow]:
             group[0].label,
             seq,
             [e.value for e in group],
-            {e.value: e.used for e in group if e.used is not None},
+            {e.value: e.used for e in group if e.used is not None} if marked else {},
         )
         for seq, group in by_seq.items()
     ]

@@ -205,7 +205,7 @@ def test_an_agent_step_puts_what_recall_found_after_the_transcript() -> None:
 
 def test_the_value_table_says_which_later_call_used_a_value() -> None:
     """A value a later call passed on is ranked first and marked with that call's turn (the
-    latest one); a value no call used carries no mark."""
+    latest one) when there is room; a value no call used carries no mark."""
     turns = loop(4)
     again = [call(f"c{n}", "cancel_reservation", '{"reservation_id": "RES001X"}') for n in (8, 9)]
     turns += [
@@ -219,10 +219,11 @@ def test_the_value_table_says_which_later_call_used_a_value() -> None:
     used = {e.value.value: e.used for e in entries}
     assert used["RES001X"] == 12 and used["RES000X"] is None
     text, _ = fit_table(entries, 500)
-    assert "RES001X (used turn 12)" in text and "RES000X (used" not in text
-    # Within a small budget the used value is among the first kept.
-    small, _ = fit_table(entries, 90)
-    assert "RES001X (used turn 12)" in small and "RES003X" not in small
+    assert "RES001X @12" in text and "RES000X @" not in text
+    # Within a small budget the used value is among the first kept, and values come before
+    # marks: the mark is left out when it would cost a value.
+    small, _ = fit_table(entries, 100)
+    assert "RES001X" in small and "RES002X" not in small and "@12" not in small
 
 
 def test_stretches_scale_with_the_budget_and_small_budgets_have_none() -> None:
