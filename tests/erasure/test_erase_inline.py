@@ -4,7 +4,6 @@ two runs of one receipt take turns on its row."""
 
 import asyncio
 import uuid
-from typing import Any
 
 import httpx
 from sqlalchemy import text
@@ -18,6 +17,7 @@ from app.erasure import repository as erasure_repository
 from app.erasure.erase import run_erase
 from app.erasure.service import delete_session
 from app.sessions import repository
+from tests.erasure.test_erase_job import receipt
 from tests.support.factories import session_of_key, transaction
 from tests.support.waiting import wait_for
 
@@ -47,15 +47,6 @@ async def rows_of(engine: AsyncEngine, pk: uuid.UUID) -> tuple[int, int]:
         )
         found = row.one()
     return int(found[0]), int(found[1])
-
-
-async def receipt_row(engine: AsyncEngine, receipt_id: uuid.UUID) -> dict[str, Any]:
-    async with engine.connect() as conn:
-        row = await conn.execute(
-            text("SELECT status, stores, attempts FROM erase_receipts WHERE id = :r"),
-            {"r": receipt_id},
-        )
-        return dict(row.one()._mapping)
 
 
 async def tombstoned(
@@ -103,7 +94,7 @@ async def test_a_session_delete_is_erased_in_its_request(
     async with httpx.AsyncClient() as http:
         again = await run_erase(create_sessionmaker(engine), settings, cache, http, receipt_id)
     assert again is False
-    assert (await receipt_row(engine, receipt_id))["attempts"] == 1
+    assert (await receipt(engine, receipt_id))["attempts"] == 1
 
 
 async def test_the_inline_bound_counts_the_bytes_of_the_turn_texts(
@@ -140,13 +131,13 @@ async def test_a_failed_cache_hunt_leaves_every_row_for_the_retry(
     finally:
         await down.aclose()
     assert failed is not None and "redis erase failed" in str(failed)
-    found = await receipt_row(engine, receipt_id)
+    found = await receipt(engine, receipt_id)
     assert found["status"] == "pending" and found["attempts"] == 1
     assert await rows_of(engine, pk) == (1, 1)  # the texts are still there to hunt with
 
     async with httpx.AsyncClient() as http:
         assert await run_erase(maker, settings, cache, http, receipt_id) is True
-    found = await receipt_row(engine, receipt_id)
+    found = await receipt(engine, receipt_id)
     assert found["status"] == "completed" and found["attempts"] == 2
     assert await rows_of(engine, pk) == (0, 0)
 
