@@ -307,7 +307,8 @@ def fit_table(entries: Sequence[TableEntry], max_tokens: int) -> tuple[str, int]
     listed = {id(entry): n for n, entry in enumerate(entries)}
     while chosen:
         in_order = sorted(chosen, key=lambda e: listed[id(e)])
-        for marked in (True, False):
+        marks = any(e.used is not None for e in in_order)
+        for marked in (True, False) if marks else (False,):
             text = render_table(_rows(in_order, marked))
             tokens = message_tokens("system", text)
             if tokens <= max_tokens:
