@@ -97,7 +97,7 @@ class BudgetConfig(BaseModel):
         False, description="also empty a cleared result's call arguments (its stub keeps them)"
     )
     value_table_tokens: int = Field(
-        500,
+        750,
         ge=0,
         le=MAX_WINDOW_TOKENS,
         description="the value table's tokens at most, when history does not fit",

@@ -806,7 +806,7 @@ FIRST_SEQ = 1
 # window is too small to leave a stretch unused and the start moves turn by turn. Tuned on the
 # tau-bench tune split (docs/BENCHMARKS.md, "Prefix reuse").
 STRETCHES_PER_BUDGET = 2
-MIN_STRETCH_TURNS = 8
+MIN_STRETCH_TURNS = 4
 
 
 def stretch_turns(turns: Sequence[TurnRecord], limit: int) -> int:

@@ -228,7 +228,8 @@ def test_the_value_table_says_which_later_call_used_a_value() -> None:
 
 def test_stretches_scale_with_the_budget_and_small_budgets_have_none() -> None:
     turns = [turn(n, "user", "a short turn " * 20) for n in range(1, 40)]  # ~60 tokens each
-    assert stretch_turns(turns, 400) == 1  # a few turns: the start moves turn by turn
+    assert stretch_turns(turns, 200) == 1  # a few turns: the start moves turn by turn
+    assert stretch_turns(turns, 400) == 4
     assert stretch_turns(turns, 2000) == 16
     assert stretch_turns(turns, 8000) == 64
 
