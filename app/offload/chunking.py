@@ -314,7 +314,7 @@ def iter_chunks(
                 if current:
                     yield _group_draft(current, current_tokens)
                     current = []
-                yield from _split_turn(unit[0].turn, cfg)
+                yield from split_turn(unit[0].turn, cfg)
                 continue
             unit_tokens = _tokens(unit)
             joined = current_tokens + current[-1].join + unit_tokens if current else unit_tokens
@@ -382,16 +382,20 @@ def _draft(
     )
 
 
-def _split_turn(turn: TurnRecord, cfg: ChunkingConfig) -> list[ChunkDraft]:
-    """Pieces of one long turn: `label [part i/n]:` header line, overlap copy, then the piece.
+def split_turn(
+    turn: TurnRecord, cfg: ChunkingConfig, body_ids: Sequence[int] | None = None
+) -> list[ChunkDraft]:
+    """Pieces of one turn longer than `cfg.max_tokens` (as `iter_chunks` splits it): a
+    `label [part i/n]:` header line, the overlap copy, then the piece. `body_ids`: the tokens of
+    `turn_body(turn)` when the caller has them.
 
     Linear in the turn's length: the body is tokenised once (`_cuts` places the cuts on that
-    tokenisation), and a piece cut on line edges is counted from it (`_exact_tokens`); only the
+    tokenisation), and a piece cut on line edges is counted from it (`_raw_tokens`); only the
     short header and overlap are tokenised again, and pieces cut elsewhere."""
     label = turn_label(turn)
     header_budget = count_tokens(f"{label} [part 999/999]:\n") + 2
     budget = max(1, cfg.max_tokens - header_budget - cfg.split_overlap_tokens)
-    body = _Tokenised(turn_body(turn))
+    body = _Tokenised(turn_body(turn), body_ids)
     cuts = _cuts(body, budget)
     hint = summary_hint([turn])
     drafts: list[ChunkDraft] = []
@@ -444,9 +448,10 @@ def _token_bytes() -> list[int]:
 class _Tokenised:
     """A long body, its UTF-8 bytes and where its tokens start (tokenised once)."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, ids: Sequence[int] | None) -> None:
         self.data = text.encode()
-        ids = encoding().encode(text, disallowed_special=())
+        if ids is None:
+            ids = encoding().encode(text, disallowed_special=())
         lengths = _token_bytes()
         self.starts = list(accumulate(map(lengths.__getitem__, ids), initial=0))  # and the end
         self.tokens = len(ids)

@@ -14,13 +14,13 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.config import Settings
-from app.core.tokens import message_tokens
+from app.core.tokens import encoding, message_tokens
 from app.db.models import Session
 from app.domain.records import TurnRecord
 from app.jobs.queue import TaskName, embedding_lock, enqueue
 from app.notes.layering import LayeredSource, layered_view
 from app.offload import repository as chunks_repository
-from app.offload.chunking import chunk_row, chunking_config, iter_chunks
+from app.offload.chunking import chunk_row, chunk_turns, chunking_config, split_turn
 
 
 @dataclass(frozen=True)
@@ -32,9 +32,19 @@ class LayeredResult:
     chunk_rows: list[dict[str, object]]
 
 
-def layer(settings: Settings, row: dict[str, Any]) -> LayeredResult:
+def content_ids(settings: Settings, content: str) -> list[int] | None:
+    """The tokens of a tool result's `content` when it may be layered, else None. A token holds
+    a byte at least, so a result of no more bytes than `limits.layer_tool_result_tokens` is
+    not; the others are tokenised once, for their count and for their chunks' cuts (`layer`)."""
+    if len(content.encode()) <= settings.limits.layer_tool_result_tokens:
+        return None
+    return encoding().encode(content, disallowed_special=())
+
+
+def layer(settings: Settings, row: dict[str, Any], ids: list[int]) -> LayeredResult:
     """Layer the tool turn `row` (the turn columns of an append, its whole text as `content`,
-    its `token_count` as sent). CPU work: called off the event loop."""
+    its `token_count` as sent; `ids`: its content's tokens, `content_ids`). CPU work: called off
+    the event loop."""
     raw = TurnRecord(
         seq=0,  # the turn's seq is known once the session is locked (`store`)
         role=row["role"],
@@ -45,7 +55,12 @@ def layer(settings: Settings, row: dict[str, Any]) -> LayeredResult:
         tool_call_id=row["tool_call_id"],
         metadata=row["metadata_"],
     )
-    rows = [chunk_row(d, uuid.uuid4()) for d in iter_chunks([raw], chunking_config(settings))]
+    cfg = chunking_config(settings)
+    # A tool turn's content is its chunk body (it calls no tool): `ids` are the body's tokens.
+    drafts = (
+        split_turn(raw, cfg, ids) if raw.token_count > cfg.max_tokens else chunk_turns([raw], cfg)
+    )
+    rows = [chunk_row(d, uuid.uuid4()) for d in drafts]
     source = LayeredSource(
         text=raw.content,
         tokens=raw.token_count,
