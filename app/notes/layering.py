@@ -42,7 +42,6 @@ FIELD_SAMPLE = 20  # the first values of a field among which its shown ones are 
 # Lines of one shape whose values are read: more than FIELD_SAMPLE, so a field repeated on every
 # line of a log still counts as one of many values.
 LINES_PER_SHAPE = 2 * FIELD_SAMPLE
-_DIGITS = str.maketrans("", "", "0123456789")
 MAX_FIELD_WORDS = 3  # "flight number", "最终 金额"; not "INFO worker-0 handled request_id"
 MAX_VALUE_WORDS = 4  # "975 Sunset Drive"; not the rest of a log line
 # Characters read to cut a head or tail of n tokens: n * 8 (a token is rarely longer).
@@ -97,9 +96,10 @@ def layered_values(values: Sequence[Value]) -> list[Value]:
 def sampled_lines(text: str) -> str:
     """`text` with only the first `LINES_PER_SHAPE` lines of each shape (module docstring)."""
     lines = text.split("\n")
-    seen: dict[str, int] = {}
+    seen: dict[bytes, int] = {}
     kept: list[str] = []
-    for line, shape in zip(lines, text.translate(_DIGITS).split("\n"), strict=True):
+    shapes = text.encode().translate(None, b"0123456789").split(b"\n")
+    for line, shape in zip(lines, shapes, strict=True):
         count = seen.get(shape, 0)
         if count < LINES_PER_SHAPE:
             seen[shape] = count + 1

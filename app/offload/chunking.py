@@ -314,7 +314,7 @@ def iter_chunks(
                 if current:
                     yield _group_draft(current, current_tokens)
                     current = []
-                yield from split_turn(unit[0].turn, cfg)
+                yield from TurnPieces(unit[0].turn, cfg)
                 continue
             unit_tokens = _tokens(unit)
             joined = current_tokens + current[-1].join + unit_tokens if current else unit_tokens
@@ -382,37 +382,55 @@ def _draft(
     )
 
 
-def split_turn(
-    turn: TurnRecord, cfg: ChunkingConfig, body_ids: Sequence[int] | None = None
-) -> list[ChunkDraft]:
-    """Pieces of one turn longer than `cfg.max_tokens` (as `iter_chunks` splits it): a
-    `label [part i/n]:` header line, the overlap copy, then the piece. `body_ids`: the tokens of
+class TurnPieces:
+    """The pieces of one turn longer than `cfg.max_tokens` (as `iter_chunks` splits it), each a
+    `label [part i/n]:` header line, the overlap copy, then the piece. The cuts are placed at
+    once (`len` is known); each piece is drafted as it is iterated (its terms are most of the
+    work), so a writer stores some while the next are drafted. `body_ids`: the tokens of
     `turn_body(turn)` when the caller has them.
 
     Linear in the turn's length: the body is tokenised once (`_cuts` places the cuts on that
     tokenisation), and a piece cut on line edges is counted from it (`_raw_tokens`); only the
     short header and overlap are tokenised again, and pieces cut elsewhere."""
-    label = turn_label(turn)
-    header_budget = count_tokens(f"{label} [part 999/999]:\n") + 2
-    budget = max(1, cfg.max_tokens - header_budget - cfg.split_overlap_tokens)
-    body = _Tokenised(turn_body(turn), body_ids)
-    cuts = _cuts(body, budget)
-    hint = summary_hint([turn])
-    drafts: list[ChunkDraft] = []
-    for i, (start, end, tokens) in enumerate(cuts):
-        header = f"{label} [part {i + 1}/{len(cuts)}]:\n"
-        piece = body.data[start:end].decode()
-        overlap = body.overlap(cuts[i - 1][0], start, cfg.split_overlap_tokens) if i else ""
-        while True:
-            raw = f"{header}{overlap}{piece}"
-            count = _raw_tokens(header, overlap, piece, tokens)
-            if count <= cfg.max_tokens or not overlap:
-                break
-            overlap = overlap[len(overlap) // 4 or 1 :]  # the header came out long: less overlap
-        drafts.append(
-            _draft(turn, raw, hint, count, part=i + 1, parts=len(cuts), overlap_prefix=overlap)
-        )
-    return drafts
+
+    def __init__(
+        self, turn: TurnRecord, cfg: ChunkingConfig, body_ids: Sequence[int] | None = None
+    ) -> None:
+        self.turn = turn
+        self.cfg = cfg
+        self.label = turn_label(turn)
+        header_budget = count_tokens(f"{self.label} [part 999/999]:\n") + 2
+        budget = max(1, cfg.max_tokens - header_budget - cfg.split_overlap_tokens)
+        self.body = _Tokenised(turn_body(turn), body_ids)
+        self.cuts = _cuts(self.body, budget)
+        self.hint = summary_hint([turn])
+
+    def __len__(self) -> int:
+        return len(self.cuts)
+
+    def __iter__(self) -> Iterator[ChunkDraft]:
+        cuts, cfg = self.cuts, self.cfg
+        for i, (start, end, tokens) in enumerate(cuts):
+            header = f"{self.label} [part {i + 1}/{len(cuts)}]:\n"
+            piece = self.body.data[start:end].decode()
+            overlap = (
+                self.body.overlap(cuts[i - 1][0], start, cfg.split_overlap_tokens) if i else ""
+            )
+            while True:
+                raw = f"{header}{overlap}{piece}"
+                count = _raw_tokens(header, overlap, piece, tokens)
+                if count <= cfg.max_tokens or not overlap:
+                    break
+                overlap = overlap[len(overlap) // 4 or 1 :]  # a long header: less overlap
+            yield _draft(
+                self.turn,
+                raw,
+                self.hint,
+                count,
+                part=i + 1,
+                parts=len(cuts),
+                overlap_prefix=overlap,
+            )
 
 
 # A newline after which cl100k's pre-tokeniser always starts a new piece, in any text holding
@@ -552,6 +570,12 @@ def _raw_tokens(header: str, overlap: str, piece: str, piece_tokens: int | None)
     return short_tokens(header) + count_tokens(overlap) + piece_tokens
 
 
+def joined_pieces(pieces: Sequence[tuple[str, int]]) -> str:
+    """`turn_body` of a split turn from its pieces in order, each as (raw_text, characters of
+    its overlap copy): each piece's text after its header line, less that copy."""
+    return "".join(raw.split("\n", 1)[1][overlap:] for raw, overlap in pieces)
+
+
 def chunking_config(settings: Settings) -> ChunkingConfig:
     o = settings.offload
     return ChunkingConfig(
@@ -580,6 +604,7 @@ def chunk_row(draft: ChunkDraft, chunk_id: uuid.UUID) -> dict[str, object]:
         "part": draft.part,
         "parts": draft.parts,
         "overlap_tokens": count_tokens(draft.overlap_prefix) if draft.overlap_prefix else 0,
+        "overlap_chars": len(draft.overlap_prefix),
         "roles": list(draft.roles),
         "ts_first": draft.ts_first.isoformat(),
         "ts_last": draft.ts_last.isoformat(),
