@@ -567,7 +567,7 @@ def _raw_tokens(header: str, overlap: str, piece: str, piece_tokens: int | None)
     text = overlap + piece
     if piece_tokens is None or _LEADING_BREAK_RE.match(text) or (overlap and overlap[-1] != "\n"):
         return count_tokens(header + text)
-    return short_tokens(header) + count_tokens(overlap) + piece_tokens
+    return count_tokens(header) + count_tokens(overlap) + piece_tokens
 
 
 def joined_pieces(pieces: Sequence[tuple[str, int]]) -> str:
