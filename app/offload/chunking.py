@@ -105,6 +105,7 @@ class ChunkDraft:
     part: int = 1  # 1-based piece index of a split turn
     parts: int = 1  # number of pieces of that turn; 1 for ordinary chunks
     overlap_prefix: str = ""  # start of the piece body copied from the previous piece
+    overlap_tokens: int = 0  # count_tokens(overlap_prefix)
 
     @property
     def is_piece(self) -> bool:
@@ -418,7 +419,8 @@ class TurnPieces:
             )
             while True:
                 raw = f"{header}{overlap}{piece}"
-                count = _raw_tokens(header, overlap, piece, tokens)
+                overlap_tokens = count_tokens(overlap)
+                count = _raw_tokens(header, overlap, overlap_tokens, piece, tokens)
                 if count <= cfg.max_tokens or not overlap:
                     break
                 overlap = overlap[len(overlap) // 4 or 1 :]  # a long header: less overlap
@@ -430,6 +432,7 @@ class TurnPieces:
                 part=i + 1,
                 parts=len(cuts),
                 overlap_prefix=overlap,
+                overlap_tokens=overlap_tokens,
             )
 
 
@@ -560,14 +563,16 @@ def _cuts(body: _Tokenised, budget: int) -> list[tuple[int, int, int | None]]:
     return cuts
 
 
-def _raw_tokens(header: str, overlap: str, piece: str, piece_tokens: int | None) -> int:
+def _raw_tokens(
+    header: str, overlap: str, overlap_tokens: int, piece: str, piece_tokens: int | None
+) -> int:
     """Tokens of `header + overlap + piece`: the parts' sums where they meet on line edges
     (`_LINE_EDGE_RE`; the header ends with one, the overlap ends where the piece starts), else
     the whole counted."""
     text = overlap + piece
     if piece_tokens is None or _LEADING_BREAK_RE.match(text) or (overlap and overlap[-1] != "\n"):
         return count_tokens(header + text)
-    return count_tokens(header) + count_tokens(overlap) + piece_tokens
+    return count_tokens(header) + overlap_tokens + piece_tokens
 
 
 def joined_pieces(pieces: Sequence[tuple[str, int]]) -> str:
@@ -587,6 +592,15 @@ def chunking_config(settings: Settings) -> ChunkingConfig:
     )
 
 
+# The pieces of a split turn share their times: a 2 MB result's 6,000 rows format them once.
+_isoformat = lru_cache(maxsize=256)(datetime.isoformat)
+
+
+@lru_cache(maxsize=256)
+def _date_terms(first: datetime, last: datetime) -> tuple[str, ...]:
+    return tuple(date_terms(first, last))
+
+
 def chunk_row(draft: ChunkDraft, chunk_id: uuid.UUID) -> dict[str, object]:
     """The row `app.offload.repository.insert_chunks` stores for `draft`: ids and times as
     strings, which is how JSON carries them to PostgreSQL."""
@@ -595,7 +609,7 @@ def chunk_row(draft: ChunkDraft, chunk_id: uuid.UUID) -> dict[str, object]:
     # repeats do not change, and the parser's cost follows the text it reads.
     lexical = terms_document(list(counts))
     # The chunk's days and months are search terms too ("in May", "last week": app.core.dates).
-    dates = date_terms(draft.ts_first, draft.ts_last)
+    dates = _date_terms(draft.ts_first, draft.ts_last)
     counts.update(dates)
     return {
         "id": str(chunk_id),
@@ -603,11 +617,11 @@ def chunk_row(draft: ChunkDraft, chunk_id: uuid.UUID) -> dict[str, object]:
         "turn_last": draft.turn_last,
         "part": draft.part,
         "parts": draft.parts,
-        "overlap_tokens": count_tokens(draft.overlap_prefix) if draft.overlap_prefix else 0,
+        "overlap_tokens": draft.overlap_tokens,
         "overlap_chars": len(draft.overlap_prefix),
         "roles": list(draft.roles),
-        "ts_first": draft.ts_first.isoformat(),
-        "ts_last": draft.ts_last.isoformat(),
+        "ts_first": _isoformat(draft.ts_first),
+        "ts_last": _isoformat(draft.ts_last),
         "raw_text": draft.raw_text,
         "summary_hint": draft.summary_hint[:200],
         "token_count": draft.token_count,
