@@ -9,12 +9,14 @@ request (the result layered on arrival: chunked into C3, its view in the window)
 prompt. A probe requests /healthz every 20 ms throughout; its slowest answer is the longest
 stall anyone else saw. Cases: a 2 MB English log, a 1 MB JSON, a 2 MB Chinese log (those of
 `tests/sessions/test_huge_tool_results.py`). Prints each run and the median and p95 over the
-runs (milliseconds, client side, loopback).
+runs (milliseconds, client side, loopback), and the machine's load average before and after
+(the figures follow it: the append is CPU work on both the API's and the database's side).
 """
 
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import time
 import uuid
@@ -67,6 +69,7 @@ async def one_run(http: httpx.AsyncClient, text: str) -> tuple[float, float, flo
 
 async def main(args: argparse.Namespace) -> None:
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    print("load average (1, 5, 15 min) before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     async with httpx.AsyncClient(base_url=args.url, headers=headers, timeout=600) as http:
         for name, text in CASES.items():
             runs = [await one_run(http, text) for _ in range(args.runs)]
@@ -78,6 +81,7 @@ async def main(args: argparse.Namespace) -> None:
                     f"{name} ({len(text.encode()):,} bytes): {label} "
                     f"p50 {statistics.median(values):.0f} ms, p95 {percentile(values, 0.95):.0f} ms"
                 )
+    print("load average (1, 5, 15 min) after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 
 if __name__ == "__main__":

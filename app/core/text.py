@@ -88,12 +88,15 @@ class _PieceTerms(dict[str, tuple[str, ...]]):
         super().__init__()
         self.stopwords = stopwords
         self.stop_characters = stop_characters
+        # The terms of each CJK run: a long piece is seldom seen twice, its runs often are (a
+        # log's Chinese fields around a number that changes on every line).
+        self.runs: dict[str, tuple[str, ...]] = {}
 
     def __missing__(self, piece: str) -> tuple[str, ...]:
         found: list[str] = []
         for token in _TERM_TOKEN_RE.findall(piece):
             if _CJK_RUN_RE.match(token):
-                found.extend(t for t in cjk_terms(token) if not self.stop_characters.issuperset(t))
+                found.extend(self.runs.get(token) or self._run_terms(token))
             elif "/" in token:
                 found.extend(self._path_terms(token))
             elif token not in self.stopwords:
@@ -103,6 +106,14 @@ class _PieceTerms(dict[str, tuple[str, ...]]):
             if len(self) >= _KEPT_PIECES:
                 self.clear()
             self[piece] = kept
+        return kept
+
+    def _run_terms(self, run: str) -> tuple[str, ...]:
+        kept = tuple(t for t in cjk_terms(run) if not self.stop_characters.issuperset(t))
+        if len(run) <= _KEPT_PIECE_CHARS:
+            if len(self.runs) >= _KEPT_PIECES:
+                self.runs.clear()
+            self.runs[run] = kept
         return kept
 
     def _path_terms(self, token: str) -> list[str]:

@@ -166,6 +166,8 @@ class Chunk(Base):
     part: Mapped[int] = mapped_column(Integer, server_default="0")
     parts: Mapped[int] = mapped_column(Integer, server_default="1")
     overlap_tokens: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Characters of that copy (migration 0012; NULL on pieces written before, if they had one).
+    overlap_chars: Mapped[int | None] = mapped_column(Integer)
     roles: Mapped[list[str]] = mapped_column(server_default=sql_text("'{}'"))
     ts_first: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     ts_last: Mapped[datetime] = mapped_column(DateTime(timezone=True))

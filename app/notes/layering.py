@@ -13,12 +13,16 @@ fill the window on its own. It is layered when it is appended: its whole text go
     tail:
     <the last lines>
 
-The values are those of the whole text (`app.notes.values`, every JSON leaf walked), each after
-its field name. A field with few distinct values in the result (an order's id, a status, a
-total) says more about it than one repeated in every record of a list or every line of a log, so
-fields come by how many distinct values they hold, fewest first (bare identifiers, with no field,
-and text with spaces, a log line's rest, last); then the most identifying values
-(`identifying`), then in order of appearance.
+The values are those of the result (`app.notes.values`, every JSON leaf walked), each after
+its field name; of a text, lines of one shape (the same once their digits are dropped: the
+lines of a log) are read up to `LINES_PER_SHAPE` of them, so a line unlike its neighbours (the
+one order in a log of requests) is always read and a 2 MB log is not read whole.
+
+A field with few distinct values in the result (an order's id, a status, a total) says more
+about it than one repeated in every record of a list or every line of a log, so fields come by
+how many distinct values they hold, fewest first (bare identifiers, with no field, and text with
+spaces, a log line's rest, last); then the most identifying values (`identifying`), then in
+order of appearance.
 """
 
 from collections.abc import Sequence
@@ -35,6 +39,9 @@ HEAD_SHARE = 0.5  # of the tokens the header leaves; the tail gets a quarter, th
 TAIL_SHARE = 0.25
 MAX_VALUES_PER_FIELD = 5  # one field's values shown at most: the view holds many fields
 FIELD_SAMPLE = 20  # the first values of a field among which its shown ones are chosen
+# Lines of one shape whose values are read: more than FIELD_SAMPLE, so a field repeated on every
+# line of a log still counts as one of many values.
+LINES_PER_SHAPE = 2 * FIELD_SAMPLE
 MAX_FIELD_WORDS = 3  # "flight number", "最终 金额"; not "INFO worker-0 handled request_id"
 MAX_VALUE_WORDS = 4  # "975 Sunset Drive"; not the rest of a log line
 # Characters read to cut a head or tail of n tokens: n * 8 (a token is rarely longer).
@@ -84,6 +91,27 @@ def layered_values(values: Sequence[Value]) -> list[Value]:
                 best = sorted(enumerate(sample), key=lambda nv: (-identifying(nv[1].value), nv[0]))
                 ranked += [v for _, v in best[:MAX_VALUES_PER_FIELD]]
     return ranked
+
+
+def sampled_lines(text: str) -> str:
+    """`text` with only the first `LINES_PER_SHAPE` lines of each shape (module docstring)."""
+    lines = text.split("\n")
+    seen: dict[bytes, int] = {}
+    kept: list[str] = []
+    shapes = text.encode().translate(None, b"0123456789").split(b"\n")
+    for line, shape in zip(lines, shapes, strict=True):
+        count = seen.get(shape, 0)
+        if count < LINES_PER_SHAPE:
+            seen[shape] = count + 1
+            kept.append(line)
+    return text if len(kept) == len(lines) else "\n".join(kept)
+
+
+def view_values(text: str) -> list[Value]:
+    """The values a view chooses from: of every JSON leaf, or of the sampled lines."""
+    if parsed_json(text) is not None:
+        return result_values(text, max_leaves=MAX_LEAVES)
+    return result_values(sampled_lines(text), max_leaves=MAX_LEAVES)
 
 
 def head(text: str, max_tokens: int) -> str:
@@ -147,7 +175,7 @@ def layered_view(source: LayeredSource, view_tokens: int) -> str:
     last = tail(rest, int(room * TAIL_SHARE))
     omitted = len(rest.encode()) - len(last.encode())
     values_room = room - count_tokens(first) - count_tokens(last)
-    values = result_values(text, max_leaves=MAX_LEAVES)
+    values = view_values(text)
     chosen = _chosen(layered_values(values), values_room)
     while True:
         kept = set(chosen)

@@ -7,11 +7,12 @@ from fastapi import APIRouter, Depends, Path
 
 from app.auth.deps import ReadCaller
 from app.core.deps import DbDep
-from app.core.errors import COMMON_ERRORS, InvalidChunkId, NotFound, error_responses
+from app.core.errors import COMMON_ERRORS, Conflict, InvalidChunkId, NotFound, error_responses
 from app.core.pagination import BIGINT_KEY, INT_KEY, Page, encode_cursor, page_params
 from app.db.models import Chunk
 from app.offload import repository
-from app.offload.schemas import ChunkDetail, ChunkOut, ChunkPage
+from app.offload.chunking import joined_pieces
+from app.offload.schemas import ChunkDetail, ChunkOut, ChunkPage, TurnText
 from app.sessions.endpoints import SessionIdPath
 from app.sessions.service import require_session
 
@@ -35,6 +36,7 @@ def chunk_out(chunk: Chunk) -> dict[str, object]:
         "roles": list(chunk.roles),
         "ts_first": chunk.ts_first,
         "ts_last": chunk.ts_last,
+        "overlap_chars": 0 if chunk.overlap_tokens == 0 else chunk.overlap_chars,
     }
 
 
@@ -80,3 +82,33 @@ async def get_chunk(
     if chunk is None:
         raise NotFound(f"chunk {chunk_id} not found", field="chunk_id")
     return ChunkDetail.model_validate({**chunk_out(chunk), "raw_text": chunk.raw_text})
+
+
+@router.get(
+    "/{session_id}/turns/{seq}/text",
+    responses=error_responses(*COMMON_ERRORS, Conflict),
+    operation_id="get_turn_text",
+    summary="Read a split turn whole",
+    description="The whole text of a turn stored in pieces (a huge tool result layered on "
+    "arrival, a long turn offloaded), joined from its chunks byte for byte as it was appended. "
+    "404 when the turn was not split: its text is in `GET /v1/sessions/{session_id}/turns`.",
+)
+async def get_turn_text(
+    session_id: SessionIdPath,
+    seq: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    caller: ReadCaller,
+    db: DbDep,
+) -> TurnText:
+    session = await require_session(db, caller, session_id)
+    pieces = await repository.turn_pieces(db, session.id, seq)
+    if not pieces:
+        raise NotFound(f"turn {seq} is not stored in pieces", field="seq")
+    overlaps = [0 if p.overlap_tokens == 0 else p.overlap_chars for p in pieces]
+    if [p.part for p in pieces] != list(range(1, pieces[0].parts + 1)) or None in overlaps:
+        raise Conflict(
+            f"turn {seq} cannot be joined: pieces are missing, or were stored before their "
+            "overlaps were recorded",
+            field="seq",
+        )
+    text = joined_pieces([(p.raw_text, o or 0) for p, o in zip(pieces, overlaps, strict=True)])
+    return TurnText(seq=seq, text=text, pieces=len(pieces))

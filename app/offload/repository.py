@@ -24,6 +24,7 @@ INSERT_BATCH = 5000  # rows per insert statement
 # tenant and session are the statement's parameters, the same for every row).
 _CHUNK_RECORD = (
     "id uuid, turn_first bigint, turn_last bigint, part int, parts int, overlap_tokens int, "
+    "overlap_chars int, "
     "roles text[], ts_first timestamptz, ts_last timestamptz, raw_text text, summary_hint text, "
     "token_count int, term_counts jsonb, term_total int, lexical_source text, trusted boolean"
 )
@@ -141,6 +142,22 @@ async def get_chunk(db: AsyncSession, session_pk: uuid.UUID, chunk_id: uuid.UUID
         Chunk.id == chunk_id, Chunk.session_id == session_pk, Chunk.status == "active"
     )
     return (await db.execute(query)).scalar_one_or_none()
+
+
+async def turn_pieces(db: AsyncSession, session_pk: uuid.UUID, seq: int) -> list[Chunk]:
+    """The active pieces of the session's turn `seq` when it was split, in order."""
+    query = (
+        select(Chunk)
+        .where(
+            Chunk.session_id == session_pk,
+            Chunk.status == "active",
+            Chunk.turn_first == seq,
+            Chunk.turn_last == seq,
+            Chunk.parts > 1,
+        )
+        .order_by(Chunk.part)
+    )
+    return list((await db.execute(query)).scalars().all())
 
 
 async def chunk_spans(

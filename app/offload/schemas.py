@@ -19,10 +19,24 @@ class ChunkOut(BaseModel):
     roles: list[str]
     ts_first: datetime
     ts_last: datetime
+    overlap_chars: int | None = Field(
+        description="characters (code points) at the start of a piece's text, after its header "
+        "line, copied from the end of the previous piece; null on pieces stored before this "
+        "was recorded"
+    )
 
 
 class ChunkDetail(ChunkOut):
     raw_text: str
+
+
+class TurnText(BaseModel):
+    seq: int
+    text: str = Field(
+        description="the turn's content exactly as appended (then its tool-calls line, if it "
+        "called tools), joined from its pieces"
+    )
+    pieces: int
 
 
 class ChunkPage(BaseModel):

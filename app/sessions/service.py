@@ -42,7 +42,7 @@ from app.jobs.queue import enqueue_offload
 from app.memory import repository as memory_repository
 from app.offload.repository import active_chunk_count
 from app.sessions import layering, repository
-from app.sessions.layering import LayeredResult, layer
+from app.sessions.layering import LayeredResult, content_ids, layer
 from app.sessions.repository import Counters, ToolCallTally
 from app.sessions.schemas import (
     AppendedTurn,
@@ -240,6 +240,8 @@ def _prepare_turns(
             [c.model_dump(mode="json") for c in turn.tool_calls] if turn.tool_calls else None
         )
         content = turn.content or ""
+        # A long tool result is tokenised once: for its count and, if it is layered, its chunks.
+        ids = content_ids(settings, content) if turn.role == "tool" else None
         rows.append(
             {
                 "role": turn.role,
@@ -249,14 +251,19 @@ def _prepare_turns(
                 "tool_call_id": turn.tool_call_id,
                 "metadata_": turn.metadata or {},
                 "token_count": message_tokens(
-                    turn.role, content, turn.name, tool_calls, turn.tool_call_id
-                ),
+                    turn.role,
+                    content if ids is None else "",
+                    turn.name,
+                    tool_calls,
+                    turn.tool_call_id,
+                )
+                + (len(ids) if ids is not None else 0),
                 "trusted": turn.role != "tool",
             }
         )
         row = rows[-1]
-        if turn.role == "tool" and row["token_count"] > settings.limits.layer_tool_result_tokens:
-            result = layer(settings, row)
+        if ids is not None and row["token_count"] > settings.limits.layer_tool_result_tokens:
+            result = layer(settings, row, ids)
             layered[len(rows) - 1] = result
             row.update(content=result.view, token_count=result.token_count)
     if not hashed:

@@ -6,10 +6,12 @@ import json
 from app.core.tokens import count_tokens
 from app.notes.layering import (
     LAYERED_PREFIX,
+    LINES_PER_SHAPE,
     LayeredSource,
     head,
     layered_values,
     layered_view,
+    sampled_lines,
     tail,
 )
 from app.notes.values import Value, result_values
@@ -108,3 +110,17 @@ def test_settings_in_a_log_line_are_values_ending_at_a_space() -> None:
     assert {Value("request_id", "req0001"), Value("path", "/a/b"), Value("status", "200")} <= set(
         found
     )
+
+
+def test_values_come_from_a_sample_of_each_line_shape_and_every_odd_line() -> None:
+    text = log(5_000)
+    lines = sampled_lines(text).split("\n")
+    assert len(lines) == LINES_PER_SHAPE + 1  # the lines alike once digits go, and the odd one
+    assert any("order_id=ORD-7H2K9QX" in line for line in lines)
+    chinese = (
+        "\n".join(f"订单号：DD{i:08d}，状态：已发货" for i in range(500)) + "\n退款单号：TK88231X"
+    )
+    assert sampled_lines(chinese).split("\n")[-1] == "退款单号：TK88231X"
+    assert len(sampled_lines(chinese).split("\n")) == LINES_PER_SHAPE + 1
+    short = log(30)
+    assert sampled_lines(short) == short

@@ -11,6 +11,7 @@ from app.offload.chunking import (
     ChunkDraft,
     ChunkingConfig,
     chunk_turns,
+    joined_pieces,
     render_turn,
     summary_hint,
     turn_body,
@@ -218,3 +219,40 @@ def test_summary_hint_is_cut_between_words_and_graphemes() -> None:
     )
     hint = summary_hint([make(0, chinese)])
     assert hint == chinese[:79] + "…"
+
+
+LINES = [
+    "2026-12-06T03:00:01Z INFO handled request_id=req0001 status=200",
+    "订单号：DD00000001，状态：已发货。备注：客户要求周末送达！",
+    '  {"sku": "SKU00001", "qty": 3},',
+    "",
+    "   ",
+    "\t\u3000\u00a0",
+    "café e\u0301 Z\u0351\u0300 👨\u200d👩\u200d👧 🇫🇷",
+    "The deploy failed. Then it worked! Did it?",
+    "x" * 300,
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lines=st.lists(st.sampled_from(LINES), min_size=10, max_size=120),
+    ends=st.lists(st.sampled_from(["\n", "\r\n", "\r", "\n\n", " \n"]), min_size=1, max_size=4),
+    overlap=st.sampled_from([0, 20]),
+)
+def test_a_long_turn_cut_on_lines_is_counted_exactly_and_joins_back(
+    lines: list[str], ends: list[str], overlap: int
+) -> None:
+    """Pieces cut on line edges are counted from the whole text's tokens: the count must be the
+    piece's own, whatever the line breaks and spaces around them (CRLF, bare CR, blank lines of
+    spaces, ideographic and no-break spaces) and the characters (emoji, combining marks)."""
+    text = "".join(line + ends[i % len(ends)] for i, line in enumerate(lines))
+    cfg = ChunkingConfig(split_overlap_tokens=overlap)
+    turn = make(3, text, "tool", tool_call_id="call_0")
+    chunks = chunk_turns([turn], cfg)
+    if len(chunks) == 1:
+        return
+    for c in chunks:
+        assert c.token_count == count_tokens(c.raw_text) <= cfg.max_tokens
+    pieces = [(c.raw_text, len(c.overlap_prefix)) for c in chunks]
+    assert joined_pieces(pieces).encode() == text.encode()

@@ -85,6 +85,12 @@ async def recall(client: httpx.AsyncClient, sid: str, query: str) -> list[dict[s
     return matches
 
 
+async def forget(client: httpx.AsyncClient, sid: str) -> None:
+    """Delete the session: its thousands of pieces are not left for later tests (a re-embed of
+    the whole database) to embed."""
+    assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 202
+
+
 async def layered_round(
     client: httpx.AsyncClient, sid: str, tool: str, text: str, view_limit: int
 ) -> tuple[dict[str, Any], str]:
@@ -140,6 +146,7 @@ async def test_a_2mb_log_is_layered_and_its_middle_is_one_recall_away(
     matches = await recall(client, sid, middle)
     assert matches and middle in matches[0]["text"]
     assert matches[0]["turn_first"] == 3
+    await forget(client, sid)
 
 
 async def test_a_1mb_json_result_shows_a_value_from_deep_inside(
@@ -159,6 +166,7 @@ async def test_a_1mb_json_result_shows_a_value_from_deep_inside(
 
     matches = await recall(client, sid, "SKU004321")
     assert matches and "SKU004321" in matches[0]["text"]
+    await forget(client, sid)
 
 
 async def test_a_chinese_log_of_several_mb_is_layered(
@@ -174,6 +182,7 @@ async def test_a_chinese_log_of_several_mb_is_layered(
     assert "\ufffd" not in view
     matches = await recall(client, sid, "DD00012345")
     assert matches and "DD00012345" in matches[0]["text"]
+    await forget(client, sid)
 
 
 @pytest.fixture(scope="module")
@@ -261,3 +270,55 @@ async def test_malformed_arguments_and_text_results_are_stored_as_sent(
     shown = {m["tool_call_id"]: m["content"] for m in body["messages"] if m["role"] == "tool"}
     assert shown["call_1"] == plain
     assert shown["call_0"] == listed[2]["content"]
+
+
+def mixed_result(size: int) -> str:
+    """English, Chinese and JSON lines with CRLF and bare CR, tabs, blank lines of spaces,
+    emoji (a family joined by ZWJ, a flag), combining marks and unusual spaces: ~`size` bytes."""
+    blocks: list[str] = []
+    size_so_far = 0
+    while size_so_far < size:
+        i = len(blocks)
+        lines = [
+            f"2026-12-06T04:{i % 60:02d}:00Z INFO order ORD-{i:06d} shipped 👨‍👩‍👧 🇫🇷 café\r",
+            f"订单号：DD{i:08d}，状态：已发货，备注：客户要求周末送达 ✅",
+            json.dumps({"sku": f"SKU{i:05d}", "name": "Crème brûlée", "qty": i % 9}),
+            "\t  indented\u3000全角空格\u00a0nbsp  \r\n  \n",
+            f"Zalgo: Z\u0351\u0300a\u036ble\u0301\u0332 #{i} e\u0301 vs é\r\rend",
+        ]
+        blocks.append("\n".join(lines))
+        size_so_far += len(blocks[-1].encode()) + 1
+    return "\n".join(blocks) + "\n"
+
+
+async def test_a_layered_result_is_given_back_whole_byte_for_byte(
+    client: httpx.AsyncClient,
+) -> None:
+    sid = "huge-byte-exact"
+    text = mixed_result(1_000_000)
+    assert len(text.encode()) > 1_000_000
+    turns = [call("call_0", "read_mixed", "{}"), result("call_0", text)]
+    appended = await append(client, sid, turns)
+    assert appended.status_code == 201, appended.text
+
+    whole = await client.get(f"/v1/sessions/{sid}/turns/2/text")
+    assert whole.status_code == 200, whole.text
+    assert whole.json()["text"].encode() == text.encode()
+    assert (
+        whole.json()["pieces"]
+        == (await client.get(f"/v1/sessions/{sid}")).json()["counts"]["chunks"]
+    )
+    # A client joins the same from the pieces: each one's text after its header line, less its
+    # overlap copy.
+    listed = (await client.get(f"/v1/sessions/{sid}/chunks", params={"limit": 3})).json()
+    shown = [
+        (await client.get(f"/v1/sessions/{sid}/chunks/{c['chunk_id']}")).json()
+        for c in listed["chunks"]
+    ]
+    assert [c["part"] for c in shown] == [1, 2, 3] and shown[0]["overlap_chars"] == 0
+    start = "".join(c["raw_text"].split("\n", 1)[1][c["overlap_chars"] :] for c in shown)
+    assert text.startswith(start) and len(start) > 300
+
+    missing = await client.get(f"/v1/sessions/{sid}/turns/1/text")  # the call: not in pieces
+    assert missing.status_code == 404 and missing.json()["error"]["field"] == "seq"
+    await forget(client, sid)
