@@ -79,7 +79,9 @@ def chat_model(model: str) -> Handler:
         problems = protocol_problems(body, model)
         if problems:
             return 400, {"error": {"message": "; ".join(problems), "type": "invalid_request"}}
-        last = body["messages"][-1]
+        # The conversation's latest message: what a step found in history may follow it as a
+        # system message (contextd puts it after an agent step's transcript).
+        last = next(m for m in reversed(body["messages"]) if m["role"] != "system")
         offered = {t["function"]["name"] for t in body.get("tools") or []}
         if last["role"] == "tool":
             flat = " ".join(str(last["content"]).split())  # one line, so answers are lines
