@@ -96,6 +96,7 @@ async def test_another_tenant_reaches_nothing_through_any_operation(
             "build_id": built.json()["build_id"],
             "receipt_id": receipt,
             "user_id": USER,
+            "seq": 1,
         }
         before = await owner_counts(engine, owner_tenant)
 
