@@ -2,21 +2,17 @@
 code and message, nothing is stored, and no answer carries internal text (SQL, driver names);
 a wrong key reads as 401 in the MCP client."""
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import quote
 
 import httpx
-import httpx2
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.errors import InvalidSessionId
+from tests.mcp.test_mcp_server import mcp_client
 from tests.sessions.test_bad_input import tenant_rows
 from tests.support.hostile import HOSTILE_STRINGS, MARK, internal_text, mcp_post
 from tests.support.server import RunningServer
@@ -27,15 +23,6 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
     ("build_prompt", {"query": "hello", "append": True}),
     ("build_prompt", {"query": "hello"}),
 ]
-
-
-@asynccontextmanager
-async def mcp_client(base_url: str, key: str) -> AsyncIterator[Client]:
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60) as http,
-        Client(streamable_http_client(f"{base_url}/mcp", http_client=http)) as client,
-    ):
-        yield client
 
 
 def is_surrogate(text: str) -> bool:
