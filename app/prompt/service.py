@@ -480,10 +480,13 @@ async def _offloaded_tail(
     tokens = max(TAIL_READ_SHARE * left, budget.available)
     if kept is not None and kept.tail is not None and kept.tail[0] == tokens:
         return kept.tail[1], kept.tail[2]
+    # Only turns before the window's first: an offload that commits between the window's read
+    # and this one has moved some of the window's turns, which must not be shown twice.
+    before = window[0].seq
     found = await read_once(
         context.reader,
         lambda conn: sessions_repository.offloaded_tail(
-            conn, session.id, tokens=tokens, turns=TAIL_MAX_TURNS
+            conn, session.id, before=before, tokens=tokens, turns=TAIL_MAX_TURNS
         ),
     )
     tail = [turn for turn, _ in found]

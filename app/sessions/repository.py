@@ -292,18 +292,25 @@ _OFFLOADED_TAIL = (
     + ", ".join(column.name for column in _RECORD_COLUMNS)
     + ", chunk_id FROM (SELECT *, sum(token_count) OVER (ORDER BY seq DESC) AS newer "
     "FROM turns WHERE session_id = %(session)s AND chunk_id IS NOT NULL AND forgotten_at IS NULL "
-    "ORDER BY seq DESC LIMIT %(turns)s) t WHERE newer - token_count < %(tokens)s ORDER BY seq"
+    "AND seq < %(before)s ORDER BY seq DESC LIMIT %(turns)s) t "
+    "WHERE newer - token_count < %(tokens)s ORDER BY seq"
 )  # run by the driver itself (`read_once`): psycopg's placeholders
 
 
 async def offloaded_tail(
-    conn: psycopg.AsyncConnection[Any], session_pk: uuid.UUID, *, tokens: int, turns: int
+    conn: psycopg.AsyncConnection[Any],
+    session_pk: uuid.UUID,
+    *,
+    before: int,
+    tokens: int,
+    turns: int,
 ) -> list[tuple[TurnRecord, str]]:
-    """The newest offloaded live turns, in seq order, with their chunk ids: at most `turns` of
-    them, and only as many as start within `tokens` of the newest (what a build may still show
-    before its window)."""
+    """The newest offloaded live turns before seq `before`, in seq order, with their chunk ids:
+    at most `turns` of them, and only as many as start within `tokens` of the newest (what a
+    build may still show before its window)."""
     cursor = await conn.execute(
-        _OFFLOADED_TAIL, {"session": session_pk, "tokens": tokens, "turns": turns}
+        _OFFLOADED_TAIL,
+        {"session": session_pk, "before": before, "tokens": tokens, "turns": turns},
     )
     return [(TurnRecord(*row[:-1]), str(row[-1])) for row in await cursor.fetchall()]
 

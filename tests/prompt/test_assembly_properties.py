@@ -191,15 +191,16 @@ def test_assembly_properties(inp: AssemblyInput) -> None:
         window = [turn_message(t) for t in inp.turns if t.seq in included]
         query = [] if inp.query is None else prompt.messages[-1:]
         end = len(prompt.messages) - len(query)
-        # An agent's step puts the notes and what its search found after the transcript.
-        late = (inp.notes_block, RECALL_OPEN, ABOUT_USER_OPEN)
-        while (
-            inp.query is None
-            and end > len(inp.system)
-            and prompt.messages[end - 1]["role"] == "system"
-            and any(h and prompt.messages[end - 1]["content"].startswith(h) for h in late)
-        ):
-            end -= 1
+        # An agent's step (no query, a tool loop) puts the notes and what its search found
+        # after the transcript; elsewhere a system turn may read like the notes.
+        agent_step = inp.query is None and any(t.tool_calls for t in (*inp.tail, *inp.turns))
+        notes_kept = any(e.id == "notes" and e.included for e in prompt.manifest)
+        # The late blocks in reverse order, each at most once.
+        late = (RECALL_OPEN, ABOUT_USER_OPEN, inp.notes_block if notes_kept else "")
+        for head in late if agent_step else ():
+            last = prompt.messages[end - 1] if end > len(inp.system) else {}
+            if head and last.get("role") == "system":
+                end -= last["content"].startswith(head)
         shown = [*prompt.messages[end - len(window) : end], *query]
         for message, turn in zip(shown, [t for t in inp.turns if t.seq in included], strict=False):
             if turn.seq in cleared:

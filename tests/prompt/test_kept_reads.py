@@ -16,7 +16,7 @@ from app.core.config import Settings
 from app.core.db import create_reader_pool, read_once
 from app.db.models import Session
 from app.domain.records import TurnRecord
-from app.sessions.repository import SessionWindow, session_with_window
+from app.sessions.repository import SessionWindow, offloaded_tail, session_with_window
 from tests.notes.test_notes_service import CHINESE, ENGLISH, as_turns, offloaded_session, refresh
 from tests.support.factories import new_caller
 
@@ -165,3 +165,36 @@ async def test_a_kept_windows_turn_items_serve_only_builds_that_include_every_tu
     reasons = [m["reason"] for m in short["manifest"] if m["layer"] == "c1"]
     assert reasons[0] == "window_truncated" and reasons[-1] is None
     assert await build(admin, sid) == first
+
+
+@pytest.mark.parametrize(("script", "lang"), [(ENGLISH, "en"), (CHINESE, "zh")], ids=["en", "zh"])
+async def test_the_offloaded_tail_stops_before_the_window_a_build_read(
+    engine: AsyncEngine,
+    settings: Settings,
+    cache: Cache,
+    script: list[tuple[str, str]],
+    lang: str,
+) -> None:
+    """A build reads its window, then the offloaded turns before it: an offload that commits in
+    between has moved the window's oldest turns into chunks, and the tail must not hold them a
+    second time (the prompt would show them twice)."""
+    _, pk = await offloaded_session(
+        engine, settings, cache, as_turns(script[:6]), sid=f"tail-before-{lang}"
+    )
+    reader = create_reader_pool(settings)
+    try:
+
+        async def tail(before: int) -> list[int]:
+            found = await read_once(
+                reader,
+                lambda conn: offloaded_tail(conn, pk, before=before, tokens=10**6, turns=200),
+            )
+            assert all(chunk for _, chunk in found)
+            return [turn.seq for turn, _ in found]
+
+        # Turns 1-6 are offloaded; a window read before the offload started at turn 4.
+        assert await tail(7) == [1, 2, 3, 4, 5, 6]
+        assert await tail(4) == [1, 2, 3]
+        assert await tail(1) == []
+    finally:
+        await reader.dispose()
