@@ -88,16 +88,44 @@ class EvalError(RuntimeError):
     pass
 
 
-def server_client(url: str, api_key: str | None, *, connections: int = 4) -> Any:
-    """An `httpx.AsyncClient` on a running contextd (bearer key when given, 120 s timeout)."""
+# An eval sends thousands of requests a minute; a key's rate limit (6,000 a minute by default)
+# answers 429 with Retry-After. The request is sent again after that wait, at most this long.
+RATE_LIMIT_MAX_WAIT_S = 60.0
+
+
+def server_client(
+    url: str,
+    api_key: str | None,
+    *,
+    connections: int = 4,
+    max_wait_s: float = RATE_LIMIT_MAX_WAIT_S,
+) -> Any:
+    """An `httpx.AsyncClient` on a running contextd (bearer key when given, 120 s timeout) that
+    sends a request again after the Retry-After of a 429 (at most `max_wait_s`)."""
     import httpx
+
+    class RateLimitRetry(httpx.AsyncBaseTransport):
+        def __init__(self) -> None:
+            self._inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=connections))
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            while True:
+                response = await self._inner.handle_async_request(request)
+                if response.status_code != 429:
+                    return response
+                await response.aclose()
+                try:
+                    wait = float(response.headers.get("Retry-After", "1"))
+                except ValueError:
+                    wait = 1.0
+                await asyncio.sleep(min(max(wait, 0.0), max_wait_s))
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     return httpx.AsyncClient(
-        base_url=url.rstrip("/"),
-        headers=headers,
-        timeout=120,
-        limits=httpx.Limits(max_connections=connections),
+        base_url=url.rstrip("/"), headers=headers, timeout=120, transport=RateLimitRetry()
     )
 
 
