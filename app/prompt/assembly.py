@@ -17,15 +17,19 @@ Precedence when the budget is short (`budget` = C - r):
 3. C1 turns from the newest backwards, as a contiguous recent tail. A tool call and its results
    form one group that is kept or left out whole (`blocks.paired_turns` first drops pending calls
    and orphan results). Old tool results become stubs (`clearing`) before any turn is left out,
-   the `keep` newest last; the value table's room (values of results and calls no shown turn
-   holds) comes before old results stay whole. When the oldest turns must be left out the flag
-   `window_truncated` is set (the caller should offload and tighten k).
+   the `keep` newest last; the value table's room (values of results and calls that no shown
+   turn nor the kept notes hold) comes before old results stay whole. When not even the newest
+   group fits beside that room, it alone comes first, then the table, then older turns with what
+   the table leaves. When the oldest turns must be left out the flag `window_truncated` is set
+   (the caller should offload and tighten k).
 4. The "about this user" block (remembered items of the session's user, ranked against the
    query) gets what is left, at most its own small budget, up to its top-k, the same way as
    recall below; it is counted in C2 (remembered items are notes).
 5. Recall gets what is left, at most B: items in rank order, each counted with its framing; an
    item that does not fit is skipped (`over_budget`) and the next tried, up to `top_k` items.
-   Items whose whole turn range is already in the prompt's C1 are skipped (`in_window`). A
+   Items whose whole turn range is already in the prompt's C1 are skipped (`in_window`); in an
+   agent's step, also those within the offloaded turns the build read whose values the prompt
+   shows in stubs, the value table or the notes (`in_tail`: far cheaper than their raw text). A
    chunk comes whole when it fits, else as its compact version (the turns that answer the
    query); one whose whole text would take over `COMPACT_FIRST_SHARE` of the budget comes compact
    first, so a small budget holds more distinct pieces of evidence. The items adjacent to one of
@@ -65,6 +69,7 @@ from typing import Any, Literal
 from app.core.tokens import count_tokens, message_tokens
 from app.domain.budget import REPLY_PRIMING_TOKENS
 from app.domain.records import RecalledItem, TurnRecord
+from app.notes.values import result_values
 from app.prompt.blocks import (
     ABOUT_USER_SHAPE,
     RECALL_SHAPE,
@@ -308,6 +313,7 @@ def _choose(
     render_one: Callable[[RecalledItem], tuple[str, int]],
     shape: BlockShape,
     overhead: int,
+    in_tail: Callable[[RecalledItem], bool] | None = None,
     neighbours: bool = False,
     render_stretch: Callable[[Sequence[RecalledItem]], tuple[str, int]] | None = None,
 ) -> _Choice:
@@ -316,7 +322,8 @@ def _choose(
     costing `overhead` + its tokens) stays within `limit`. With `render_stretch`, an item whose
     turns continue a chosen one's (same day, same trust) is rendered with it under one header,
     in place of the chosen one: the header it saves is room for more evidence. An item that
-    `repeats` a chosen one is left out (`near_duplicate`)."""
+    `repeats` a chosen one is left out (`near_duplicate`); one whose turns are all in the window
+    (`in_window`) or that `in_tail` says the prompt holds otherwise (`in_tail`), too."""
     choice = _Choice([], [], {})
     chosen_words: list[frozenset[str]] = []
     chosen_union: frozenset[str] = frozenset()
@@ -384,6 +391,8 @@ def _choose(
         span = _turn_range(item)
         if span is not None and in_window.issuperset(range(span[0], span[1] + 1)):
             choice.outcome[index] = ("in_window", 0)
+        elif in_tail is not None and in_tail(item):
+            choice.outcome[index] = ("in_tail", 0)
         else:
             candidates.append(index)
     if neighbours:
@@ -540,6 +549,9 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     # Only old results are cleared for it: the `keep` newest stay while the window fits.
     table_room = min(inp.value_table_tokens, left // 2) if history.has_values else 0
     prefix0 = [c0_text, notes if keep_notes else ""]
+    # The table lists no value the kept notes show (their facts hold values of tool output);
+    # an anchored table does not depend on the notes, which change at every new version.
+    kept_notes = notes if keep_notes else ""
 
     def cost0(text: str) -> int:
         return _system_added(prefix0, text, anthropic)
@@ -559,6 +571,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         anchored = _anchored(groups, history, left, table_room, anthropic, cost0)
     tail: list[list[TurnRecord]] = []
     table, table_cost = "", 0
+    older = 0  # window groups before `kept` that may fill what the table leaves
     if anchored is not None:
         shown_groups, c1_cost, table, table_cost = anchored
         tail = [g for g in shown_groups if g[-1].seq < first_window_seq]
@@ -566,7 +579,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         window_whole = len(kept) == len(groups) - split
         left -= c1_cost + table_cost
     else:
-        need = _value_table(history, groups[split:], table_room, message_tokens_of)[1]
+        need = _value_table(history, groups[split:], table_room, message_tokens_of, kept_notes)[1]
         whole = _whole(groups[split:], history, left - need, anthropic, most=history.unkept)
         window_whole = whole is not None
         if whole is not None:
@@ -577,7 +590,10 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
                 groups[split:], history, left - table_room, anthropic, most=history.unkept
             )
             if not kept:
-                kept, c1_cost = _fit_transcript(groups[split:], history, left, anthropic)
+                # Not even the newest group fits beside the table's room: it alone first, then
+                # the table, then the older groups with what the table leaves.
+                kept, c1_cost = _fit_transcript(groups[split:][-1:], history, left, anthropic)
+                older = len(groups) - split - 1 if kept else 0
         left -= c1_cost
     # In a tool loop, when every offloaded turn read fits beside the window verbatim, they are
     # shown before recall runs (as truncation would show them): recall then adds only what lies
@@ -593,11 +609,16 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     # The value table's room is kept from recall and the tail: what its full version would
     # take of the values the window does not show (nothing in a session without tool values).
     reserve = 0
+    table_estimate = table  # the anchored table, or the free table at its fullest
     if inp.value_table_tokens and history.has_values and anchored is None:
         full_table = _value_table(
-            history, [*tail, *kept], min(inp.value_table_tokens, left), message_tokens_of
+            history,
+            [*tail, *kept],
+            min(inp.value_table_tokens, left),
+            message_tokens_of,
+            kept_notes,
         )
-        reserve = full_table[1]
+        table_estimate, reserve = full_table
 
     # In Anthropic format the blocks end the system string: charge what each adds to it.
     prefix = [c0_text, notes if keep_notes else ""]
@@ -633,11 +654,17 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
             bodies[id(item)] = quoted_body(item, per_item)
         return bodies[id(item)]
 
+    # An agent's step does not recall offloaded turns it read whose values the prompt already
+    # shows (in stubs, the value table, the notes): their raw text again costs far more.
+    agent_step = inp.query is None and history.has_values
     recall = _choose(
         inp.recalled,
         limit=min(inp.recall_budget_tokens, left - reserve),
         top_k=inp.top_k,
         in_window=in_window,
+        in_tail=(
+            _shown_in_tail(history, window, [kept_notes, table_estimate]) if agent_step else None
+        ),
         render_one=lambda item: counted_item(item, per_item),
         shape=RECALL_SHAPE,
         overhead=block_overhead(),
@@ -661,7 +688,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         c1_cost += tail_cost
         left -= tail_cost
     if reserve and anchored is None:
-        table, table_cost = _value_table(history, [*tail, *kept], left, table_cost_of)
+        table, table_cost = _value_table(history, [*tail, *kept], left, table_cost_of, kept_notes)
         left -= table_cost
     if window_whole and split > len(tail) and left > 0 and anchored is None:
         more, more_cost = _fit_transcript(
@@ -670,7 +697,15 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         tail = [*more, *tail]
         c1_cost += more_cost
         left -= more_cost
+    if older and left > 0:
+        more, more_cost = _fit_transcript(
+            groups[split : split + older], history, left, anthropic, most=history.unkept
+        )
+        kept = [*more, *kept]
+        c1_cost += more_cost
+        left -= more_cost
     shown = [t for group in (*tail, *kept) for t in group]
+    shown_seqs = {t.seq for t in shown}
 
     flags: list[str] = []
     included = [t.seq for group in kept for t in group if t.seq >= first_window_seq]
@@ -694,7 +729,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
             # change at any step: the notes (a worker's new version) and what the step's
             # search found (its query is the latest exchange).
             head, late = [table], [notes_message, about_block, block]
-        elif inp.query is None and history.has_values:
+        elif agent_step:
             # An agent's step whose history fits: only what its search found comes last.
             head, late = [notes_message, table], [about_block, block]
         else:
@@ -725,7 +760,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         system=system,
         usage=usage,
         included_turns=included,
-        excluded_turns=[t.seq for t in inp.turns if t.seq not in in_window],
+        excluded_turns=[t.seq for t in inp.turns if t.seq not in shown_seqs],
         recalled=list(recall.chosen),
         about_user=list(about.chosen),
         manifest=_manifest(
@@ -855,6 +890,29 @@ def _anchored(
     return None
 
 
+def _shown_in_tail(
+    history: History, shown: Sequence[TurnRecord], blocks: Sequence[str]
+) -> Callable[[RecalledItem], bool]:
+    """Whether a recalled item lies within the turns `history` read and every value its text
+    holds is in the shown turns or `blocks` (what an agent's step would recall for nothing)."""
+    read = {t.seq for t in history.turns}
+    known = "\n".join(
+        [
+            *blocks,
+            *(t.content for t in shown),
+            *(json.dumps(t.tool_calls, ensure_ascii=False) for t in shown if t.tool_calls),
+        ]
+    )
+
+    def covered(item: RecalledItem) -> bool:
+        span = _turn_range(item)
+        if span is None or not read.issuperset(range(span[0], span[1] + 1)):
+            return False
+        return all(v.value in known for v in result_values(item.text))
+
+    return covered
+
+
 def _stable_table(
     history: History, shown: Sequence[TurnRecord], limit: int, cost_of: Callable[[str], int]
 ) -> tuple[str, int]:
@@ -890,13 +948,14 @@ def _value_table(
     shown: Sequence[Sequence[TurnRecord]],
     limit: int,
     cost_of: Callable[[str], int],
+    notes: str,
 ) -> tuple[str, int]:
-    """The value table of what the shown turns no longer hold, within `limit` (its exact cost
-    by `cost_of`)."""
+    """The value table of what neither the shown turns nor the `notes` hold, within `limit`
+    (its exact cost by `cost_of`)."""
     if limit <= 0 or not history.has_values:
         return "", 0
     turns = [t for group in shown for t in group]
-    return _fitted_table(history.table_entries(turns), limit, cost_of)
+    return _fitted_table(history.table_entries(turns, notes), limit, cost_of)
 
 
 def _manifest(

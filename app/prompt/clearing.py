@@ -199,18 +199,20 @@ class History:
             points.append(len(self.order))
         return points
 
-    def table_entries(self, shown: Sequence[TurnRecord]) -> list["TableEntry"]:
+    def table_entries(self, shown: Sequence[TurnRecord], elsewhere: str = "") -> list["TableEntry"]:
         """The value table's candidates: each value of a result or call that is not among the
-        `shown` turns (as shown: a stub holds some of its result's values) and that no shown
-        turn holds, once, under the result (or call) that first held it, with the latest later
-        call that passed it on."""
+        `shown` turns (as shown: a stub holds some of its result's values) and that neither a
+        shown turn nor the text `elsewhere` in the prompt holds, once, under the result (or
+        call) that first held it, with the latest later call that passed it on."""
         held = {
             v.value
             for t in shown
             if t.role in ("tool", "assistant")
             for v in (self.kept_in_stub[t.seq] if self.is_stub(t) else self.values(t))
         }
-        said = "\n".join(t.content for t in shown if t.role in ("user", "assistant"))
+        said = "\n".join(
+            [elsewhere, *(t.content for t in shown if t.role in ("user", "assistant"))]
+        )
         entries: dict[str, TableEntry] = {}
         for turn in self.turns:
             if turn.role not in ("tool", "assistant"):

@@ -170,13 +170,14 @@ def test_consecutive_builds_share_their_head_and_the_start_moves_by_stretches(fm
 def test_an_agent_step_puts_what_recall_found_after_the_transcript() -> None:
     """The recalled block changes with every step of a tool loop (its query is the latest
     exchange): after the transcript, two steps that recall different chunks still share every
-    message before it; a build with a query keeps the spec's order (recall before the window)."""
-    turns = loop(30)
+    message before it; a build with a query keeps the spec's order (recall before the window).
+    The build reads the offloaded turns from turn 10 on: the recalled ones are older."""
+    turns = loop(30)[9:]
     prompts = [
         build(
             turns,
             4000,
-            tail=54,
+            tail=45,
             recall_budget_tokens=300,
             top_k=1,
             recalled=[item(f"chunk-{seq}", f"user: the old remark {seq}", seq, seq)],
@@ -193,7 +194,7 @@ def test_an_agent_step_puts_what_recall_found_after_the_transcript() -> None:
     asked = build(
         turns,
         4000,
-        tail=54,
+        tail=45,
         query="Which remark was that?",
         recall_budget_tokens=300,
         top_k=1,
@@ -201,6 +202,32 @@ def test_an_agent_step_puts_what_recall_found_after_the_transcript() -> None:
     )
     position = next(n for n, m in enumerate(asked.messages) if "the old remark" in m["content"])
     assert position < next(n for n, m in enumerate(asked.messages) if m["role"] == "tool")
+
+
+def test_an_agent_step_does_not_recall_the_offloaded_turns_it_read() -> None:
+    """The offloaded turns an agent's step reads before its window are shown (old results as
+    stubs) or have their values in the value table: recalling them again would pay for their
+    raw text twice, unless they hold a value the prompt does not show. A build with a query may
+    still recall them (the question may need it)."""
+    turns = loop(30)
+    recalled = [item("chunk-9", "tool: RES003X, the old remark", 9, 9)]
+    step = build(turns, 4000, tail=54, recall_budget_tokens=300, top_k=1, recalled=recalled)
+    entry = next(e for e in step.manifest if e.id == "chunk-9")
+    assert (entry.included, entry.reason) == (False, "in_tail")
+    assert "the old remark" not in shown_text(step.messages)
+    unseen = [item("chunk-9", "tool: RES003X, the old remark, code QZ7Y91K", 9, 9)]
+    step = build(turns, 4000, tail=54, recall_budget_tokens=300, top_k=1, recalled=unseen)
+    assert "QZ7Y91K" in shown_text(step.messages)
+    asked = build(
+        turns,
+        4000,
+        tail=54,
+        query="Which remark?",
+        recall_budget_tokens=300,
+        top_k=1,
+        recalled=recalled,
+    )
+    assert "the old remark" in shown_text(asked.messages)
 
 
 def test_the_value_table_says_which_later_call_used_a_value() -> None:
