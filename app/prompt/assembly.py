@@ -896,19 +896,27 @@ def _shown_in_tail(
     """Whether a recalled item lies within the turns `history` read and every value its text
     holds is in the shown turns or `blocks` (what an agent's step would recall for nothing)."""
     read = {t.seq for t in history.turns}
-    known = "\n".join(
-        [
-            *blocks,
-            *(t.content for t in shown),
-            *(json.dumps(t.tool_calls, ensure_ascii=False) for t in shown if t.tool_calls),
-        ]
-    )
+    known: list[str] = []  # the prompt's text, joined at the first item within `read`
 
     def covered(item: RecalledItem) -> bool:
         span = _turn_range(item)
         if span is None or not read.issuperset(range(span[0], span[1] + 1)):
             return False
-        return all(v.value in known for v in result_values(item.text))
+        if not known:
+            known.append(
+                "\n".join(
+                    [
+                        *blocks,
+                        *(t.content for t in shown),
+                        *(
+                            json.dumps(t.tool_calls, ensure_ascii=False)
+                            for t in shown
+                            if t.tool_calls
+                        ),
+                    ]
+                )
+            )
+        return all(v.value in known[0] for v in result_values(item.text))
 
     return covered
 
