@@ -73,8 +73,8 @@ import httpx
 import psycopg
 import redis
 
-from app.embedded import EmbeddedStack
 from app.embeddings import engine_process
+from app.runtime.embedded import EmbeddedStack
 from benchmarks.build_prompt_latency import ingest, percentile, turn_text, wait_offloaded
 
 SCENARIOS = ("no recall", "recall")
@@ -532,7 +532,7 @@ def contextd_dev(
         CONTEXTD_RECALL__PERSIST_MANIFESTS="false",
     )
     log = (workdir / "contextd.log").open("w")
-    command = [sys.executable, "-m", "app.cli", "dev", "--port", str(port), *serve_args]
+    command = [sys.executable, "-m", "app.runtime.cli", "dev", "--port", str(port), *serve_args]
     server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:

@@ -40,7 +40,7 @@ from typing import Any
 
 import httpx
 
-from app.cli import running_dev
+from app.runtime.cli import running_dev
 from benchmarks.build_prompt_latency import percentile
 from benchmarks.floor_compare import BIG_SESSION, floor_module, stop_process_group
 from benchmarks.recall_cpu_ab import serve

@@ -24,7 +24,7 @@ from app.auth.service import create_key
 from app.core.config import load_settings
 from app.core.db import create_engine, create_sessionmaker, unit_of_work
 from app.core.migrate import upgrade
-from app.embedded import EmbeddedStack
+from app.runtime.embedded import EmbeddedStack
 from tests.support.server import run_server
 
 WORDS = "budget train Lyon order hotel price window seat invoice 预算 火车 订单 酒店".split()

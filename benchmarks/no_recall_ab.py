@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from app.embedded import EmbeddedStack
+from app.runtime.embedded import EmbeddedStack
 from benchmarks.floor_compare import (
     CLIENTS,
     SMALL_SESSIONS,
@@ -47,7 +47,7 @@ def path_of(j: int) -> str:
 
 
 def start(code: Path, port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "app.cli", "dev", "--port", str(port)]
+    command = [sys.executable, "-m", "app.runtime.cli", "dev", "--port", str(port)]
     with log.open("w") as out:
         return subprocess.Popen(command, cwd=code, env=env, stdout=out, stderr=subprocess.STDOUT)
 

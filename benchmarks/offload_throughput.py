@@ -24,8 +24,8 @@ from sqlalchemy import text
 from app.core.cache import Cache
 from app.core.config import load_settings
 from app.core.migrate import upgrade
-from app.embedded import EmbeddedStack
 from app.offload.service import offload_session
+from app.runtime.embedded import EmbeddedStack
 from app.sessions import repository as sessions_repository
 from benchmarks.floor_compare import cpu_seconds
 from tests.support.factories import append, configure, new_caller, transaction

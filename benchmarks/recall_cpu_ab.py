@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from app.cli import running_dev
+from app.runtime.cli import running_dev
 from benchmarks.build_prompt_latency import ingest, percentile, wait_offloaded
 from benchmarks.floor_compare import (
     BIG_CONFIG,
@@ -49,7 +49,7 @@ def prepare(data_dir: Path, port: int, turns: int) -> None:
     env = dict(os.environ, CONTEXTD_DATA_DIR=str(data_dir))
     data_dir.mkdir(parents=True, exist_ok=True)
     log = (data_dir.parent / "dev.log").open("a")
-    command = [sys.executable, "-m", "app.cli", "dev", "--port", str(port)]
+    command = [sys.executable, "-m", "app.runtime.cli", "dev", "--port", str(port)]
     server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     wait_healthy(base, server, f"server at {base} did not start")
@@ -76,7 +76,7 @@ def serve(tree: Path, data_dir: Path, port: int) -> Iterator[tuple[str, int]]:
         PYTHONPATH=str(tree.resolve()),
     )
     log = (data_dir.parent / f"serve-{port}.log").open("w")
-    command = [sys.executable, "-m", "app.cli", "serve"]
+    command = [sys.executable, "-m", "app.runtime.cli", "serve"]
     server = subprocess.Popen(command, env=env, cwd=tree, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:

@@ -22,7 +22,7 @@ from app.core.cache import Cache
 from app.core.config import Settings, load_settings, to_sqlalchemy_url
 from app.core.db import create_sessionmaker, unit_of_work
 from app.core.migrate import upgrade
-from app.embedded import EmbeddedStack
+from app.runtime.embedded import EmbeddedStack
 from tests.examples.fake_model import MODEL, chat_model
 from tests.support.databases import create_template, fresh_database
 from tests.support.loopback import LoopbackServer, loopback_server

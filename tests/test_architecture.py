@@ -40,16 +40,8 @@ LAYERS: dict[str, int] = {
     "app.eval": 11,
     "app.runtime": 12,  # composition roots: API app, worker, CLI, embedded stack, processes
 }
-ROOTS = (
-    "app.runtime",
-    "app.main",
-    "app.cli",
-    "app.jobs.worker",
-    "app.embedded",
-    "app.processes",
-    "app.offload.reembed",
-)  # the old names go with their step
-API_ROOT = "app.main"  # -> "app.runtime.api"
+ROOTS = ("app.runtime",)
+API_ROOT = "app.runtime.api"
 # Rules of the product, no I/O: unit-tested without a database.
 PURE = (
     "app.domain",
@@ -228,7 +220,6 @@ def within(module: str, prefixes: Iterable[str]) -> bool:
 MOVING: dict[str, str] = {
     "app.auth.repository": "app.store",  # -> store/keys.py
     "app.auth.schemas": "app.domain",  # -> domain/callers.py
-    "app.cli": "app.runtime",
     "app.core.dates": "app.domain",
     "app.core.deps": "app.http",
     "app.core.direct": "app.http",
@@ -238,21 +229,16 @@ MOVING: dict[str, str] = {
     "app.core.text": "app.domain",
     "app.core.tokens": "app.domain",
     "app.db": "app.store",
-    "app.embedded": "app.runtime",
     "app.embeddings.batches": "app.jobs",  # -> jobs/embedding.py
     "app.erasure.repository": "app.store",  # -> store/receipts.py
     "app.health": "app.http",
-    "app.jobs.worker": "app.runtime",
-    "app.main": "app.runtime",  # -> runtime/api.py
     "app.mcp": "app.agent",
     "app.memory": "app.memories",  # the remembered items; the tool's modules below
     "app.memory.endpoints": "app.agent",
     "app.memory.repository": "app.store",
     "app.memory.tool": "app.agent",
     "app.notes.repository": "app.store",  # -> store/scratchpads.py
-    "app.offload.reembed": "app.runtime",
     "app.offload.repository": "app.store",  # -> store/chunks, vector_index, offload_events, backlog
-    "app.processes": "app.runtime",
     "app.prompt.repository": "app.store",  # -> store/builds.py
     "app.recall.stem": "app.domain",
     "app.sessions.repository": "app.store",  # -> store/sessions.py, store/turns.py

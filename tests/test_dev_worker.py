@@ -102,7 +102,7 @@ def test_dev_runs_the_worker_in_a_process_of_its_own(tmp_path: Path) -> None:
 
                 # The worker starts once the API answers, in a child process; the API's process
                 # runs none, so the two /readyz counts are the child's (its shared slots and
-                # those kept for sessions' jobs: `app.jobs.worker`).
+                # those kept for sessions' jobs: `app.runtime.worker`).
                 await wait_for(ready, lambda r: r["worker"]["live_workers"] == 2, what="the worker")
                 (first,) = worker_processes(dev)
                 await offloaded_by_the_worker(http, "dev-worker-a", "kx4417")

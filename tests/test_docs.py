@@ -8,9 +8,9 @@ import json
 import re
 from pathlib import Path
 
-from app.cli import OPENAPI_PATH, api_doc_with_index
 from app.core.config import Settings, session_settings_table, settings_table
 from app.domain.budget import BudgetConfig
+from app.runtime.cli import OPENAPI_PATH, api_doc_with_index
 from app.sessions.schemas import SessionConfigUpdate
 from tests.clients.toolchain import TSCONFIG
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import psycopg
 
-from app.embedded import EmbeddedStack, machine_memory, shared_buffers_mb
+from app.runtime.embedded import EmbeddedStack, machine_memory, shared_buffers_mb
 
 
 def postmasters_of(pg_dir: Path) -> list[int]:

@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from app.core.config import Settings, load_settings
 from app.core.server import OneSendTransport
-from app.main import create_app
+from app.runtime.api import create_app
 from tests.support.loopback import closed_port_url
 from tests.support.server import RunningServer, run_server, serve_app
 from tests.support.waiting import wait_for

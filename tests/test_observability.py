@@ -71,7 +71,7 @@ def contextd_dev(settings: Settings, tmp_path: Path) -> Iterator[tuple[str, Path
     env = worker_env(settings) | {"CONTEXTD_LOG_LEVEL": "INFO", "CONTEXTD_LOG_FORMAT": "json"}
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "dev", "--auth", "--port", str(port)],
+            [sys.executable, "-m", "app.runtime.cli", "dev", "--auth", "--port", str(port)],
             env=env,
             cwd=Path(__file__).resolve().parents[1],
             stdout=out,

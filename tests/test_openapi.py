@@ -1,7 +1,7 @@
 import json
 
-from app.cli import OPENAPI_PATH
-from app.main import create_app
+from app.runtime.api import create_app
+from app.runtime.cli import OPENAPI_PATH
 
 
 def test_committed_openapi_matches_the_app() -> None:

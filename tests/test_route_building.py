@@ -10,7 +10,7 @@ import httpx
 from pydantic import TypeAdapter
 
 from app.core.config import Settings
-from app.main import create_app
+from app.runtime.api import create_app
 
 
 async def test_a_first_request_builds_no_validators(settings: Settings) -> None:

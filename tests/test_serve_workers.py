@@ -60,7 +60,7 @@ async def served(settings: Settings) -> AsyncIterator[Served]:
         "CONTEXTD_LOG_LEVEL": "WARNING",
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--workers", "2"], env=env
+        [sys.executable, "-m", "app.runtime.cli", "serve", "--workers", "2"], env=env
     )
     running = Served(f"http://127.0.0.1:{port}", process)
     try:

@@ -10,9 +10,9 @@ import httpx
 from sqlalchemy import text
 
 from app.core.config import Settings
-from app.embedded import EmbeddedStack
 from app.jobs.queue import enqueue_offload
-from app.jobs.worker import create_job_app, retry_stalled_jobs
+from app.runtime.embedded import EmbeddedStack
+from app.runtime.worker import create_job_app, retry_stalled_jobs
 from tests.sessions.test_counters import turn
 from tests.support.factories import session_of_key, transaction
 from tests.support.server import run_server

@@ -22,7 +22,7 @@ ANY_HOST = "*"
 # prometheus_client's multiprocess directory, set by `serve --workers N` and `dev` for their
 # processes. Named here, not next to the metrics: prometheus_client decides when it is imported
 # whether this process writes its series to that directory, so the process that sets the
-# variable must not import it first (app.processes).
+# variable must not import it first (app.runtime.processes).
 MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 

@@ -54,7 +54,7 @@ class TaskName(StrEnum):
 # queue every embedding job queued before a session's notes ran first: a session's notes stayed
 # at version 0 for 40 offloads while the worker embedded another tenant's backlog. Now the
 # session's jobs take any free slot before an embedding (`PRIORITY`), and every worker process
-# keeps `worker.session_slots` slots that serve only their queue (`app.jobs.worker`): they never
+# keeps `worker.session_slots` slots that serve only their queue (`app.runtime.worker`): they never
 # wait for a batch or an index build to end. A session's offload, notes and erase share its
 # lock and so must share a priority: procrastinate orders a lock's jobs by priority before age,
 # and these must run in the order they were queued.

@@ -13,7 +13,7 @@ LIFESPAN = """
 import asyncio, json
 from threadpoolctl import threadpool_info, threadpool_limits
 from app.core.config import load_settings
-from app.main import create_app
+from app.runtime.api import create_app
 
 def blas_threads():
     return sorted({pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"})

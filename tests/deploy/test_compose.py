@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from app.cli import build_parser
 from app.core.config import load_settings, settings_table, to_sqlalchemy_url
+from app.runtime.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()

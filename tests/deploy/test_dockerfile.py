@@ -20,7 +20,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from app.cli import build_parser
+from app.runtime.cli import build_parser
 from tests.support.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.embedded import EmbeddedStack
+from app.runtime.embedded import EmbeddedStack
 from tests.support.server import RunningServer
 from tests.support.traces import all_text
 from tests.support.waiting import wait_for

@@ -5,9 +5,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from app.cli import main
 from app.core.config import Settings
 from app.eval.agent import load_runs
+from app.runtime.cli import main
 from tests.support.server import run_server
 
 OWN_DATABASE = True  # it runs a worker: see tests/conftest.py

@@ -5,7 +5,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.cli import main
 from app.core.config import Settings
 from app.eval.madial import (
     DialogueLine,
@@ -19,6 +18,7 @@ from app.eval.madial import (
     summarise_by_split,
     summarise_madial,
 )
+from app.runtime.cli import main
 from tests.support.server import run_server
 
 ZH_EVENTS = [

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from app.cli import main
 from app.core.config import Settings
+from app.runtime.cli import main
 from tests.eval.notes_suite import generate_suite
 from tests.eval.test_locomo_e2e import PETS, synthetic_conversation
 from tests.support.fake_notes_model import reply

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from app.cli import bind_port
+from app.runtime.cli import bind_port
 from tests.support.dev import DevServer, contextd, dev_server
 from tests.support.server import free_port
 

@@ -4,7 +4,7 @@ keep its name, queue and parameters, or jobs already in the queue stop running a
 import inspect
 
 from app.core.config import load_settings
-from app.jobs.worker import create_job_app
+from app.runtime.worker import create_job_app
 
 # task name -> (queue, parameters after the job context, with their defaults)
 TASKS = {

@@ -9,13 +9,13 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.cli import build_parser
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.context import AppContext
 from app.embeddings.base import EmbedderUnavailable
-from app.offload.reembed import reembed
 from app.offload.service import offload_session
+from app.runtime.cli import build_parser
+from app.runtime.reembed import reembed
 from tests.offload.test_embedding_jobs import (
     FLOOR_OF_TWO,
     TURNS,

@@ -138,7 +138,9 @@ async def test_worker_killed_mid_offload_loses_nothing(
     assert trigger["offload_enqueued"] is True
     pk = await session_pk(engine, caller.tenant_id, sid)
 
-    worker = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], env=worker_env(settings))
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "app.runtime.cli", "worker"], env=worker_env(settings)
+    )
     try:
         # Kill only once the offload has written: its transaction holds chunks it inserted and
         # turns it is marking (row locks taken by those writes), none of it committed.
@@ -158,7 +160,7 @@ async def test_worker_killed_mid_offload_loses_nothing(
     assert killed == {"turns": total + 1, "offloaded": 0, "chunks": 0}, "offload was not atomic"
 
     restarted = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "worker"], env=worker_env(settings)
+        [sys.executable, "-m", "app.runtime.cli", "worker"], env=worker_env(settings)
     )
     try:
         await wait_for(

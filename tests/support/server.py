@@ -29,7 +29,7 @@ class RunningServer:
 
 @contextmanager
 def run_server(settings: Settings, *, with_worker: bool = False) -> Iterator[RunningServer]:
-    from app.cli import _serve
+    from app.runtime.cli import _serve
 
     settings = settings.model_copy(update={"port": free_port(), "host": "127.0.0.1"})
     server_box: dict[str, uvicorn.Server] = {}

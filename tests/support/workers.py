@@ -25,7 +25,7 @@ def worker_process(env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
 
     A separate process: `create_job_app` namespaces the task blueprints in place, so a second
     worker in one process (another test's `run_server(with_worker=True)`) would find no tasks."""
-    process = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], env=env)
+    process = subprocess.Popen([sys.executable, "-m", "app.runtime.cli", "worker"], env=env)
     try:
         yield process
     finally:

@@ -28,10 +28,10 @@ from app.core.config import Settings, load_settings
 if TYPE_CHECKING:
     import uvicorn
 
-    from app.embedded import EmbeddedStack
+    from app.runtime.embedded import EmbeddedStack
 
-OPENAPI_PATH = Path(__file__).resolve().parents[1] / "openapi" / "openapi.json"
-API_DOC_PATH = Path(__file__).resolve().parents[1] / "docs" / "API.md"
+OPENAPI_PATH = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
+API_DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "API.md"
 API_DOC_BEGIN = "<!-- endpoints: made from openapi/openapi.json by `contextd openapi` -->"
 API_DOC_END = "<!-- end of endpoints -->"
 DEV_STATE_FILE = "dev.json"  # in the data directory while a `contextd dev` runs there
@@ -121,7 +121,7 @@ def with_dev_stack(
             f"in {settings.data_dir.resolve()}: start `contextd dev` there (from that directory, "
             "or with CONTEXTD_DATA_DIR) or set both variables"
         )
-    from app.embedded import EmbeddedStack
+    from app.runtime.embedded import EmbeddedStack
 
     stack = EmbeddedStack(settings.data_dir).start_postgres()
     started = settings.model_copy(update={"database_url": stack.database_url})
@@ -147,8 +147,8 @@ async def _serve(
     from app.core.context import AppContext
     from app.core.observability import Metrics
     from app.core.server import uvicorn_config
-    from app.jobs.worker import run_worker
-    from app.main import create_app
+    from app.runtime.api import create_app
+    from app.runtime.worker import run_worker
 
     tasks: list[asyncio.Task[None]] = []
     metrics = Metrics()  # API and worker of this process report into one registry
@@ -213,14 +213,14 @@ def cmd_serve(settings: Settings, workers: int) -> None:
     if workers == 1:
         asyncio.run(_serve(settings, with_worker=False, sock=sock))
         return
-    from app.processes import Child, Supervisor
+    from app.runtime.processes import Child, Supervisor
 
     api = Child("API", _serve_process)
     Supervisor(settings, [api] * workers).run(sock)
 
 
 def cmd_dev(args: argparse.Namespace) -> None:
-    from app.embedded import EmbeddedStack
+    from app.runtime.embedded import EmbeddedStack
 
     started = time.monotonic()
     base = load_settings()
@@ -246,7 +246,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
         overrides["database_url"] = base.database_url or stack.database_url
         overrides["redis_url"] = base.redis_url or stack.redis_url
     settings = load_settings(**overrides)
-    from app.processes import Child, Supervisor
+    from app.runtime.processes import Child, Supervisor
 
     # The worker runs in a process of its own: its offloads, notes and passage embeddings do not
     # take the API's GIL or event loop while it builds prompts (docs/BENCHMARKS.md, round 8).
@@ -319,7 +319,7 @@ def cmd_keys_create(settings: Settings, tenant: str, scopes: list[str]) -> None:
 
 def cmd_reembed(settings: Settings, batch_size: int | None) -> None:
     from app.core.context import AppContext
-    from app.offload.reembed import reembed
+    from app.runtime.reembed import reembed
 
     async def _run() -> int:
         context = AppContext.create(settings)
@@ -350,7 +350,7 @@ def api_doc_with_index(doc: str, spec: dict[str, Any]) -> str:
 
 
 def cmd_openapi(check: bool) -> int:
-    from app.main import create_app
+    from app.runtime.api import create_app
 
     document = create_app(load_settings()).openapi()
     spec = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
