@@ -112,7 +112,6 @@ KNOWN: frozenset[tuple[str, str]] = frozenset(
 )
 LONG_FUNCTIONS_KNOWN: frozenset[str] = frozenset(
     {
-        "app.offload.service.offload_session",
         "app.prompt.assembly._choose",
         "app.prompt.assembly.assemble_prompt",
         "app.prompt.service._build_prompt",

@@ -5,12 +5,15 @@ turn_first and part) joined by dots.
 Clients treat cursors as opaque; the format is plain so that the OpenAPI document states exactly
 which strings are cursors of a list (`cursor_pattern`), and so that no cursor can carry a number
 its column cannot hold. Cursors of the earlier base64 form are refused (422, `cursor`).
+
+A list reads `page.fetch` rows (one more than it shows) and `page_of` cuts them to the page and
+the next page's cursor.
 """
 
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, NamedTuple
+from typing import Annotated, NamedTuple, TypeVar
 
 from fastapi import Query
 
@@ -46,13 +49,35 @@ def decode_cursor(cursor: str, *digits: int) -> tuple[int, ...]:
 
 
 class Page(NamedTuple):
-    limit: int  # rows to return (the caller fetches one more to know if a next page exists)
+    limit: int  # rows to return
     cursor: str | None
     keys: tuple[int, ...]  # the most digits of each key of this list's cursors
+
+    @property
+    def fetch(self) -> int:
+        """Rows to read: one more than a page shows tells whether another page follows."""
+        return self.limit + 1
 
     def after(self) -> tuple[int, ...] | None:
         """The keys of the last row of the previous page, or None on the first page."""
         return decode_cursor(self.cursor, *self.keys) if self.cursor else None
+
+
+Row = TypeVar("Row")  # a row of a list, as its repository reads it
+
+
+def cut(rows: list[Row], limit: int) -> tuple[list[Row], bool]:
+    """The `limit` rows a page shows of the `limit + 1` read, and whether another page follows."""
+    return rows[:limit], len(rows) > limit
+
+
+def page_of(
+    rows: list[Row], page: Page, cursor_of: Callable[[Row], str]
+) -> tuple[list[Row], str | None]:
+    """The rows `page` shows of the `page.fetch` read, and the cursor of the next page (that of
+    the last row shown), None on the last page."""
+    shown, more = cut(rows, page.limit)
+    return shown, cursor_of(shown[-1]) if more else None
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

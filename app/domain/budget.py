@@ -232,3 +232,7 @@ class Budget:
             c1=self.c1 if c1 is None else c1,
             c2=self.c2 if c2 is None else c2,
         )
+
+    def after_leaving(self, tokens: int) -> "Budget":
+        """This budget once `tokens` of the window's turns left it (offloaded or forgotten)."""
+        return self.with_counters(c1=self.c1 - tokens)

@@ -56,7 +56,13 @@ from app.offload import repository as chunks_repository
 from app.offload.policy import atomic_units
 from app.offload.service import write_chunks
 from app.sessions import repository as sessions_repository
-from app.sessions.service import require_session, session_cache_key, to_record, write_session
+from app.sessions.service import (
+    require_session,
+    session_budget,
+    session_cache_key,
+    to_record,
+    write_session,
+)
 
 NOTES_WRITE_ATTEMPTS = 3  # a notes job may commit a new version between our read and our write
 USER_SESSIONS_UPDATED = 50  # notes of at most this many of a user's sessions updated per forget
@@ -191,12 +197,13 @@ async def _forget_turns(
     # The active chunks change (even when their count does not): the per-process BM25 indexes
     # are keyed by `chunks_version`.
     chunks_changed = {"chunks_version": Session.chunks_version + 1} if dead or new_ids else {}
+    after = session_budget(settings, session).after_leaving(sum(t.token_count for t in window))
     await write_session(
         db,
         cache,
         session,
         chunk_count=session.chunk_count - len(dead) + len(new_ids),
-        c1_tokens=session.c1_tokens - sum(t.token_count for t in window),
+        c1_tokens=after.c1,
         c1_turns=session.c1_turns - len(window),
         **chunks_changed,
     )

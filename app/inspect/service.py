@@ -9,9 +9,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.schemas import Caller
 from app.core.context import AppContext
-from app.core.pagination import BIGINT_KEY, UUID_KEY, Page
-from app.db.models import Chunk, OffloadEvent, PromptBuild
-from app.domain.budget import REPLY_PRIMING_TOKENS
+from app.core.pagination import BIGINT_KEY, UUID_KEY, Page, cut
+from app.db.models import Chunk, OffloadEvent, PromptBuild, Session
+from app.domain.budget import REPLY_PRIMING_TOKENS, Budget
 from app.domain.records import TurnRecord
 from app.erasure import repository as erasure_repository
 from app.erasure.schemas import EraseReceiptOut
@@ -66,6 +66,20 @@ class SessionRow:
     last_offload_at: datetime | None
     updated_at: datetime
 
+    @classmethod
+    def of(cls, session: Session, budget: Budget) -> "SessionRow":
+        """`session` in the list, its ratio and level those of `budget` (the session's own)."""
+        return cls(
+            session_id=session.external_id,
+            user_id=session.user_id,
+            turns=session.turn_count,
+            chunks=session.chunk_count,
+            ratio=round(budget.ratio(), 4),
+            level=budget.level(),
+            last_offload_at=session.last_offload_at,
+            updated_at=session.updated_at,
+        )
+
 
 async def sessions_list(
     db: AsyncSession, context: AppContext, caller: Caller, page: int
@@ -74,22 +88,8 @@ async def sessions_list(
     rows = await sessions_repository.list_sessions(
         db, caller.tenant_id, limit=SESSIONS_PER_PAGE + 1, offset=(page - 1) * SESSIONS_PER_PAGE
     )
-    out = []
-    for session in rows[:SESSIONS_PER_PAGE]:
-        budget = session_budget(context.settings, session)
-        out.append(
-            SessionRow(
-                session_id=session.external_id,
-                user_id=session.user_id,
-                turns=session.turn_count,
-                chunks=session.chunk_count,
-                ratio=round(budget.ratio(), 4),
-                level=budget.level(),
-                last_offload_at=session.last_offload_at,
-                updated_at=session.updated_at,
-            )
-        )
-    return out, len(rows) > SESSIONS_PER_PAGE
+    shown, more = cut(rows, SESSIONS_PER_PAGE)
+    return [SessionRow.of(s, session_budget(context.settings, s)) for s in shown], more
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ async def session_page(
     covers = pad.covers_until_seq if pad else 0
     chunks = await offload_repository.list_chunks(db, session.id, (0, 0), CHUNKS_SHOWN + 1)
     window = (await sessions_repository.window_turns(db, session.id))[-WINDOW_TURNS_SHOWN:]
-    more_chunks, chunks = len(chunks) > CHUNKS_SHOWN, chunks[:CHUNKS_SHOWN]
+    chunks, more_chunks = cut(chunks, CHUNKS_SHOWN)
     builds = await _build_views(
         db,
         session.id,

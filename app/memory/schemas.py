@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.core.input import BIGINT_MAX, RequestBody
+from app.db.models import Memory, Session
 
 
 class MemoryType(StrEnum):
@@ -72,6 +73,25 @@ class MemoryOut(BaseModel):
     session_id: str | None  # the session that wrote it (None once that session is deleted)
     embedded: bool = Field(description="false until the worker has embedded the item")
     created_at: datetime
+
+    @classmethod
+    def of(cls, memory: Memory, session: Session) -> "MemoryOut":
+        """`memory` as listed for `session`: its session id only if `session` wrote it."""
+        return cls(
+            memory_id=str(memory.id),
+            text=memory.text,
+            tags=list(memory.tags),
+            key=memory.key,
+            scope=memory.scope,
+            source=memory.source,
+            trusted=memory.trusted,
+            status=memory.status,
+            version=memory.version,
+            supersedes=str(memory.supersedes) if memory.supersedes else None,
+            session_id=session.external_id if memory.session_id == session.id else None,
+            embedded=memory.embedding_model is not None,
+            created_at=memory.created_at,
+        )
 
 
 class MemoryList(BaseModel):

@@ -15,7 +15,7 @@ from app.auth.schemas import Caller
 from app.core.context import AppContext
 from app.core.dates import said_at
 from app.core.errors import InvalidInput, NotFound, TooLong
-from app.core.pagination import Page, created_after, created_cursor
+from app.core.pagination import Page, created_after, created_cursor, page_of
 from app.core.ratelimit import WINDOW_SECONDS, rate_limited
 from app.core.text import lexical_document, terms
 from app.core.tokens import count_tokens
@@ -402,28 +402,7 @@ async def list_memories(
         session,
         include_superseded=include_superseded,
         after=created_after(page),
-        limit=page.limit + 1,
+        limit=page.fetch,
     )
-    shown = rows[: page.limit]
-    next_cursor = None
-    if len(rows) > page.limit:
-        next_cursor = created_cursor(shown[-1].created_at, shown[-1].id)
-    return MemoryList(memories=[memory_out(m, session) for m in shown], next_cursor=next_cursor)
-
-
-def memory_out(memory: Memory, session: Session) -> MemoryOut:
-    return MemoryOut(
-        memory_id=str(memory.id),
-        text=memory.text,
-        tags=list(memory.tags),
-        key=memory.key,
-        scope=memory.scope,
-        source=memory.source,
-        trusted=memory.trusted,
-        status=memory.status,
-        version=memory.version,
-        supersedes=str(memory.supersedes) if memory.supersedes else None,
-        session_id=session.external_id if memory.session_id == session.id else None,
-        embedded=memory.embedding_model is not None,
-        created_at=memory.created_at,
-    )
+    shown, next_cursor = page_of(rows, page, lambda m: created_cursor(m.created_at, m.id))
+    return MemoryList(memories=[MemoryOut.of(m, session) for m in shown], next_cursor=next_cursor)

@@ -8,8 +8,7 @@ from fastapi import APIRouter, Depends, Path
 from app.auth.deps import ReadCaller
 from app.core.deps import DbDep
 from app.core.errors import COMMON_ERRORS, Conflict, InvalidChunkId, NotFound, error_responses
-from app.core.pagination import BIGINT_KEY, INT_KEY, Page, encode_cursor, page_params
-from app.db.models import Chunk
+from app.core.pagination import BIGINT_KEY, INT_KEY, Page, encode_cursor, page_of, page_params
 from app.offload import repository
 from app.offload.chunking import joined_pieces
 from app.offload.schemas import ChunkDetail, ChunkOut, ChunkPage, TurnText
@@ -19,25 +18,6 @@ from app.sessions.service import require_session
 router = APIRouter(
     prefix="/v1/sessions", tags=["episodic store"], responses=error_responses(*COMMON_ERRORS)
 )
-
-
-def chunk_out(chunk: Chunk) -> dict[str, object]:
-    return {
-        "chunk_id": str(chunk.id),
-        "turn_first": chunk.turn_first,
-        "turn_last": chunk.turn_last,
-        "part": chunk.part,
-        "parts": chunk.parts,
-        "token_count": chunk.token_count,
-        "summary_hint": chunk.summary_hint,
-        "embedded": chunk.embedding is not None,
-        "status": chunk.status,
-        "trust": "trusted" if chunk.trusted else "untrusted",
-        "roles": list(chunk.roles),
-        "ts_first": chunk.ts_first,
-        "ts_last": chunk.ts_last,
-        "overlap_chars": 0 if chunk.overlap_tokens == 0 else chunk.overlap_chars,
-    }
 
 
 @router.get(
@@ -54,14 +34,9 @@ async def list_chunks(
 ) -> ChunkPage:
     session = await require_session(db, caller, session_id)
     after = page.after() or (0, 0)
-    chunks = await repository.list_chunks(db, session.id, (after[0], after[1]), page.limit + 1)
-    shown = chunks[: page.limit]
-    return ChunkPage(
-        chunks=[ChunkOut.model_validate(chunk_out(c)) for c in shown],
-        next_cursor=encode_cursor(shown[-1].turn_first, shown[-1].part)
-        if len(chunks) > page.limit
-        else None,
-    )
+    chunks = await repository.list_chunks(db, session.id, (after[0], after[1]), page.fetch)
+    shown, next_cursor = page_of(chunks, page, lambda c: encode_cursor(c.turn_first, c.part))
+    return ChunkPage(chunks=[ChunkOut.of(c) for c in shown], next_cursor=next_cursor)
 
 
 @router.get(
@@ -81,7 +56,7 @@ async def get_chunk(
     chunk = await repository.get_chunk(db, session.id, chunk_id)
     if chunk is None:
         raise NotFound(f"chunk {chunk_id} not found", field="chunk_id")
-    return ChunkDetail.model_validate({**chunk_out(chunk), "raw_text": chunk.raw_text})
+    return ChunkDetail.of(chunk)
 
 
 @router.get(

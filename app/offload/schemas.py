@@ -1,8 +1,11 @@
 """Wire shapes of the episodic store (chunks)."""
 
 from datetime import datetime
+from typing import Self
 
 from pydantic import BaseModel, Field
+
+from app.db.models import Chunk
 
 
 class ChunkOut(BaseModel):
@@ -25,9 +28,37 @@ class ChunkOut(BaseModel):
         "was recorded"
     )
 
+    @classmethod
+    def of(cls, chunk: Chunk) -> Self:
+        return cls.model_validate(_chunk_fields(chunk))
+
 
 class ChunkDetail(ChunkOut):
     raw_text: str
+
+    @classmethod
+    def of(cls, chunk: Chunk) -> Self:
+        """The chunk's metadata and its raw text."""
+        return cls.model_validate({**_chunk_fields(chunk), "raw_text": chunk.raw_text})
+
+
+def _chunk_fields(chunk: Chunk) -> dict[str, object]:
+    return {
+        "chunk_id": str(chunk.id),
+        "turn_first": chunk.turn_first,
+        "turn_last": chunk.turn_last,
+        "part": chunk.part,
+        "parts": chunk.parts,
+        "token_count": chunk.token_count,
+        "summary_hint": chunk.summary_hint,
+        "embedded": chunk.embedding is not None,
+        "status": chunk.status,
+        "trust": "trusted" if chunk.trusted else "untrusted",
+        "roles": list(chunk.roles),
+        "ts_first": chunk.ts_first,
+        "ts_last": chunk.ts_last,
+        "overlap_chars": 0 if chunk.overlap_tokens == 0 else chunk.overlap_chars,
+    }
 
 
 class TurnText(BaseModel):

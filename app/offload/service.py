@@ -24,11 +24,12 @@ from app.core.db import after_commit, local_time_limits, release
 from app.core.observability import Metrics
 from app.core.tokens import message_tokens
 from app.db.models import Session
+from app.domain.budget import Budget
 from app.domain.records import TurnRecord
 from app.jobs.queue import TaskName, embedding_lock, enqueue, session_lock
 from app.offload import repository
 from app.offload.chunking import ChunkDraft, chunk_row, chunking_config, iter_chunks
-from app.offload.policy import select_offload
+from app.offload.policy import OffloadPlan, select_offload
 from app.sessions import repository as sessions_repository
 from app.sessions import service as sessions_service
 from app.sessions.schemas import AppendTurnsRequest
@@ -106,24 +107,48 @@ async def offload_session(
     if session is None or sessions_repository.erasing(session):
         return None  # deleted since the job was enqueued, or waiting for its erase job
     budget = session_budget(settings, session)
+    plan = await _plan(db, settings, session, budget, until_tokens)
+    if not plan.turns:
+        await write_session(db, cache, session, offload_armed=budget.armed_after_offload())
+        return None
+    chunk_ids, after = await _move(db, settings, cache, session, budget, plan)
+    return await _follow_up(db, session, plan, chunk_ids, budget, after, trigger, started)
+
+
+async def _plan(
+    db: AsyncSession,
+    settings: Settings,
+    session: Session,
+    budget: Budget,
+    until_tokens: int | None,
+) -> OffloadPlan:
+    """The oldest window turns to move: down to `until_tokens`, or to the session's goal."""
     # Plan as if the notes were already at their cap: the notes job that follows this offload
     # may grow them, and the session must still be at the target once it has.
     notes_cap = message_tokens("system", "") + settings.notes.max_tokens
     planning = budget.with_counters(c2=max(budget.c2, notes_cap))
     window = await sessions_repository.window_turns(db, session.id)
-    plan = select_offload(
+    return select_offload(
         window,
         fixed_tokens=planning.fixed_tokens,
         goal=planning.offload_goal() if until_tokens is None else until_tokens,
         floor=budget.recent_floor(),
     )
-    if not plan.turns:
-        await write_session(db, cache, session, offload_armed=budget.armed_after_offload())
-        return None
 
+
+async def _move(
+    db: AsyncSession,
+    settings: Settings,
+    cache: Cache,
+    session: Session,
+    budget: Budget,
+    plan: OffloadPlan,
+) -> tuple[list[uuid.UUID], Budget]:
+    """The plan's turns into chunks and the session's counters updated; returns the chunk ids
+    and the budget once the turns left the window."""
     chunk_ids = await write_chunks(db, settings, session, plan.turns)
     now = datetime.now(UTC)
-    after = budget.with_counters(c1=budget.c1 - plan.tokens_freed)
+    after = budget.after_leaving(plan.tokens_freed)
     await write_session(
         db,
         cache,
@@ -136,6 +161,20 @@ async def offload_session(
         last_offload_at=now,
         offload_armed=after.armed_after_offload(),
     )
+    return chunk_ids, after
+
+
+async def _follow_up(
+    db: AsyncSession,
+    session: Session,
+    plan: OffloadPlan,
+    chunk_ids: list[uuid.UUID],
+    budget: Budget,
+    after: Budget,
+    trigger: str,
+    started: float,
+) -> OffloadResult:
+    """The jobs that follow a move (embed the chunks, refresh the notes) and its metrics row."""
     await enqueue(
         db,
         TaskName.EMBED_CHUNKS,

@@ -9,6 +9,7 @@ from pydantic.fields import FieldInfo
 
 from app.core.errors import InvalidSessionId
 from app.core.input import RequestBody
+from app.db.models import Session, Turn
 from app.domain.budget import Budget, BudgetConfig, Level
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -146,6 +147,21 @@ class TurnOut(BaseModel):
     created_at: datetime
     chunk_id: str | None = Field(description="null while the turn is in the window (C1)")
 
+    @classmethod
+    def of(cls, turn: Turn) -> "TurnOut":
+        return cls(
+            seq=turn.seq,
+            role=turn.role,
+            content=turn.content,
+            name=turn.name,
+            tool_calls=turn.tool_calls,
+            tool_call_id=turn.tool_call_id,
+            metadata=turn.metadata_,
+            token_count=turn.token_count,
+            created_at=turn.created_at,
+            chunk_id=str(turn.chunk_id) if turn.chunk_id else None,
+        )
+
 
 class TurnPage(BaseModel):
     turns: list[TurnOut]
@@ -214,6 +230,21 @@ class SessionSummary(BaseModel):
     last_offload_at: datetime | None
     created_at: datetime
     updated_at: datetime
+
+    @classmethod
+    def of(cls, session: Session, budget: Budget) -> "SessionSummary":
+        """`session` in a list, its watermark that of `budget` (the session's own)."""
+        return cls(
+            session_id=session.external_id,
+            user_id=session.user_id,
+            metadata=session.metadata_,
+            watermark=Watermark.of(budget),
+            turns=session.turn_count,
+            chunks=session.chunk_count,
+            last_offload_at=session.last_offload_at,
+            created_at=session.created_at,
+            updated_at=session.updated_at,
+        )
 
 
 class SessionPage(BaseModel):

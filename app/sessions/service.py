@@ -28,7 +28,7 @@ from app.core.errors import (
     UnknownToolCall,
 )
 from app.core.input import json_size
-from app.core.pagination import Page, created_after, created_cursor, encode_cursor
+from app.core.pagination import Page, created_after, created_cursor, encode_cursor, page_of
 from app.core.tokens import message_tokens
 from app.db.models import Session, Turn
 from app.domain.budget import (
@@ -409,56 +409,23 @@ async def list_turns(
     session = await require_session(db, caller, session_id)
     keys = page.after()
     after = keys[0] if keys is not None else (since_seq or 0)
-    limit = page.limit
-    turns = await repository.list_turns(db, session.id, after_seq=after, limit=limit + 1, role=role)
-    shown = turns[:limit]
-    return TurnPage(
-        turns=[
-            TurnOut(
-                seq=t.seq,
-                role=t.role,
-                content=t.content,
-                name=t.name,
-                tool_calls=t.tool_calls,
-                tool_call_id=t.tool_call_id,
-                metadata=t.metadata_,
-                token_count=t.token_count,
-                created_at=t.created_at,
-                chunk_id=str(t.chunk_id) if t.chunk_id else None,
-            )
-            for t in shown
-        ],
-        next_cursor=encode_cursor(shown[-1].seq) if len(turns) > limit else None,
+    turns = await repository.list_turns(
+        db, session.id, after_seq=after, limit=page.fetch, role=role
     )
+    shown, next_cursor = page_of(turns, page, lambda t: encode_cursor(t.seq))
+    return TurnPage(turns=[TurnOut.of(t) for t in shown], next_cursor=next_cursor)
 
 
 async def list_sessions(
     db: AsyncSession, caller: Caller, settings: Settings, page: Page, user_id: str | None
 ) -> SessionPage:
     sessions = await repository.sessions_page(
-        db, caller.tenant_id, user_id=user_id, after=created_after(page), limit=page.limit + 1
+        db, caller.tenant_id, user_id=user_id, after=created_after(page), limit=page.fetch
     )
-    shown = sessions[: page.limit]
+    shown, next_cursor = page_of(sessions, page, lambda s: created_cursor(s.created_at, s.id))
     return SessionPage(
-        sessions=[
-            SessionSummary(
-                session_id=s.external_id,
-                user_id=s.user_id,
-                metadata=s.metadata_,
-                watermark=Watermark.of(session_budget(settings, s)),
-                turns=s.turn_count,
-                chunks=s.chunk_count,
-                last_offload_at=s.last_offload_at,
-                created_at=s.created_at,
-                updated_at=s.updated_at,
-            )
-            for s in shown
-        ],
-        next_cursor=(
-            created_cursor(shown[-1].created_at, shown[-1].id)
-            if len(sessions) > page.limit
-            else None
-        ),
+        sessions=[SessionSummary.of(s, session_budget(settings, s)) for s in shown],
+        next_cursor=next_cursor,
     )
 
 

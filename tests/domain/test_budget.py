@@ -102,6 +102,16 @@ def test_offload_goal_is_the_target_less_what_must_fit_beside() -> None:
     assert b.offload_goal(extra=500) == 12_500
 
 
+def test_after_leaving_takes_tokens_out_of_the_window_only() -> None:
+    config = BudgetConfig(context_limit=20_000, reserve_tokens=0)
+    b = Budget(config, c0=500, c1=15_000, c2=800)
+    after = b.after_leaving(6_000)
+    assert (after.config, after.c0, after.c1, after.c2) == (config, 500, 9_000, 800)
+    assert after.usage() == b.usage() - 6_000
+    assert (b.armed_after_offload(), after.armed_after_offload()) == (False, True)
+    assert b.after_leaving(0) == b
+
+
 def test_window_override_is_validated_like_a_session() -> None:
     b = budget(10)
     assert b.with_window(None, None) is b
