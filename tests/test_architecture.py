@@ -114,7 +114,6 @@ LONG_FUNCTIONS_KNOWN: frozenset[str] = frozenset(
     {
         "app.prompt.assembly._choose",
         "app.prompt.assembly.assemble_prompt",
-        "app.prompt.service._build_prompt",
         "app.recall.rerank.select_within_budget",
         "app.recall.service.recall",
     }
@@ -125,7 +124,6 @@ LONG_FILES_KNOWN: frozenset[str] = frozenset(
         "app.offload.chunking",
         "app.offload.repository",
         "app.prompt.assembly",
-        "app.prompt.service",
         "app.recall.service",
         "app.sessions.repository",
     }

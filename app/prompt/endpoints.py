@@ -29,8 +29,8 @@ from app.core.input import BODY_RULES
 from app.core.observability import logged_by_route
 from app.prompt import repository
 from app.prompt.schemas import BuildPromptRequest, BuildPromptResponse
-from app.prompt.service import Prefetched, read_snapshot
 from app.prompt.service import build_prompt as build_prompt_service
+from app.prompt.snapshot import Prefetched, read_snapshot
 from app.sessions.endpoints import SessionIdPath
 from app.sessions.schemas import is_session_id
 from app.sessions.service import require_session

@@ -1,7 +1,7 @@
-"""What build-prompt read of a session is kept per process by version (`app.prompt.service`):
-the window by the session row's version (its turns are not read again while the row and its
-version are the same), the notes by the notes version. Every build after an append or a forget
-shows the window and the notes as they are then, in English and Chinese."""
+"""What build-prompt read of a session is kept per process by version: the window by the
+session row's version (`app.prompt.snapshot`; its turns are not read again while the row and its
+version are the same), the notes by the notes version (`app.prompt.gather`). Every build after
+an append or a forget shows the window and the notes as they are then, in English and Chinese."""
 
 import dataclasses
 from typing import Any

@@ -1,0 +1,342 @@
+"""What a build gathers around its window before assembly: the notes (and an emergency offload
+when the window no longer fits), the items remembered about the user, recalled history, the
+offloaded tail a tool loop shows, and the tool-result clearing controls."""
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.schemas import Caller
+from app.core.context import AppContext
+from app.core.dates import said_at
+from app.core.db import read_once, release
+from app.core.tokens import message_tokens
+from app.db.models import Session
+from app.domain.budget import Budget, BudgetConfig
+from app.domain.records import RecalledItem, TurnRecord
+from app.memory.policy import normalise
+from app.notes.policy import render_notes_block
+from app.notes.schemas import Notes
+from app.notes.service import NotesSnapshot, current_notes
+from app.offload.service import inline_offload
+from app.prompt.clearing import ToolClearing
+from app.prompt.prepare import BuildState, elapsed_ms, has_history
+from app.prompt.schemas import BuildPromptRequest, ManifestItem, ToolResultsOptions
+from app.prompt.snapshot import KeptWindow, attached
+from app.recall.rewrite import window_query
+from app.recall.service import (
+    MEMORY_PREFIX,
+    QueryVectors,
+    RecallOutcome,
+    rank_user_memories,
+    recall,
+    recalled_item,
+    show_best_turns,
+)
+from app.sessions import repository as sessions_repository
+from app.sessions.service import effective_config
+
+logger = logging.getLogger("contextd.prompt")
+EMERGENCY_TOP_K = 2  # at the emergency ratio recall is tightened to this many items
+# Hits cut down to their best turns per build: enough for the assembler to fill the budget when
+# the first ones do not fit (its top-k counts what it includes, not what it tries).
+SHOWN_PER_K = 3
+SHOWN_MIN = 20
+# The offloaded turns a build reads before its window: those that start within this many times
+# what the window leaves of the budget, or within the budget (the shown ones, and more whose
+# values the value table may list), at most `TAIL_MAX_TURNS` of them.
+TAIL_READ_SHARE = 2
+TAIL_MAX_TURNS = 200
+
+
+@dataclass(frozen=True)
+class KeptNotes:
+    """A session's notes at one version as a build uses them: the snapshot, its block and the
+    block's tokens (a version's notes never change)."""
+
+    notes: NotesSnapshot
+    block: str
+    tokens: int
+
+
+async def notes_and_emergency(
+    db: AsyncSession, context: AppContext, caller: Caller, session_id: str, build: BuildState
+) -> KeptNotes:
+    """The session's notes; then, when the window no longer fits (worker behind) or sits in the
+    emergency band, an inline offload. Ends the write phase: no session lock is held past it."""
+    notes = await _current_notes(db, context, build.session)
+    if build.session.offloaded_until_seq > notes.notes.covers_until_seq:
+        build.fallbacks.append("notes_stale")
+
+    # The window no longer fits (worker behind) or sits in the emergency band: offload inline.
+    build.budget = build.budget.with_counters(c2=notes.tokens)
+    build.emergency = build.budget.level(extra=build.query_tokens) == "emergency"
+    if build.emergency and build.session.c1_turns > 0:
+        if not build.writes:
+            build.fallbacks.append("emergency_offload_skipped")  # a read-only key moves nothing
+        else:
+            await _offload_inline(db, context, caller, session_id, build)
+    await release(db)  # no session lock is held past the write phase
+    return notes
+
+
+async def _offload_inline(
+    db: AsyncSession, context: AppContext, caller: Caller, session_id: str, build: BuildState
+) -> None:
+    if build.snapshot is not None:
+        build.session, build.snapshot = await attached(db, caller, session_id), None
+    freed = await inline_offload(
+        db,
+        context.settings,
+        context.cache,
+        build.session.id,
+        trigger="emergency",
+        until_tokens=max(build.budget.offload_goal(extra=build.query_tokens), 0),
+    )
+    if freed is None:
+        build.fallbacks.append("emergency_offload_failed")
+    elif freed:
+        context.metrics.observe_offload("emergency", freed)
+    await db.refresh(build.session)  # moved turns, or a rolled-back savepoint's expiry
+
+
+async def _current_notes(db: AsyncSession, context: AppContext, session: Session) -> KeptNotes:
+    """The notes the session row names (`current_notes`), rendered and counted, kept per
+    process by the session's notes version (`AppContext.notes`): a build of a session whose
+    notes did not change reads, parses, renders and counts nothing. Only the version the row
+    names is kept (version 0, no notes yet, is read from nothing); a forget writes a new
+    version, and the old one leaves the process at the session's next build here."""
+    key = (str(session.id), session.notes_version)
+    kept = context.notes.get(key) if session.notes_version else None
+    if kept is None:
+        notes = await current_notes(db, context.cache, session)
+        block = render_notes_block(notes.notes)
+        kept = KeptNotes(notes, block, message_tokens("system", block) if block else 0)
+        if notes.version == session.notes_version and notes.version:
+            context.notes.put(key, kept)
+    return kept
+
+
+def recall_limits(
+    config: BudgetConfig, req: BuildPromptRequest, emergency: bool
+) -> tuple[int, int]:
+    """Recall's top-k (tightened at the emergency ratio) and its budget B, with the build's
+    overrides."""
+    top_k = config.recall_top_k if req.recall.top_k is None else req.recall.top_k
+    if emergency:
+        top_k = min(top_k, EMERGENCY_TOP_K)
+    budget_tokens = (
+        config.recall_budget_tokens
+        if req.recall.budget_tokens is None
+        else req.recall.budget_tokens
+    )
+    return top_k, budget_tokens
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """The remembered items and recalled history a build offers the assembler."""
+
+    about: list[RecalledItem]  # about the user: offered
+    about_dropped: list[RecalledItem]  # about the user: left out, the notes hold them
+    outcome: RecallOutcome | None  # None: recall did not run (`skipped` says why)
+    skipped: str | None
+    recalled: list[RecalledItem]  # recall's hits cut down to their best turns
+
+
+async def gather(
+    db: AsyncSession,
+    context: AppContext,
+    req: BuildPromptRequest,
+    build: BuildState,
+    window: list[TurnRecord],
+    notes: Notes,
+    top_k: int,
+    vectors: QueryVectors,
+) -> Gathered:
+    """ "About this user", then recall and the turns its hits show; their timings and fallbacks
+    go into `build`."""
+    stage = time.perf_counter()
+    about, about_dropped = await _about_user(
+        db, context, build.session, req, window, notes, vectors
+    )
+    if about or about_dropped:
+        build.timings["user_memory"] = elapsed_ms(stage)
+    outcome, skipped = await _recall(
+        db, context, build.session, req, window, build.fallbacks, vectors
+    )
+    if outcome is not None:
+        build.timings.update({f"recall_{k}": v for k, v in outcome.timings_ms.items()})
+        build.fallbacks.extend(f for f in outcome.fallbacks if f not in build.fallbacks)
+    recalled: list[RecalledItem] = []
+    if outcome is not None:
+        shown = await show_best_turns(
+            db, context, build.session, outcome, max(SHOWN_PER_K * top_k, SHOWN_MIN)
+        )
+        recalled = [recalled_item(hit) for hit in shown]
+    return Gathered(about, about_dropped, outcome, skipped, recalled)
+
+
+async def _about_user(
+    db: AsyncSession,
+    context: AppContext,
+    session: Any,
+    req: BuildPromptRequest,
+    window: list[Any],
+    notes: Notes,
+    vectors: QueryVectors,
+) -> tuple[list[RecalledItem], list[RecalledItem]]:
+    """The remembered items of the session's user (scope user), ranked against the query, from
+    the session's first turn on; (offered, left out because the notes already hold them).
+    Nothing at all for a session without a user_id (its prompt stays the baseline)."""
+    if not session.user_id or req.recall.mode == "never":
+        return [], []
+    query = req.query
+    if query is None:
+        query = window_query(window) or ""
+    try:
+        async with db.begin_nested():
+            ranked = await rank_user_memories(db, context, session, query, [], vectors)
+    except Exception:  # the user's items are an extra: their failure never fails the build
+        logger.exception("user memories unavailable")
+        return [], []
+    in_notes = {normalise(item.text) for item in notes.remembered}
+    offered: list[RecalledItem] = []
+    dropped: list[RecalledItem] = []
+    for r in ranked:
+        item = RecalledItem(
+            chunk_id=str(r.memory.id),
+            text=r.memory.text,
+            ts=r.memory.created_at,
+            trusted=r.memory.trusted,
+            score=r.score,
+            source="user_memory",
+        )
+        (dropped if normalise(r.memory.text) in in_notes else offered).append(item)
+    return offered, dropped
+
+
+async def _recall(
+    db: AsyncSession,
+    context: AppContext,
+    session: Any,
+    req: BuildPromptRequest,
+    window: list[Any],
+    fallbacks: list[str],
+    vectors: QueryVectors,
+) -> tuple[RecallOutcome | None, str | None]:
+    """Run the recall chain when the mode and the session call for it; never fail the build."""
+    if req.recall.mode == "never":
+        return None, "mode_never"
+    if req.recall.mode == "auto" and not has_history(session):
+        return None, "no_history"
+    query = req.query
+    if query is None:
+        query = window_query(window)
+    if not query:
+        return None, "no_query"
+    candidates = (
+        req.recall.candidates or effective_config(context.settings, session).recall_candidates
+    )
+    recent = [t.content for t in window[-2:]]
+    try:
+        outcome = await recall(
+            db,
+            context,
+            session,
+            query,
+            recent_turns=recent,
+            candidates=candidates,
+            window_seqs={t.seq for t in window},
+            # Remembered items reach the prompt through the notes and the "about this user"
+            # block, not as recalled history.
+            include_memories=False,
+            now=said_at(window[-1].metadata, window[-1].created_at) if window else None,
+            query_vectors=vectors,
+        )
+    except Exception:  # any failure of the recall chain degrades to C0 + C1 + C2, never a 500
+        logger.exception("recall unavailable")
+        await db.rollback()  # only reads since the write phase committed
+        fallbacks.append("recall_unavailable")
+        return None, "recall_unavailable"
+    return outcome, None
+
+
+def dropped_by_recall(outcome: RecallOutcome) -> list[ManifestItem]:
+    """The manifest items of what recall found and left out, with the reason."""
+    return [
+        ManifestItem(
+            id=hit.id.removeprefix(MEMORY_PREFIX),
+            layer="c3",
+            source=hit.source,
+            tokens=0,
+            score=hit.score,
+            included=False,
+            reason=reason,
+        )
+        for hit, reason in outcome.dropped
+    ]
+
+
+async def offloaded_tail(
+    context: AppContext,
+    session: Session,
+    budget: Budget,
+    window: Sequence[TurnRecord],
+    kept: KeptWindow | None,
+) -> tuple[list[TurnRecord], dict[int, str]]:
+    """The newest offloaded turns (and their chunks by seq) that the build may show before the
+    window, with old tool results as stubs, and whose values the value table may list, when the
+    window holds a tool call or result. Read once per version of the session's row (`kept`: the
+    window kept for it), like the window."""
+    # Only a tool loop's prompt is filled with offloaded turns: a conversation's older turns
+    # come back through recall, within B, as they always did (a 128k window filled with old
+    # small talk would cost its user far more than it brings).
+    in_loop = any(t.tool_calls or t.role == "tool" for t in window)
+    if not session.offloaded_until_seq or not in_loop:
+        return [], {}
+    left = budget.available - budget.c0 - sum(t.token_count for t in window)
+    tokens = max(TAIL_READ_SHARE * left, budget.available)
+    if kept is not None and kept.tail is not None and kept.tail[0] == tokens:
+        return kept.tail[1], kept.tail[2]
+    # Only turns before the window's first: an offload that commits between the window's read
+    # and this one has moved some of the window's turns, which must not be shown twice.
+    before = window[0].seq
+    found = await read_once(
+        context.reader,
+        lambda conn: sessions_repository.offloaded_tail(
+            conn, session.id, before=before, tokens=tokens, turns=TAIL_MAX_TURNS
+        ),
+    )
+    tail = [turn for turn, _ in found]
+    chunk_of = {turn.seq: chunk for turn, chunk in found}
+    if kept is not None:
+        kept.tail = (tokens, tail, chunk_of)
+    return tail, chunk_of
+
+
+def tool_clearing(config: BudgetConfig, options: ToolResultsOptions) -> ToolClearing:
+    """The session's clearing controls with the build's overrides on top."""
+    excluded = (
+        config.tool_results_exclude_tools
+        if options.exclude_tools is None
+        else options.exclude_tools
+    )
+    return ToolClearing(
+        keep=config.tool_results_keep if options.keep is None else options.keep,
+        exclude_tools=frozenset(excluded),
+        clear_at_least=(
+            config.tool_results_clear_at_least
+            if options.clear_at_least is None
+            else options.clear_at_least
+        ),
+        clear_tool_inputs=(
+            config.tool_results_clear_tool_inputs
+            if options.clear_tool_inputs is None
+            else options.clear_tool_inputs
+        ),
+    )

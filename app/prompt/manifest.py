@@ -1,0 +1,123 @@
+"""A build's manifest and recalled items as the response lists them, made from what assembly
+decided: every item the build weighed, in order, with why it was left out. Pure: no I/O."""
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from pydantic import TypeAdapter
+
+from app.domain.records import RecalledItem
+from app.notes.schemas import DroppedNote
+from app.prompt.assembly import AssembledPrompt, ManifestEntry
+from app.prompt.schemas import ManifestItem, RecalledItemOut
+
+_MANIFEST_ITEMS = TypeAdapter(list[ManifestItem])
+
+
+class KeptTurnItems(Protocol):
+    """Where the manifest items of a kept window's turns are kept (`snapshot.KeptWindow`)."""
+
+    turn_items: list[ManifestItem] | None
+
+
+def build_manifest(
+    assembled: AssembledPrompt,
+    kept: KeptTurnItems | None,
+    notes_dropped: Sequence[DroppedNote],
+    about_dropped: Sequence[RecalledItem],
+) -> list[ManifestItem]:
+    """The assembler's entries, each item the notes' token cap left out right after the notes
+    entry, then the remembered items left out because the notes hold them."""
+    manifest = _manifest_items(assembled, kept)
+    # After the notes entry: each item the notes' token cap left out (no text, its turn has it).
+    at = next((n + 1 for n, m in enumerate(manifest) if m.id == "notes"), len(manifest))
+    manifest[at:at] = [
+        ManifestItem(
+            id=f"notes:{d.section}:{'memory' if d.seq is None else d.seq}",
+            layer="c2",
+            source=d.source,
+            tokens=d.tokens,
+            score=None,
+            included=False,
+            reason="notes_cap",
+        )
+        for d in notes_dropped
+    ]
+    manifest.extend(
+        ManifestItem(
+            id=item.chunk_id,
+            layer="c2",
+            source=item.source,
+            tokens=0,
+            score=item.score,
+            included=False,
+            reason="in_notes",
+        )
+        for item in about_dropped
+    )
+    return manifest
+
+
+def _manifest_items(assembled: AssembledPrompt, kept: KeptTurnItems | None) -> list[ManifestItem]:
+    """The assembler's entries as response items, in one validation of plain dicts (a recall
+    build has one per window turn, ~300: pydantic-core builds the list ~3x faster than
+    `model_construct` builds each item in Python, and ~25x faster than the constructor). When
+    the build's window is a kept one and every turn is in the prompt, the turns' items are the
+    ones made for it before (validating them was ~0.5 ms a build)."""
+    entries = assembled.manifest
+    if kept is None or assembled.excluded_turns or assembled.tail_turns or assembled.cleared_turns:
+        return _validated(entries)
+    first = next((n for n, e in enumerate(entries) if e.layer == "c1"), len(entries))
+    last = first + len(assembled.included_turns)
+    if kept.turn_items is None:
+        kept.turn_items = _validated(entries[first:last])
+    return [*_validated(entries[:first]), *kept.turn_items, *_validated(entries[last:])]
+
+
+def _validated(entries: list[ManifestEntry]) -> list[ManifestItem]:
+    return _MANIFEST_ITEMS.validate_python(
+        [
+            {
+                "id": e.id,
+                "layer": e.layer,
+                "source": e.source,
+                "tokens": e.tokens,
+                "score": None if e.score is None else float(e.score),
+                "included": e.included,
+                "reason": e.reason,
+                "chunk_id": e.chunk_id,
+            }
+            for e in entries
+        ]
+    )
+
+
+def recall_items(assembled: AssembledPrompt, recalled: list[RecalledItem]) -> list[RecalledItemOut]:
+    """The recalled items the prompt includes, with the turns each covers and shows."""
+    included = {item.chunk_id for item in assembled.recalled}
+    return [
+        RecalledItemOut(
+            chunk_id=e.id,
+            source="memory" if e.source == "memory" else "chunk",
+            turn_range=_turn_range(recalled, e.id),
+            turns=_shown_turns(assembled.recalled, e.id),
+            score=e.score or 0.0,
+            tokens=e.tokens,
+        )
+        for e in assembled.manifest
+        if e.layer == "c3" and e.included and e.id in included
+    ]
+
+
+def _turn_range(items: list[RecalledItem], item_id: str) -> list[int] | None:
+    for item in items:
+        if item.chunk_id == item_id and item.turn_first is not None and item.turn_last is not None:
+            return [item.turn_first, item.turn_last]
+    return None
+
+
+def _shown_turns(items: list[RecalledItem], item_id: str) -> list[int] | None:
+    for item in items:
+        if item.chunk_id == item_id and item.seqs is not None:
+            return list(item.seqs)
+    return None
