@@ -32,8 +32,8 @@ class AppContext:
     http: httpx.AsyncClient  # outbound calls: LLM notes, rerank, query rewrite
     # Recall's per-session BM25 indexes and shown chunks' turns (`app.recall.service`) here.
     lexical_indexes: VersionedLRU[Any]
-    # What build-prompt read of a session, kept by version (`app.prompt.service`): its window
-    # by the session row's version, its notes by the notes version.
+    # What build-prompt read of a session, kept by version: its window by the session row's
+    # version (`app.prompt.snapshot`), its notes by the notes version (`app.prompt.gather`).
     windows: VersionedLRU[Any]
     notes: VersionedLRU[Any]
     metrics: Metrics  # this instance's Prometheus registry (shared with a worker in this process)
