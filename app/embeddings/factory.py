@@ -2,10 +2,10 @@
 
 from typing import Any, Literal
 
-from app.core.config import EmbeddingSettings
 from app.embeddings.base import Embedder, EmbedderUnavailable
 from app.embeddings.local import E5Embedder, UseEmbedder
 from app.embeddings.openai import OpenAIEmbedder
+from app.embeddings.settings import EmbeddingSettings
 
 EmbedderKind = Literal["e5", "use", "openai", "none"]
 

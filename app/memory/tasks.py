@@ -6,7 +6,7 @@ import uuid
 from procrastinate import Blueprint, JobContext
 
 from app.core.db import unit_of_work
-from app.embeddings.batches import embed_pending
+from app.jobs.embedding import embed_pending
 from app.jobs.queue import BACKGROUND_QUEUE, DEFAULT_RETRY, TaskName, app_context, enqueue
 from app.memory import repository
 from app.memory.policy import embedding_text

@@ -9,7 +9,7 @@ from procrastinate import Blueprint, JobContext
 
 from app.core.context import AppContext
 from app.core.db import unit_of_work
-from app.embeddings.batches import embed_pending
+from app.jobs.embedding import embed_pending
 from app.jobs.queue import (
     BACKGROUND_QUEUE,
     DEFAULT_QUEUE,
@@ -53,7 +53,7 @@ async def run_offload(job_context: JobContext, session_pk: str, trigger: str = "
 
 
 async def embed_chunks(job_context: JobContext, chunk_ids: list[str]) -> int:
-    """Embed chunks off the request path (see `app.embeddings.batches`), one batch per run: the
+    """Embed chunks off the request path (see `app.jobs.embedding`), one batch per run: the
     rest goes back to the queue as a new job under the same lock (the session's embedding lock,
     `app.jobs.queue.embedding_lock`), behind the jobs other sessions queued meanwhile."""
     context = app_context(job_context)
