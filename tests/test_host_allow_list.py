@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings, load_settings
-from app.core.server import host_name
+from app.http.server import host_name
 from tests.sessions.test_bad_input import tenant_rows
 from tests.support.dev import dev_server
 from tests.support.server import RunningServer, free_port, run_server

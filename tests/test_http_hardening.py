@@ -16,7 +16,7 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from app.core.config import Settings, load_settings
-from app.core.server import OneSendTransport
+from app.http.server import OneSendTransport
 from app.runtime.api import create_app
 from tests.support.loopback import closed_port_url
 from tests.support.server import RunningServer, run_server, serve_app

@@ -18,7 +18,7 @@ from app.auth import service
 from app.auth.schemas import Caller, Scope
 from app.core.context import AppContext
 from app.core.db import unit_of_work
-from app.core.deps import ContextDep, DbDep
+from app.http.deps import ContextDep, DbDep
 
 # auto_error=False: our own 401 body, not FastAPI's 403; the scheme still appears in OpenAPI.
 bearer_scheme = HTTPBearer(auto_error=False, description="API key from `contextd keys create`")

@@ -4,23 +4,12 @@ Every error code is a class here (its docstring is what the code means), so the 
 lists each code an endpoint can answer (`error_responses`), and no code is made up at a raise.
 """
 
-import logging
-from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
-from starlette.types import Scope
-
-logger = logging.getLogger("contextd.errors")
 
 
 class ContextdError(Exception):
@@ -137,7 +126,7 @@ class InvalidText(InvalidInput):
 
 
 class TooDeep(InvalidInput):
-    """JSON nested deeper than the limit (`app.core.input.MAX_JSON_DEPTH` levels)."""
+    """JSON nested deeper than the limit (`app.http.input.MAX_JSON_DEPTH` levels)."""
 
     code = "too_deep"
 
@@ -287,172 +276,6 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
-def error_responses(*errors: type[ContextdError]) -> dict[int | str, dict[str, Any]]:
-    """`responses=` of a route or router: each status with the one error model, its description
-    listing every code the route can answer with that status and what it means."""
-    codes: dict[int, dict[str, str]] = defaultdict(dict)
-    for err in errors:
-        codes[err.status_code][err.code] = " ".join((err.__doc__ or "").split())
-    return {
-        status: {
-            "model": ErrorResponse,
-            "description": "\n".join(f"- `{code}`: {meaning}" for code, meaning in found.items()),
-        }
-        for status, found in sorted(codes.items())
-    }
-
-
-# What any endpoint touching tenant data can answer.
-COMMON_ERRORS: tuple[type[ContextdError], ...] = (
-    Unauthorized,
-    Forbidden,
-    NotFound,
-    InvalidInput,
-    MalformedJson,
-    MissingField,
-    WrongType,
-    InvalidValue,
-    InvalidSessionId,
-    InvalidText,
-    TooDeep,
-    TransactionConflict,
-    MisdirectedRequest,
-    RateLimited,
-    ServiceUnavailable,
-)
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A 4xx a request can get although its JSON matches the schema: a rule across fields, or
-    one on stored state or configured limits, which JSON Schema cannot state."""
-
-    error: type[ContextdError]
-    rule: str
-
-
-def with_rules(description: str, *rules: Rule) -> dict[str, Any]:
-    """`description` and `openapi_extra` of an operation that enforces `rules`: listed for
-    readers in the description and, machine-readable, as `x-rules` (the API tests accept a
-    schema-valid request's 4xx only when its code is listed there)."""
-    listed = "\n".join(f"- {r.error.status_code} `{r.error.code}`: {r.rule}" for r in rules)
-    return {
-        "description": f"{description}\n\nRules beyond the schema:\n{listed}",
-        "openapi_extra": {
-            "x-rules": [
-                {"status": r.error.status_code, "code": r.error.code, "rule": r.rule} for r in rules
-            ]
-        },
-    }
-
-
-def _loc_to_field(loc: tuple[Any, ...]) -> str | None:
-    parts = [p for p in loc if p not in ("body", "query", "path", "header")]
-    out = ""
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out or None
-
-
-PATH_PARAMETER_ERRORS: dict[str, type[InvalidInput]] = {
-    "session_id": InvalidSessionId,
-    "chunk_id": InvalidChunkId,
-    "build_id": InvalidBuildId,
-    "receipt_id": InvalidReceiptId,
-}
-
-
-# Custom validation error types (`PydanticCustomError`) raised by request models.
-CUSTOM_VALIDATION_ERRORS: dict[str, type[InvalidInput]] = {
-    InvalidText.code: InvalidText,
-    TooDeep.code: TooDeep,
-}
-
-
-def _path_parameter(loc: tuple[Any, ...]) -> str | None:
-    return str(loc[1]) if len(loc) == 2 and loc[0] == "path" else None
-
-
-def _validation_message(error: dict[str, Any]) -> str:
-    """pydantic's message, except for a session id: the rule itself, as every surface says it."""
-    if _path_parameter(tuple(error.get("loc", ()))) == "session_id":
-        return InvalidSessionId.RULE
-    return str(error.get("msg", "invalid request"))
-
-
-def _validation_error_class(error: dict[str, Any]) -> type[InvalidInput]:
-    kind = str(error.get("type", ""))
-    loc = tuple(error.get("loc", ()))
-    if _path_parameter(loc) in PATH_PARAMETER_ERRORS:
-        return PATH_PARAMETER_ERRORS[loc[1]]
-    if kind in CUSTOM_VALIDATION_ERRORS:
-        return CUSTOM_VALIDATION_ERRORS[kind]
-    if kind == "json_invalid":
-        return MalformedJson
-    if kind == "missing":
-        return MissingField
-    if kind in ("literal_error", "enum"):
-        return InvalidValue
-    if kind.endswith("_type") or kind.endswith("_parsing"):
-        return WrongType
-    return InvalidInput
-
-
-def validation_error(error: dict[str, Any]) -> InvalidInput:
-    """A pydantic validation error as contextd answers it, on every surface (REST bodies and
-    parameters, MCP tool arguments)."""
-    # A body-wide check (app.core.input) names the field inside the body itself.
-    field = (error.get("ctx") or {}).get("field") or _loc_to_field(tuple(error.get("loc", ())))
-    return _validation_error_class(error)(_validation_message(error), field=field)
-
-
-def _unreadable_body(request: Request, error: dict[str, Any], body: Any) -> ContextdError | None:
-    """A body that is not JSON at all: say why and where, instead of a type error or a character
-    offset posing as a field name. None for every other validation error."""
-    if error.get("type") == "json_invalid" and isinstance(body, str):
-        pos = int(error["loc"][-1])
-        line = body.count("\n", 0, pos) + 1
-        column = pos - (body.rfind("\n", 0, pos) + 1) + 1
-        reason = (error.get("ctx") or {}).get("error", "invalid JSON")
-        message = f"malformed JSON at line {line}, column {column} (character {pos}): {reason}"
-        return MalformedJson(message, field="body")
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    is_json = content_type == "application/json" or content_type.endswith("+json")
-    if tuple(error.get("loc", ())) == ("body",) and isinstance(body, bytes) and not is_json:
-        sent = f"as {content_type!r}" if content_type else "without a Content-Type header"
-        message = f"the body was sent {sent}; send JSON with 'Content-Type: application/json'"
-        return UnsupportedMediaType(message, field="Content-Type")
-    return None
-
-
-class BodyError(StarletteHTTPException):
-    """A `ContextdError` raised while the application reads the request body (`app.core.server`):
-    FastAPI turns any other exception there into a bare 400, but lets HTTP exceptions through."""
-
-    def __init__(self, error: ContextdError) -> None:
-        super().__init__(error.status_code, error.message, headers=error.headers)
-        self.error = error
-
-
-HTTP_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
-
-
-def allowed_methods(app: Starlette, scope: Scope) -> list[str]:
-    """Methods some route serves at the request's path (the `Allow` header of a 405; Starlette
-    names only the first such route's)."""
-    return [
-        method
-        for method in HTTP_METHODS
-        if any(
-            route.matches({**scope, "method": method})[0] is Match.FULL
-            for route in app.router.routes
-        )
-    ]
-
-
 # The database cannot be reached (down, restarting, connection lost, pool exhausted): a 503 the
 # client may retry, not a 500.
 DATABASE_UNAVAILABLE = (OperationalError, InterfaceError, SQLAlchemyTimeoutError)
@@ -486,52 +309,3 @@ def transaction_conflict(exc: BaseException, attempts: int = 1) -> TransactionCo
         details={"sqlstate": state, "cause": cause, "attempts": attempts},
         headers={"Retry-After": str(RETRY_AFTER_CONFLICT_SECONDS)},
     )
-
-
-def install_error_handlers(app: FastAPI, retry_after_seconds: int) -> None:
-    """Every refusal as the one JSON shape. An exception no handler takes is answered by
-    `app.core.observability.RequestContextMiddleware` (a 500 that keeps the connection)."""
-
-    @app.exception_handler(ContextdError)
-    async def _contextd_error(_: Request, exc: ContextdError) -> JSONResponse:
-        return exc.response()
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        err = _unreadable_body(request, first, exc.body) or validation_error(first)
-        return err.response()
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if isinstance(exc, BodyError):
-            return exc.error.response()
-        error: ContextdError
-        if exc.status_code == 400:  # FastAPI could not decode the body: not UTF-8 JSON
-            return MalformedJson("the body is not UTF-8 encoded JSON").response()
-        if exc.status_code == 404:
-            error = NotFound(str(exc.detail))
-        elif exc.status_code == 405:
-            allow = ", ".join(allowed_methods(request.app, request.scope))
-            error = MethodNotAllowed(str(exc.detail), headers={"Allow": allow})
-        else:
-            error = HttpError(str(exc.detail), headers=dict(exc.headers or {}) or None)
-        # The status is Starlette's, the body ours.
-        return JSONResponse(
-            status_code=exc.status_code, content=error.body(), headers=error.headers
-        )
-
-    async def _database_unavailable(_: Request, exc: Exception) -> JSONResponse:
-        conflict = transaction_conflict(exc)
-        if conflict is not None:  # not retried where it happened
-            logger.warning("transaction conflict: %s", conflict.message)
-            return conflict.response()
-        limit = TIME_LIMIT_SQLSTATES.get(sqlstate(exc) or "")
-        logger.warning("database unavailable: %s", limit or type(exc).__name__)
-        return ServiceUnavailable(
-            f"{limit}; retry later" if limit else "the database cannot be reached; retry later",
-            headers={"Retry-After": str(retry_after_seconds)},
-        ).response()
-
-    for kind in DATABASE_UNAVAILABLE:
-        app.add_exception_handler(kind, _database_unavailable)

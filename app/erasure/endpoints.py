@@ -6,18 +6,13 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response, status
 
 from app.auth.deps import ReadCaller, WriteCaller
-from app.core.deps import CacheDep, DbDep, SettingsDep
-from app.core.errors import (
-    COMMON_ERRORS,
-    InvalidReceiptId,
-    NotFound,
-    error_responses,
-    with_rules,
-)
-from app.core.input import PARAMETER_RULE, StorableText
+from app.core.errors import InvalidReceiptId, NotFound
 from app.erasure import erase, repository, service
 from app.erasure.schemas import EraseReceiptOut, SessionErased, UserErased
-from app.sessions.endpoints import SessionIdPath
+from app.http.deps import CacheDep, DbDep, SettingsDep
+from app.http.errors import COMMON_ERRORS, error_responses, with_rules
+from app.http.input import PARAMETER_RULE, StorableText
+from app.http.params import SessionIdPath
 
 router = APIRouter(tags=["erasure"], responses=error_responses(*COMMON_ERRORS))
 

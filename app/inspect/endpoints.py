@@ -22,12 +22,12 @@ from app.auth.service import (
     require_scope,
     signed_token,
 )
-from app.core.deps import ContextDep, DbDep
 from app.core.errors import ContextdError, NotFound, Unauthorized
 from app.core.text import shorten
+from app.domain.ids import is_session_id
+from app.http.deps import ContextDep, DbDep
 from app.inspect import service
 from app.inspect.security import from_this_site
-from app.sessions.schemas import is_session_id
 
 router = APIRouter(prefix="/inspect", include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")

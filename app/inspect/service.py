@@ -9,13 +9,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.schemas import Caller
 from app.core.context import AppContext
-from app.core.pagination import BIGINT_KEY, UUID_KEY, Page, cut
 from app.db.models import Chunk, OffloadEvent, PromptBuild, Session
 from app.domain.budget import REPLY_PRIMING_TOKENS, Budget
 from app.domain.records import TurnRecord
 from app.erasure import repository as erasure_repository
 from app.erasure.schemas import EraseReceiptOut
 from app.erasure.service import receipt_out
+from app.http.pagination import BIGINT_KEY, UUID_KEY, Page, cut
 from app.inspect.builds import Anchors, BuildView, build_view
 from app.inspect.charts import (
     LineChart,

@@ -39,7 +39,7 @@ PATH = "/mcp"
 
 def browser_origins(settings: Settings) -> TransportSecuritySettings | None:
     """Without keys, the SDK's check that a browser's `Origin` is one of the allowed hosts (the
-    Host header itself is checked for every path by `app.core.server.HostAllowList`)."""
+    Host header itself is checked for every path by `app.http.server.HostAllowList`)."""
     if not settings.auth_disabled:
         return None
     names = settings.allowed_hosts

@@ -16,13 +16,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.schemas import Caller, Scope
 from app.auth.service import require_scope
 from app.core.context import AppContext
-from app.core.errors import MissingField, NotFound, validation_error
+from app.core.errors import MissingField, NotFound
+from app.domain.ids import SESSION_ID_PATTERN
+from app.http.errors import validation_error
+from app.http.params import require_session_id
 from app.memory import service as memory_service
 from app.memory.schemas import MemoryRequest
 from app.memory.tool import TOOL_NAME as MEMORY
 from app.prompt.schemas import BuildPromptRequest
 from app.prompt.service import build_prompt
-from app.sessions.schemas import SESSION_ID_PATTERN, require_session_id
 
 BUILD_PROMPT = "build_prompt"
 SESSION_ID_SCHEMA: dict[str, Any] = {

@@ -5,9 +5,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends
 
 from app.auth.deps import ReadCaller, ToolCaller
-from app.core.deps import ContextDep, DbDep
 from app.core.errors import (
-    COMMON_ERRORS,
     Conflict,
     ConflictingFields,
     InvalidInput,
@@ -15,17 +13,16 @@ from app.core.errors import (
     PayloadTooLarge,
     RateLimited,
     RequestTimeout,
-    Rule,
     TooLong,
     UnexpectedField,
-    error_responses,
-    with_rules,
 )
-from app.core.input import BODY_RULES
-from app.core.pagination import BIGINT_KEY, UUID_KEY, Page, page_params
+from app.http.deps import ContextDep, DbDep
+from app.http.errors import COMMON_ERRORS, Rule, error_responses, with_rules
+from app.http.input import BODY_RULES
+from app.http.pagination import BIGINT_KEY, UUID_KEY, Page, page_params
+from app.http.params import SessionIdPath
 from app.memory import service
 from app.memory.schemas import MemoryAnswer, MemoryList, MemoryRequest
-from app.sessions.endpoints import SessionIdPath
 
 router = APIRouter(tags=["memory tool"], responses=error_responses(*COMMON_ERRORS))
 

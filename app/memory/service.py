@@ -15,13 +15,13 @@ from app.auth.schemas import Caller
 from app.core.context import AppContext
 from app.core.dates import said_at
 from app.core.errors import InvalidInput, NotFound, TooLong
-from app.core.pagination import Page, created_after, created_cursor, page_of
 from app.core.ratelimit import WINDOW_SECONDS, rate_limited
 from app.core.text import lexical_document, terms
 from app.core.tokens import count_tokens
 from app.db.models import Memory, Session
 from app.domain.records import RecalledItem
 from app.erasure.service import forget
+from app.http.pagination import Page, created_after, created_cursor, page_of
 from app.jobs.queue import TaskName, enqueue, pending_jobs, session_lock
 from app.memory import repository
 from app.memory.policy import (

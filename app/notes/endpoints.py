@@ -4,12 +4,12 @@ from fastapi import APIRouter, status
 from pydantic import BaseModel, Field
 
 from app.auth.deps import ReadCaller, WriteCaller
-from app.core.deps import DbDep
-from app.core.errors import COMMON_ERRORS, error_responses
+from app.http.deps import DbDep
+from app.http.errors import COMMON_ERRORS, error_responses
+from app.http.params import SessionIdPath
 from app.jobs.queue import TaskName, enqueue, session_lock
 from app.notes.repository import get_scratchpad
 from app.notes.schemas import DroppedNote, Notes
-from app.sessions.endpoints import SessionIdPath
 from app.sessions.service import require_session
 
 router = APIRouter(prefix="/v1/sessions", tags=["notes"], responses=error_responses(*COMMON_ERRORS))

@@ -6,13 +6,14 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path
 
 from app.auth.deps import ReadCaller
-from app.core.deps import DbDep
-from app.core.errors import COMMON_ERRORS, Conflict, InvalidChunkId, NotFound, error_responses
-from app.core.pagination import BIGINT_KEY, INT_KEY, Page, encode_cursor, page_of, page_params
+from app.core.errors import Conflict, InvalidChunkId, NotFound
+from app.http.deps import DbDep
+from app.http.errors import COMMON_ERRORS, error_responses
+from app.http.pagination import BIGINT_KEY, INT_KEY, Page, encode_cursor, page_of, page_params
+from app.http.params import SessionIdPath
 from app.offload import repository
 from app.offload.chunking import joined_pieces
 from app.offload.schemas import ChunkDetail, ChunkOut, ChunkPage, TurnText
-from app.sessions.endpoints import SessionIdPath
 from app.sessions.service import require_session
 
 router = APIRouter(

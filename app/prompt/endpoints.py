@@ -11,28 +11,25 @@ from pydantic import ValidationError
 from app.auth.deps import ReadCaller, identify_caller
 from app.auth.schemas import Scope
 from app.auth.service import check_rate, require_scope
-from app.core.deps import ContextDep, DbDep, get_context, request_db
-from app.core.direct import DirectRoute
 from app.core.errors import (
-    COMMON_ERRORS,
     BudgetExceeded,
     InvalidBuildId,
     InvalidInput,
     NotFound,
     PayloadTooLarge,
     RequestTimeout,
-    Rule,
-    error_responses,
-    with_rules,
 )
-from app.core.input import BODY_RULES
 from app.core.observability import logged_by_route
+from app.domain.ids import is_session_id
+from app.http.deps import ContextDep, DbDep, get_context, request_db
+from app.http.direct import DirectRoute
+from app.http.errors import COMMON_ERRORS, Rule, error_responses, with_rules
+from app.http.input import BODY_RULES
+from app.http.params import SessionIdPath
 from app.prompt import repository
 from app.prompt.schemas import BuildPromptRequest, BuildPromptResponse
 from app.prompt.service import build_prompt as build_prompt_service
 from app.prompt.snapshot import Prefetched, read_snapshot
-from app.sessions.endpoints import SessionIdPath
-from app.sessions.schemas import is_session_id
 from app.sessions.service import require_session
 
 router = APIRouter(
@@ -81,7 +78,7 @@ def _is_json(content_type: str | None) -> bool:
 
 async def build_prompt_direct(request: Request, raw: bytes) -> Response | None:
     """`build_prompt` as FastAPI would run it, its dependencies resolved here (database session,
-    caller with its rate limit, scope) and the response encoded once (`app.core.direct`). A
+    caller with its rate limit, scope) and the response encoded once (`app.http.direct`). A
     body or session id that does not validate goes to the full stack (None), which names the
     field exactly as before."""
     session_id: str = request.path_params["session_id"]

@@ -4,7 +4,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.core.input import RequestBody
 from app.domain.budget import (
     MAX_EXCLUDED_TOOLS,
     MAX_RECALL_CANDIDATES,
@@ -12,6 +11,7 @@ from app.domain.budget import (
     MAX_TOOL_RESULTS_KEPT,
     MAX_WINDOW_TOKENS,
 )
+from app.http.input import RequestBody
 from app.sessions.schemas import Usage as SessionUsage
 from app.sessions.schemas import Watermark
 

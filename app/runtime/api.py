@@ -6,16 +6,17 @@ from contextlib import asynccontextmanager, suppress
 from fastapi import FastAPI
 from starlette.routing import NoMatchFound
 
-from app import __version__, health
+from app import __version__
 from app.core.config import Settings, load_settings
 from app.core.context import AppContext
 from app.core.cpu import one_blas_thread
-from app.core.direct import DirectRoutes
-from app.core.errors import install_error_handlers
 from app.core.observability import Metrics, RequestContextMiddleware
-from app.core.server import HostAllowList, RequestBodyGuard, SlashInSessionId, settled_heap
 from app.core.tokens import encoding
 from app.erasure.endpoints import router as erasure_router
+from app.http import health
+from app.http.direct import DirectRoutes
+from app.http.errors import install_error_handlers
+from app.http.server import HostAllowList, RequestBodyGuard, SlashInSessionId, settled_heap
 from app.inspect.endpoints import router as inspect_router
 from app.inspect.security import InspectorHeaders
 from app.mcp.server import McpEndpoint

@@ -146,7 +146,7 @@ async def _serve(
 
     from app.core.context import AppContext
     from app.core.observability import Metrics
-    from app.core.server import uvicorn_config
+    from app.http.server import uvicorn_config
     from app.runtime.api import create_app
     from app.runtime.worker import run_worker
 

@@ -2,12 +2,10 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
+from fastapi import APIRouter, Depends, Header, Query, Response, status
 
 from app.auth.deps import ReadCaller, WriteCaller
-from app.core.deps import CacheDep, ContextDep, DbDep, SettingsDep
 from app.core.errors import (
-    COMMON_ERRORS,
     Conflict,
     DuplicateToolCallId,
     DuplicateToolResult,
@@ -15,17 +13,16 @@ from app.core.errors import (
     MissingToolCallId,
     PayloadTooLarge,
     RequestTimeout,
-    Rule,
     UnknownToolCall,
-    error_responses,
-    with_rules,
 )
-from app.core.input import BODY_RULES, PARAMETER_RULE, StorableText
-from app.core.pagination import BIGINT_KEY, CURSOR_VALUE_MAX, UUID_KEY, Page, page_params
+from app.http.deps import CacheDep, ContextDep, DbDep, SettingsDep
+from app.http.errors import COMMON_ERRORS, Rule, error_responses, with_rules
+from app.http.input import BODY_RULES, PARAMETER_RULE, StorableText
+from app.http.pagination import BIGINT_KEY, CURSOR_VALUE_MAX, UUID_KEY, Page, page_params
+from app.http.params import SessionIdPath
 from app.offload.service import append_turns_and_offload
 from app.sessions import service
 from app.sessions.schemas import (
-    SESSION_ID_PATTERN,
     AppendTurnsRequest,
     AppendTurnsResponse,
     Role,
@@ -38,15 +35,6 @@ from app.sessions.schemas import (
 router = APIRouter(
     prefix="/v1/sessions", tags=["sessions"], responses=error_responses(*COMMON_ERRORS)
 )
-
-SessionIdPath = Annotated[
-    str,
-    Path(
-        pattern=SESSION_ID_PATTERN,
-        description="client-chosen id: letters, digits and . _ : - (1-128 chars)",
-        examples=["agent-42:run-7"],
-    ),
-]
 
 
 @router.post(

@@ -1,35 +1,14 @@
 """Wire shapes of the sessions and turns API (spec §9)."""
 
-import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
-from app.core.errors import InvalidSessionId
-from app.core.input import RequestBody
 from app.db.models import Session, Turn
 from app.domain.budget import Budget, BudgetConfig, Level
-
-SESSION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
-_SESSION_ID = re.compile(SESSION_ID_PATTERN)
-
-
-def is_session_id(value: object) -> bool:
-    """The session-id rule of every surface: REST paths (the same pattern, in the OpenAPI
-    document), MCP tool calls, the memory tool, the inspector. Names outside it (`~erasing~...`
-    tombstones among them) can never name a session."""
-    return isinstance(value, str) and _SESSION_ID.fullmatch(value) is not None
-
-
-def require_session_id(value: object) -> str:
-    """`value` if it is a session id; else the 422 a REST path with it answers."""
-    if not is_session_id(value):
-        raise InvalidSessionId(InvalidSessionId.RULE, field="session_id")
-    assert isinstance(value, str)
-    return value
-
+from app.http.input import RequestBody
 
 Role = Literal["user", "assistant", "tool", "system"]
 

@@ -27,8 +27,6 @@ from app.core.errors import (
     PayloadTooLarge,
     UnknownToolCall,
 )
-from app.core.input import json_size
-from app.core.pagination import Page, created_after, created_cursor, encode_cursor, page_of
 from app.core.tokens import message_tokens
 from app.db.models import Session, Turn
 from app.domain.budget import (
@@ -38,6 +36,8 @@ from app.domain.budget import (
     config_error_field,
 )
 from app.domain.records import TurnRecord
+from app.http.input import json_size
+from app.http.pagination import Page, created_after, created_cursor, encode_cursor, page_of
 from app.jobs.queue import enqueue_offload
 from app.memory import repository as memory_repository
 from app.offload.repository import active_chunk_count

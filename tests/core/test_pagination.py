@@ -3,7 +3,7 @@ more than it shows, and that row only says that another page follows."""
 
 import pytest
 
-from app.core.pagination import BIGINT_KEY, INT_KEY, Page, cut, encode_cursor, page_of
+from app.http.pagination import BIGINT_KEY, INT_KEY, Page, cut, encode_cursor, page_of
 
 
 def seq_cursor(seq: int) -> str:

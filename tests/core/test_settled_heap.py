@@ -1,10 +1,10 @@
 """A serving process keeps its startup objects out of the cyclic collector's reach
-(`app.core.server.settled_heap`) and gives them back when it stops."""
+(`app.http.server.settled_heap`) and gives them back when it stops."""
 
 import gc
 
 from app.core.config import Settings
-from app.core.server import YOUNG_GENERATION_OBJECTS
+from app.http.server import YOUNG_GENERATION_OBJECTS
 from tests.support.server import run_server
 
 

@@ -1,4 +1,4 @@
-"""build-prompt is answered by a direct route (`app.core.direct`): a successful build writes one
+"""build-prompt is answered by a direct route (`app.http.direct`): a successful build writes one
 log line (the build line, with the tenant), a refused one its access line; what the direct route
 hands to the full stack is answered exactly as before, and its answers carry the request id."""
 

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.core.pagination import encode_cursor
+from app.http.pagination import encode_cursor
 from tests.notes.test_notes_service import TINY_FLOOR, offload_all
 from tests.support.factories import session_of_key
 from tests.support.server import RunningServer, run_server

@@ -46,7 +46,7 @@ def run_server(settings: Settings, *, with_worker: bool = False) -> Iterator[Run
 def serve_app(app: ASGIApp, settings: Settings) -> Iterator[RunningServer]:
     """`app` (e.g. `create_app(settings)` with a test route added) served as `contextd serve`
     serves the API."""
-    from app.core.server import uvicorn_config
+    from app.http.server import uvicorn_config
 
     settings = settings.model_copy(update={"port": free_port(), "host": "127.0.0.1"})
     server = uvicorn.Server(uvicorn_config(app, settings))

@@ -18,8 +18,8 @@ from typing import Annotated, NamedTuple, TypeVar
 from fastapi import Query
 
 from app.core.config import MAX_PAGE_SIZE
-from app.core.deps import SettingsDep
 from app.core.errors import InvalidInput
+from app.http.deps import SettingsDep
 
 # Digits a key may have so that it fits its column: 18 stay below the bigint maximum
 # (2**63 - 1, 19 digits), 9 below the integer maximum (2**31 - 1, 10 digits); a UUID as an
@@ -103,7 +103,7 @@ def created_after(page: Page) -> tuple[datetime, uuid.UUID] | None:
 
 def page_params(*keys: int) -> Callable[..., Awaitable[Page]]:
     """The dependency reading `limit` and `cursor` of a list whose cursor has `keys` (async
-    although it does no I/O: see app.core.deps)."""
+    although it does no I/O: see app.http.deps)."""
 
     async def read_page(
         settings: SettingsDep,

@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
-from app.core.deps import ContextDep
+from app.http.deps import ContextDep
 
 router = APIRouter(tags=["health"])
 

@@ -51,7 +51,7 @@ async def get_db(context: ContextDep) -> AsyncIterator[AsyncSession]:
 
 
 def request_db(context: AppContext) -> AbstractAsyncContextManager[AsyncSession]:
-    """`get_db` where no dependency solving runs (`app.core.direct`): the same transaction rules."""
+    """`get_db` where no dependency solving runs (`app.http.direct`): the same transaction rules."""
     return asynccontextmanager(get_db)(context)
 
 

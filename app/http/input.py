@@ -14,7 +14,8 @@ from typing import Any
 from pydantic import AfterValidator, BaseModel, model_validator
 from pydantic_core import PydanticCustomError
 
-from app.core.errors import InvalidText, PayloadTooLarge, Rule, TooDeep
+from app.core.errors import InvalidText, PayloadTooLarge, TooDeep
+from app.http.errors import Rule
 
 BIGINT_MAX = 2**63 - 1  # PostgreSQL bigint: seq, turn ranges, cursor keys
 MAX_JSON_DEPTH = 32  # nesting of objects and arrays in a request body, the body itself being 1

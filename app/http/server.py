@@ -30,13 +30,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from app.core.config import ANY_HOST, Settings
-from app.core.errors import (
-    BodyError,
-    InvalidSessionId,
-    MisdirectedRequest,
-    PayloadTooLarge,
-    RequestTimeout,
-)
+from app.core.errors import InvalidSessionId, MisdirectedRequest, PayloadTooLarge, RequestTimeout
+from app.http.errors import BodyError
 
 
 class OneSendTransport:
