@@ -31,7 +31,6 @@ from app.auth.service import dev_caller
 from app.core.config import Settings
 from app.core.context import AppContext
 from app.core.dates import said_at
-from app.db.models import Session
 from app.domain.records import RecalledItem, TurnRecord
 from app.eval.locomo import CATEGORIES, SCORED_CATEGORIES, coverage, dia_ids_of_range, load_locomo
 from app.notes.policy import render_notes_block
@@ -40,6 +39,7 @@ from app.prompt.assembly import AssemblyInput, assemble_prompt
 from app.recall.service import RecallHit, recall, recalled_item, show_best_turns
 from app.sessions import repository as sessions_repository
 from app.sessions.service import session_budget
+from app.store.models import Session
 
 BUDGETS = (250, 500, 1000, 2000)
 KS = (5, 10)

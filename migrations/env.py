@@ -7,7 +7,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.core.config import to_sqlalchemy_url
-from app.db.models import Base
+from app.store.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -208,21 +208,15 @@ def within(module: str, prefixes: Iterable[str]) -> bool:
 # Where a module of the old layout belongs until its step of issue 35 moves it (the longest
 # prefix wins); each step deletes the lines of what it moved.
 MOVING: dict[str, str] = {
-    "app.auth.repository": "app.store",  # -> store/keys.py
     "app.auth.schemas": "app.domain",  # -> domain/callers.py
     "app.core.dates": "app.domain",
     "app.core.text": "app.domain",
     "app.core.tokens": "app.domain",
-    "app.db": "app.store",
-    "app.erasure.repository": "app.store",  # -> store/receipts.py
     "app.mcp": "app.agent",
     "app.memory": "app.memories",  # the remembered items; the tool's modules below
     "app.memory.endpoints": "app.agent",
-    "app.memory.repository": "app.store",
     "app.memory.tool": "app.agent",
-    "app.notes.repository": "app.store",  # -> store/scratchpads.py
     "app.offload.repository": "app.store",  # -> store/chunks, vector_index, offload_events, backlog
-    "app.prompt.repository": "app.store",  # -> store/builds.py
     "app.recall.stem": "app.domain",
     "app.sessions.repository": "app.store",  # -> store/sessions.py, store/turns.py
 }

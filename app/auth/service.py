@@ -12,11 +12,11 @@ from collections.abc import Iterable
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth import repository
 from app.auth.schemas import ALL_SCOPES, Caller, Scope
 from app.core.config import Limits
 from app.core.errors import Forbidden, InvalidInput, Unauthorized
 from app.core.ratelimit import RateLimiter, rate_limited
+from app.store import keys as repository
 
 KEY_PREFIX = "ctxd_"
 DEV_TENANT = "default"

@@ -7,12 +7,13 @@ from fastapi import APIRouter, Path, Response, status
 
 from app.auth.deps import ReadCaller, WriteCaller
 from app.core.errors import InvalidReceiptId, NotFound
-from app.erasure import erase, repository, service
+from app.erasure import erase, service
 from app.erasure.schemas import EraseReceiptOut, SessionErased, UserErased
 from app.http.deps import CacheDep, DbDep, SettingsDep
 from app.http.errors import COMMON_ERRORS, error_responses, with_rules
 from app.http.input import PARAMETER_RULE, StorableText
 from app.http.params import SessionIdPath
+from app.store import receipts as repository
 
 router = APIRouter(tags=["erasure"], responses=error_responses(*COMMON_ERRORS))
 

@@ -33,16 +33,16 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import commit, retrying_transaction
-from app.db.models import Session
-from app.erasure import repository
 from app.erasure.service import drop_from_notes
-from app.memory import repository as memory_repository
-from app.notes import repository as notes_repository
 from app.notes.service import refresh_notes
 from app.offload import repository as chunks_repository
-from app.prompt import repository as builds_repository
 from app.sessions import repository as sessions_repository
 from app.sessions.service import session_cache_key
+from app.store import builds as builds_repository
+from app.store import memories as memory_repository
+from app.store import receipts as repository
+from app.store import scratchpads as notes_repository
+from app.store.models import Session
 
 NEEDLE_CHARS = 40
 MAX_NEEDLES = 2_000

@@ -36,8 +36,6 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import after_commit, retrying_transaction
 from app.core.errors import Conflict, InvalidInput, NotFound
-from app.db.models import EraseReceipt, Session, Turn
-from app.erasure import repository
 from app.erasure.schemas import (
     ErasedMemory,
     ErasedSession,
@@ -46,9 +44,7 @@ from app.erasure.schemas import (
     UserErased,
 )
 from app.jobs.queue import TaskName, embedding_lock, enqueue, session_lock
-from app.memory import repository as memory_repository
 from app.memory.schemas import MemoryRequest
-from app.notes import repository as notes_repository
 from app.notes.policy import cap, remove_sources
 from app.notes.schemas import Notes
 from app.notes.service import NotesDraft, memory_items, write_notes
@@ -63,6 +59,10 @@ from app.sessions.service import (
     to_record,
     write_session,
 )
+from app.store import memories as memory_repository
+from app.store import receipts as repository
+from app.store import scratchpads as notes_repository
+from app.store.models import EraseReceipt, Session, Turn
 
 NOTES_WRITE_ATTEMPTS = 3  # a notes job may commit a new version between our read and our write
 USER_SESSIONS_UPDATED = 50  # notes of at most this many of a user's sessions updated per forget

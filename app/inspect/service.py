@@ -9,10 +9,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.schemas import Caller
 from app.core.context import AppContext
-from app.db.models import Chunk, OffloadEvent, PromptBuild, Session
 from app.domain.budget import REPLY_PRIMING_TOKENS, Budget
 from app.domain.records import TurnRecord
-from app.erasure import repository as erasure_repository
 from app.erasure.schemas import EraseReceiptOut
 from app.erasure.service import receipt_out
 from app.http.pagination import BIGINT_KEY, UUID_KEY, Page, cut
@@ -28,10 +26,8 @@ from app.inspect.charts import (
 )
 from app.memory.schemas import MemoryOut
 from app.memory.service import list_memories
-from app.notes.repository import get_scratchpad
 from app.notes.schemas import Notes
 from app.offload import repository as offload_repository
-from app.prompt import repository as prompt_repository
 from app.prompt.clearing import History, ToolClearing
 from app.sessions import repository as sessions_repository
 from app.sessions.schemas import SessionOut
@@ -42,6 +38,10 @@ from app.sessions.service import (
     session_view,
     to_record,
 )
+from app.store import builds as prompt_repository
+from app.store import receipts as erasure_repository
+from app.store.models import Chunk, OffloadEvent, PromptBuild, Session
+from app.store.scratchpads import get_scratchpad
 
 SESSIONS_PER_PAGE = 50
 CHART_TURN_POINTS = 600

@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.db.models import Memory, Session
 from app.http.input import BIGINT_MAX, RequestBody
+from app.store.models import Memory, Session
 
 
 class MemoryType(StrEnum):

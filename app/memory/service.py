@@ -10,7 +10,6 @@ from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth import repository as auth_repository
 from app.auth.schemas import Caller
 from app.core.context import AppContext
 from app.core.dates import said_at
@@ -18,12 +17,10 @@ from app.core.errors import InvalidInput, NotFound, TooLong
 from app.core.ratelimit import WINDOW_SECONDS, rate_limited
 from app.core.text import lexical_document, terms
 from app.core.tokens import count_tokens
-from app.db.models import Memory, Session
 from app.domain.records import RecalledItem
 from app.erasure.service import forget
 from app.http.pagination import Page, created_after, created_cursor, page_of
 from app.jobs.queue import TaskName, enqueue, pending_jobs, session_lock
-from app.memory import repository
 from app.memory.policy import (
     Enablement,
     allowed_types,
@@ -34,7 +31,6 @@ from app.memory.policy import (
 )
 from app.memory.schemas import MemoryAnswer, MemoryList, MemoryOut, MemoryRequest, MemoryType
 from app.memory.tool import help_text, tool_definition
-from app.notes.repository import get_scratchpad
 from app.offload.service import offload_session
 from app.prompt.blocks import neutralise_quoted, render_item
 from app.recall.rerank import RerankCandidate, RerankFeatures, ScoredCandidate
@@ -43,6 +39,10 @@ from app.recall.service import MEMORY_PREFIX, recall, recalled_item
 from app.sessions import repository as sessions_repository
 from app.sessions.schemas import Usage, Watermark
 from app.sessions.service import effective_config, require_session, session_budget
+from app.store import keys as auth_repository
+from app.store import memories as repository
+from app.store.models import Memory, Session
+from app.store.scratchpads import get_scratchpad
 
 USER_SESSIONS_REFRESHED = 50  # notes of at most this many of a user's sessions refreshed per write
 

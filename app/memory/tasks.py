@@ -8,9 +8,9 @@ from procrastinate import Blueprint, JobContext
 from app.core.db import unit_of_work
 from app.jobs.embedding import embed_pending
 from app.jobs.queue import BACKGROUND_QUEUE, DEFAULT_RETRY, TaskName, app_context, enqueue
-from app.memory import repository
 from app.memory.policy import embedding_text
 from app.sessions import repository as sessions_repository
+from app.store import memories as repository
 
 SWEEP_BATCH = 512
 

@@ -16,15 +16,15 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.cpu import off_loop
 from app.core.tokens import message_tokens
-from app.db.models import Memory, Session
-from app.memory import repository as memory_repository
-from app.notes import repository
 from app.notes.llm import NotesGenerationError, llm_extract
 from app.notes.policy import cap, merge, render_notes_block
 from app.notes.rules import extract
 from app.notes.schemas import DroppedNote, NoteItem, Notes, NotesResult
 from app.sessions import repository as sessions_repository
 from app.sessions.service import to_record, write_session
+from app.store import memories as memory_repository
+from app.store import scratchpads as repository
+from app.store.models import Memory, Session
 
 # What a refresh did: "written" (v+1 stored), "stale" (lost the version race, discarded),
 # "failed" (generation failed, rebuild flagged), "gone" (the session was deleted, or is being).

@@ -15,8 +15,8 @@ from sqlalchemy import func, select, text, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.core.text import lexical_document
-from app.db.models import Chunk, OffloadEvent
 from app.embeddings.base import vector_literal
+from app.store.models import Chunk, OffloadEvent
 
 INSERT_BATCH = 5000  # rows per insert statement
 

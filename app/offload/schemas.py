@@ -5,7 +5,7 @@ from typing import Self
 
 from pydantic import BaseModel, Field
 
-from app.db.models import Chunk
+from app.store.models import Chunk
 
 
 class ChunkOut(BaseModel):

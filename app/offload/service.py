@@ -23,7 +23,6 @@ from app.core.cpu import batches_off_loop
 from app.core.db import after_commit, local_time_limits, release
 from app.core.observability import Metrics
 from app.core.tokens import message_tokens
-from app.db.models import Session
 from app.domain.budget import Budget
 from app.domain.records import TurnRecord
 from app.jobs.queue import TaskName, embedding_lock, enqueue, session_lock
@@ -34,6 +33,7 @@ from app.sessions import repository as sessions_repository
 from app.sessions import service as sessions_service
 from app.sessions.schemas import AppendTurnsRequest
 from app.sessions.service import AppendOutcome, session_budget, write_session
+from app.store.models import Session
 
 logger = logging.getLogger("contextd.offload")
 

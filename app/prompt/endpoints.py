@@ -26,11 +26,11 @@ from app.http.direct import DirectRoute
 from app.http.errors import COMMON_ERRORS, Rule, error_responses, with_rules
 from app.http.input import BODY_RULES
 from app.http.params import SessionIdPath
-from app.prompt import repository
 from app.prompt.schemas import BuildPromptRequest, BuildPromptResponse
 from app.prompt.service import build_prompt as build_prompt_service
 from app.prompt.snapshot import Prefetched, read_snapshot
 from app.sessions.service import require_session
+from app.store import builds as repository
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["prompt"], responses=error_responses(*COMMON_ERRORS)

@@ -15,7 +15,6 @@ from app.core.context import AppContext
 from app.core.dates import said_at
 from app.core.db import read_once, release
 from app.core.tokens import message_tokens
-from app.db.models import Session
 from app.domain.budget import Budget, BudgetConfig
 from app.domain.records import RecalledItem, TurnRecord
 from app.memory.policy import normalise
@@ -39,6 +38,7 @@ from app.recall.service import (
 )
 from app.sessions import repository as sessions_repository
 from app.sessions.service import effective_config
+from app.store.models import Session
 
 logger = logging.getLogger("contextd.prompt")
 EMERGENCY_TOP_K = 2  # at the emergency ratio recall is tightened to this many items

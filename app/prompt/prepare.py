@@ -21,7 +21,6 @@ from app.core.cpu import off_loop
 from app.core.db import local_time_limits
 from app.core.errors import BudgetExceeded, InvalidInput
 from app.core.tokens import message_tokens
-from app.db.models import Session
 from app.domain.budget import Budget, BudgetConfig, config_error_field
 from app.prompt.assembly import PromptTooLarge, mandatory_costs, tools_tokens
 from app.prompt.schemas import BuildPromptRequest
@@ -30,6 +29,7 @@ from app.recall.service import QueryVectors, early_query_text
 from app.sessions import repository as sessions_repository
 from app.sessions.schemas import AppendTurnsRequest, TurnIn
 from app.sessions.service import append_turns, observe_watermark, session_budget, write_session
+from app.store.models import Session
 
 logger = logging.getLogger("contextd.prompt")
 

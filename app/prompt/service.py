@@ -19,7 +19,6 @@ from app.auth.schemas import Caller
 from app.core.context import AppContext
 from app.core.cpu import off_loop
 from app.core.observability import after_response, text_fields
-from app.prompt import repository
 from app.prompt.assembly import AssembledPrompt, AssemblyInput, PromptTooLarge, assemble_prompt
 from app.prompt.gather import (
     Gathered,
@@ -44,6 +43,7 @@ from app.prompt.snapshot import KeptWindow, Prefetched, kept_window, read_window
 from app.recall.service import QueryVectors
 from app.sessions.schemas import Usage, Watermark
 from app.sessions.service import session_budget
+from app.store import builds as repository
 
 logger = logging.getLogger("contextd.prompt")
 

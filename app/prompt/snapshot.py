@@ -11,10 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.schemas import Caller
 from app.core.context import AppContext
 from app.core.db import read_once
-from app.db.models import Session
 from app.domain.records import TurnRecord
 from app.prompt.schemas import BuildPromptRequest, ManifestItem
 from app.sessions import repository as sessions_repository
+from app.store.models import Session
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,6 @@ from app.core.cpu import off_loop
 from app.core.dates import query_date_terms
 from app.core.db import read_once, release
 from app.core.text import match_terms, mostly_cjk, terms
-from app.db.models import Memory, Session
 from app.domain.records import RecalledItem
 from app.embeddings.base import (
     EmbedderBusy,
@@ -38,7 +37,6 @@ from app.embeddings.base import (
     EmbedderUnavailable,
     l2_normalise,
 )
-from app.memory import repository as memory_repository
 from app.offload import repository
 from app.offload.chunking import render_turn
 from app.recall.adapter import chunk_query_vector
@@ -60,6 +58,8 @@ from app.recall.stem import by_stem
 from app.recall.trim import trim_chunk
 from app.recall.vectors import ChunkVectors
 from app.sessions import repository as sessions_repository
+from app.store import memories as memory_repository
+from app.store.models import Memory, Session
 
 logger = logging.getLogger("contextd.recall")
 

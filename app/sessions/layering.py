@@ -21,12 +21,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.config import Settings
 from app.core.cpu import batches_off_loop
 from app.core.tokens import encoding, message_tokens
-from app.db.models import Session
 from app.domain.records import TurnRecord
 from app.jobs.queue import TaskName, embedding_lock, enqueue
 from app.notes.layering import LayeredSource, layered_view
 from app.offload import repository as chunks_repository
 from app.offload.chunking import ChunkDraft, TurnPieces, chunk_row, chunk_turns, chunking_config
+from app.store.models import Session
 
 # Chunks per insert while the next are still being drafted (`batches_off_loop`).
 WRITE_BATCH = 1000

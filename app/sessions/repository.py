@@ -47,10 +47,10 @@ from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.db import driver_connection
-from app.db.models import IdempotencyRecord, Session, Turn
 from app.domain.budget import REPLY_PRIMING_TOKENS, BudgetConfig
 from app.domain.ids import SESSION_ID_PATTERN
 from app.domain.records import TurnRecord
+from app.store.models import IdempotencyRecord, Session, Turn
 
 # A deleted session is renamed to this prefix and its primary key at once, then erased by a job:
 # outside SESSION_ID_PATTERN, so no request can name it.

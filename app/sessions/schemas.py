@@ -6,9 +6,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
-from app.db.models import Session, Turn
 from app.domain.budget import Budget, BudgetConfig, Level
 from app.http.input import RequestBody
+from app.store.models import Session, Turn
 
 Role = Literal["user", "assistant", "tool", "system"]
 

@@ -28,7 +28,6 @@ from app.core.errors import (
     UnknownToolCall,
 )
 from app.core.tokens import message_tokens
-from app.db.models import Session, Turn
 from app.domain.budget import (
     Budget,
     BudgetConfig,
@@ -39,7 +38,6 @@ from app.domain.records import TurnRecord
 from app.http.input import json_size
 from app.http.pagination import Page, created_after, created_cursor, encode_cursor, page_of
 from app.jobs.queue import enqueue_offload
-from app.memory import repository as memory_repository
 from app.offload.repository import active_chunk_count
 from app.sessions import layering, repository
 from app.sessions.layering import LayeredResult, content_ids, layer
@@ -59,6 +57,8 @@ from app.sessions.schemas import (
     Usage,
     Watermark,
 )
+from app.store import memories as memory_repository
+from app.store.models import Session, Turn
 
 CONFIG_FIELDS = frozenset(BudgetConfig.model_fields)
 logger = logging.getLogger("contextd.sessions")

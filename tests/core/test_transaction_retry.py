@@ -9,10 +9,10 @@ from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
-from app.auth.repository import get_or_create_tenant
 from app.core.db import create_sessionmaker, retrying_transaction
 from app.core.errors import TransactionConflict
 from app.http.errors import install_error_handlers
+from app.store.keys import get_or_create_tenant
 from tests.support.factories import transaction
 from tests.support.waiting import wait_for
 

@@ -13,10 +13,10 @@ from app.auth.schemas import ALL_SCOPES, Caller
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import create_sessionmaker
-from app.erasure import repository as erasure_repository
 from app.erasure.erase import run_erase
 from app.erasure.service import delete_session
 from app.sessions import repository
+from app.store import receipts as erasure_repository
 from tests.erasure.test_erase_job import receipt
 from tests.support.factories import session_of_key, transaction
 from tests.support.waiting import wait_for

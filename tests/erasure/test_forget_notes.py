@@ -8,10 +8,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.db.models import Session
 from app.erasure.service import forget
 from app.memory.schemas import MemoryRequest, MemoryType
 from app.notes.schemas import Notes
+from app.store.models import Session
 from tests.notes.test_notes_service import (
     ENGLISH,
     as_turns,

@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import driver_connection
-from app.db.models import Chunk
 from app.offload import repository
+from app.store.models import Chunk
 from tests.offload.test_vector_index import MODEL, add_session, clustered_vectors
 from tests.support.factories import transaction
 

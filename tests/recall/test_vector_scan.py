@@ -17,10 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import driver_connection
-from app.db.models import Chunk
 from app.embeddings.base import vector_literal
 from app.offload import repository
 from app.recall.vectors import ChunkVectors
+from app.store.models import Chunk
 from tests.offload.test_vector_index import MODEL, add_session, clustered_vectors
 from tests.prompt.test_recall_needles import filler, load, offloaded, recalled_block
 from tests.recall.test_kept_rows import DIM, bag_of_terms

@@ -12,11 +12,11 @@ from sqlalchemy import text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings
-from app.db.models import Session
 from app.jobs.queue import TaskName, enqueue
 from app.offload.repository import active_chunk_count
 from app.sessions import repository
 from app.sessions.repository import Counters
+from app.store.models import Session
 from tests.support.factories import session_of_key, transaction
 from tests.support.server import run_server
 from tests.support.waiting import wait_for

@@ -24,7 +24,7 @@ async def transaction(engine: AsyncEngine) -> AsyncIterator[AsyncSession]:
 
 
 async def new_caller(engine: AsyncEngine, tenant: str | None = None) -> Caller:
-    from app.auth.repository import get_or_create_tenant
+    from app.store.keys import get_or_create_tenant
 
     async with transaction(engine) as db:
         row = await get_or_create_tenant(db, tenant or f"t-{uuid.uuid4().hex[:12]}")

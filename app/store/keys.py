@@ -7,7 +7,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import ApiKey, Tenant
+from app.store.models import ApiKey, Tenant
 
 
 async def get_or_create_tenant(db: AsyncSession, name: str) -> Tenant:

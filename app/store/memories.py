@@ -8,11 +8,8 @@ from typing import Any
 from sqlalchemy import func, select, text, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import (
-    Memory,
-    Session,
-)
 from app.embeddings.base import vector_literal
+from app.store.models import Memory, Session
 
 
 async def lock_owner(db: AsyncSession, owner: str) -> None:

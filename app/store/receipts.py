@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import EraseReceipt, Turn
+from app.store.models import EraseReceipt, Turn
 
 
 async def add_receipt(

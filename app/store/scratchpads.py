@@ -8,7 +8,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Scratchpad, Session
+from app.store.models import Scratchpad, Session
 
 
 async def get_scratchpad(db: AsyncSession, session_pk: uuid.UUID) -> Scratchpad | None:

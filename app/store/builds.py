@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import String, cast, delete, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import PromptBuild, Session
+from app.store.models import PromptBuild, Session
 
 # A session's build stored and its older ones trimmed in one statement: the DELETE sees the rows
 # as they were before the INSERT, so it keeps `keep - 1` of them beside the new one.
