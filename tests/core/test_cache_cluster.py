@@ -227,3 +227,58 @@ async def test_appends_and_builds_through_the_api_survive_a_killed_primary(
         by_tag[key[start : key.index("}", start) + 1]].add(await cluster.keyslot(key))
     assert all(len(slots) == 1 for slots in by_tag.values())
     assert sum(tag.endswith(tuple(f":{sid}}}" for sid in sessions)) for tag in by_tag) == 9
+
+
+async def test_a_session_delete_erases_its_keys_on_every_primary(
+    settings: Settings, cluster: ValkeyCluster, admin_key: str
+) -> None:
+    """The erase hunt scans every primary, reads values one slot at a time and deletes the
+    session's keys and any copy quoting its text, wherever they live; other sessions keep theirs."""
+    marker = "Quetzalharbour lockers 7731"
+    sessions = [f"erase-{i}-{uuid.uuid4().hex[:6]}" for i in range(6)]
+    doomed = sessions[0]
+    with run_server(on_cluster(settings, cluster)) as server:
+        async with httpx.AsyncClient(
+            base_url=server.url, headers={"Authorization": f"Bearer {admin_key}"}, timeout=30
+        ) as http:
+            for sid in sessions:
+                content = f"My {marker} code" if sid == doomed else f"nothing secret in {sid}"
+                turn = {"turns": [{"role": "user", "content": content}]}
+                assert (await http.post(f"/v1/sessions/{sid}/turns", json=turn)).is_success
+                assert (await http.get(f"/v1/sessions/{sid}")).status_code == 200
+            remembered = await http.post(
+                f"/v1/sessions/{doomed}/memory", json={"type": "remember", "text": "lockers"}
+            )
+            assert remembered.status_code == 200, remembered.text
+            cache = Cache(cluster.url, server.settings.cache)
+            try:
+                tenant = (
+                    next(k for k in await cluster_keys(cluster) if k.endswith(f":{doomed}}}"))
+                    .split("{")[1]
+                    .split(":")[0]
+                )
+                tag = cache.session_tag(tenant, doomed)
+                # a copy quoting the text, kept under every other session's tag (other slots)
+                copies = [cache.key("probe", sid) for sid in sessions[1:]]
+                for copy in copies:
+                    await cache.set_json(copy, {"quoted": f"the {marker} code"})
+                nodes = {cluster.node_of_slot(await cluster.keyslot(k)) for k in copies}
+                before = [k for k in await cluster_keys(cluster) if tag in k]
+                deleted = await http.delete(f"/v1/sessions/{doomed}")
+                assert deleted.status_code == 202, deleted.text
+                receipt = (
+                    await http.get(f"/v1/erase-receipts/{deleted.json()['erase_receipt_id']}")
+                ).json()
+                left = await cluster_keys(cluster)
+                views_left = [
+                    await cache.get_json(session_cache_key(cache, tenant, sid))
+                    for sid in sessions[1:]
+                ]
+            finally:
+                await cache.aclose()
+    assert len(nodes) >= 2  # the copies span primaries
+    assert {k.split(":")[2] for k in before} >= {"session", "rate"}
+    assert deleted.json()["status"] == "completed"
+    assert receipt["stores"]["redis"]["keys_deleted"] >= len(before) + len(copies)
+    assert [k for k in left if tag in k or ":probe:" in k] == []
+    assert all(view is not None for view in views_left)
