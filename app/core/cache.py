@@ -15,6 +15,8 @@ import time
 from typing import Any, TypeAlias
 
 import redis.asyncio as redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException, RedisError
 
 from app.core.config import CacheSettings
@@ -62,8 +64,13 @@ def connect(url: str, settings: CacheSettings) -> Client:
     `url` is one node of (the others are found from it, lazily, on the first command)."""
     timeout = settings.socket_timeout_seconds
     if settings.cluster:
+        # One retry, at once: enough to follow a slot to a replica promoted in its primary's
+        # place; the default (ten, with backoff) keeps a request seconds on a dead primary.
         return redis.RedisCluster.from_url(
-            url, socket_connect_timeout=timeout, socket_timeout=timeout
+            url,
+            socket_connect_timeout=timeout,
+            socket_timeout=timeout,
+            retry=Retry(NoBackoff(), retries=1),
         )
     return redis.Redis.from_url(
         url, socket_connect_timeout=timeout, socket_timeout=timeout, retry_on_timeout=False
