@@ -108,7 +108,7 @@ class ValkeyCluster:
         """Until every node sees the whole cluster: all nodes known, every slot served."""
         for node in self.nodes:
             await wait_for(
-                lambda node=node: self._state(node),  # type: ignore[misc]
+                lambda node=node: self._state(node),
                 lambda info: (
                     info.get("cluster_state") == "ok"
                     and int(str(info.get("cluster_known_nodes", 0))) == len(self.nodes)
@@ -122,7 +122,7 @@ class ValkeyCluster:
         for node in self.nodes:
             self._launch(node)
         for index, node in enumerate(self.nodes):
-            await wait_for(lambda n=node: self._answers(n), bool, timeout=30, what="a node")  # type: ignore[misc]
+            await wait_for(lambda n=node: self._answers(n), bool, timeout=30, what="a node")
             async with node.client() as client:
                 first, last = self.slot_range(index)
                 await client.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
