@@ -15,6 +15,7 @@ import time
 from typing import Any, TypeAlias
 
 import redis.asyncio as redis
+from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException, RedisError
@@ -66,8 +67,12 @@ def connect(url: str, settings: CacheSettings) -> Client:
     if settings.cluster:
         # One retry, at once: enough to follow a slot to a replica promoted in its primary's
         # place; the default (ten, with backoff) keeps a request seconds on a dead primary.
+        others = [
+            n.strip().rsplit(":", 1) for n in (settings.cluster_nodes or "").split(",") if n.strip()
+        ]
         return redis.RedisCluster.from_url(
             url,
+            startup_nodes=[ClusterNode(host, int(port)) for host, port in others],
             socket_connect_timeout=timeout,
             socket_timeout=timeout,
             retry=Retry(NoBackoff(), retries=1),

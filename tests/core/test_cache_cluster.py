@@ -282,3 +282,38 @@ async def test_a_session_delete_erases_its_keys_on_every_primary(
     assert receipt["stores"]["redis"]["keys_deleted"] >= len(before) + len(copies)
     assert [k for k in left if tag in k or ":probe:" in k] == []
     assert all(view is not None for view in views_left)
+
+
+async def test_a_process_starting_while_its_url_node_is_down_finds_the_others(
+    settings: Settings, cluster: ValkeyCluster
+) -> None:
+    """With `cluster_nodes`, a new client learns the cluster from another node while the one
+    its URL names is down (the others serving their slots: full coverage not required);
+    without it, the cache steps aside. (redis-py reads its command table from the primary of
+    slot 0, so that one must answer when a client starts: the URL here names the second.)"""
+    for node in cluster.nodes:
+        async with node.client() as client:
+            await client.config_set("cluster-require-full-coverage", "no")
+    down = cluster.nodes[1]
+    others = ",".join(f"127.0.0.1:{node.port}" for node in cluster.nodes if node is not down)
+    cluster.kill(1)
+    cache_settings = on_cluster(settings, cluster).cache
+    lone = Cache(down.url, cache_settings)
+    found = Cache(down.url, cache_settings.model_copy(update={"cluster_nodes": others}))
+    try:
+        keys = [found.session_key("session", uuid.uuid4(), sid) for sid in SESSION_IDS]
+        live = [k for k in keys if cluster.node_of_slot(await cluster.keyslot(k)) != 1]
+        for key in live:
+            await found.set_json(key, {"found": key})
+        stored = [await found.get_json(key) for key in live]
+        alone = await lone.get_json(live[0])
+    finally:
+        await lone.aclose()
+        await found.aclose()
+        await cluster.restart(1)
+        for node in cluster.nodes:
+            async with node.client() as client:
+                await client.config_set("cluster-require-full-coverage", "yes")
+    assert len(live) >= 10
+    assert stored == [{"found": key} for key in live] and not found.bypassed
+    assert alone is None and lone.bypassed
