@@ -1,6 +1,10 @@
-"""Redis (or Valkey) as a cache only: every read falls back to Postgres when it is unreachable.
+"""Redis (or Valkey, one server or a Redis Cluster) as a cache only: every read falls back to
+Postgres when it is unreachable.
 
-Keys are `<prefix>:v1:<kind>:<parts...>`. After an error the cache steps aside for
+Keys are `<prefix>:v1:<kind>:{<tag>}<rest...>`. The braces are the key's hash tag: on a Redis
+Cluster only the tag picks the slot, so every key of one session (tag `{<tenant>:<session id>}`),
+and a versioned value with its `:floor`, live in one slot and the Lua scripts below never span
+two. After an error the cache steps aside for
 `retry_after_seconds`, so a dead Redis costs one timeout, not one per request; callers learn of the
 bypass through `Cache.bypassed` and report the `cache_bypass` fallback.
 """
@@ -8,16 +12,23 @@ bypass through `Cache.bypassed` and report the `cache_bypass` fallback.
 import json
 import logging
 import time
-from typing import Any
+from typing import Any, TypeAlias
 
 import redis.asyncio as redis
-from redis.exceptions import RedisError
+from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisClusterException, RedisError
 
 from app.core.config import CacheSettings
 
 logger = logging.getLogger("contextd.cache")
 
 SCHEMA_VERSION = "v1"
+
+# What a cache call can raise: a cluster client's topology failures (no node reachable, a slot
+# without a primary) are not `RedisError`s.
+CACHE_ERRORS = (RedisError, RedisClusterException, OSError)
 
 # Versioned values: a writer, after its commit, raises the key's floor to its row version and
 # deletes the value; a reader stores what it read only if its version is not below the floor. So a
@@ -46,26 +57,42 @@ return count
 """
 
 
+Client: TypeAlias = redis.Redis | redis.RedisCluster
+
+
+def connect(url: str, settings: CacheSettings) -> Client:
+    """A client of the server at `url`, or with `settings.cluster` of the Redis Cluster that
+    `url` is one node of (the others are found from it, lazily, on the first command)."""
+    timeout = settings.socket_timeout_seconds
+    if settings.cluster:
+        # One retry, at once: enough to follow a slot to a replica promoted in its primary's
+        # place; the default (ten, with backoff) keeps a request seconds on a dead primary.
+        others = [
+            n.strip().rsplit(":", 1) for n in (settings.cluster_nodes or "").split(",") if n.strip()
+        ]
+        return redis.RedisCluster.from_url(
+            url,
+            startup_nodes=[ClusterNode(host, int(port)) for host, port in others],
+            socket_connect_timeout=timeout,
+            socket_timeout=timeout,
+            retry=Retry(NoBackoff(), retries=1),
+        )
+    return redis.Redis.from_url(
+        url, socket_connect_timeout=timeout, socket_timeout=timeout, retry_on_timeout=False
+    )
+
+
 class Cache:
     def __init__(self, url: str | None, settings: CacheSettings) -> None:
         self._settings = settings
-        self._client: redis.Redis | None = (
-            redis.Redis.from_url(
-                url,
-                socket_connect_timeout=settings.socket_timeout_seconds,
-                socket_timeout=settings.socket_timeout_seconds,
-                retry_on_timeout=False,
-            )
-            if url
-            else None
-        )
+        self._client: Client | None = connect(url, settings) if url else None
         self._down_until = 0.0
         # Invalidations that could not reach Redis; replayed before the next successful use so a
         # write made during an outage never leaves an old value to be served after it.
         self._pending_deletes: set[str] = set()
 
     @property
-    def client(self) -> redis.Redis | None:
+    def client(self) -> Client | None:
         return self._client
 
     @property
@@ -73,10 +100,29 @@ class Cache:
         """True while the cache is being skipped (unconfigured, or after a recent error)."""
         return self._client is None or time.monotonic() < self._down_until
 
-    def key(self, kind: str, *parts: object) -> str:
-        return ":".join([self._settings.key_prefix, SCHEMA_VERSION, kind, *map(str, parts)])
+    @property
+    def prefix(self) -> str:
+        """What every key of this cache starts with (then `:`)."""
+        return f"{self._settings.key_prefix}:{SCHEMA_VERSION}"
 
-    async def _available(self) -> redis.Redis | None:
+    def key(self, kind: str, *parts: object) -> str:
+        """`<prefix>:v1:<kind>:{<parts>}`: the parts (what the value is about) are the tag."""
+        return f"{self.prefix}:{kind}:{{{':'.join(map(str, parts))}}}"
+
+    def session_tag(self, tenant_id: object, session_id: str) -> str:
+        """`{<tenant>:<session>}`, the hash tag of every key about one session: the session as
+        its clients name it, the one name its cached view is looked up by before any row is read.
+        (Redis hashes from the first `{` to the next `}`; a `}` in the session id only shortens
+        the tag, the same way in each of the session's keys.)"""
+        return f"{{{tenant_id}:{session_id}}}"
+
+    def session_key(self, kind: str, tenant_id: object, session_id: str, *parts: object) -> str:
+        """A key about one session, in its slot: `<prefix>:v1:<kind>:{<tenant>:<session>}...`
+        (`key(kind, tenant_id, session_id)` is the same key)."""
+        tagged = f"{self.prefix}:{kind}:{self.session_tag(tenant_id, session_id)}"
+        return ":".join([tagged, *map(str, parts)])
+
+    async def _available(self) -> Client | None:
         if self.bypassed:
             return None
         assert self._client is not None
@@ -84,7 +130,7 @@ class Cache:
             try:
                 await self._client.delete(*self._pending_deletes)
                 self._pending_deletes.clear()
-            except (RedisError, OSError) as exc:
+            except CACHE_ERRORS as exc:
                 self._failed(exc)
                 return None
         return self._client
@@ -99,7 +145,7 @@ class Cache:
             return None
         try:
             raw = await client.get(key)
-        except (RedisError, OSError) as exc:
+        except CACHE_ERRORS as exc:
             self._failed(exc)
             return None
         return json.loads(raw) if raw is not None else None
@@ -112,7 +158,7 @@ class Cache:
             await client.set(
                 key, json.dumps(value, default=str), ex=ttl or self._settings.ttl_seconds
             )
-        except (RedisError, OSError) as exc:
+        except CACHE_ERRORS as exc:
             self._failed(exc)
 
     async def delete(self, *keys: str) -> None:
@@ -124,7 +170,7 @@ class Cache:
             return
         try:
             await client.delete(*keys)
-        except (RedisError, OSError) as exc:
+        except CACHE_ERRORS as exc:
             self._pending_deletes.update(keys)
             self._failed(exc)
 
@@ -143,7 +189,7 @@ class Cache:
                 version,
                 self._settings.ttl_seconds,
             )
-        except (RedisError, OSError) as exc:
+        except CACHE_ERRORS as exc:
             self._failed(exc)
 
     async def invalidate_versioned(self, key: str, version: int) -> None:
@@ -165,7 +211,7 @@ class Cache:
                 version,
                 self._settings.ttl_seconds * 2,
             )
-        except (RedisError, OSError) as exc:
+        except CACHE_ERRORS as exc:
             self._pending_deletes.add(key)
             self._failed(exc)
 
@@ -177,7 +223,7 @@ class Cache:
         try:
             count = await client.eval(_COUNT_IN_WINDOW, 1, key, window_seconds)
             return int(count)
-        except (RedisError, OSError) as exc:
+        except CACHE_ERRORS as exc:
             self._failed(exc)
             return None
 
@@ -185,8 +231,10 @@ class Cache:
         if self._client is None:
             return False
         try:
+            if isinstance(self._client, redis.RedisCluster):  # every primary, not any one node
+                return bool(await self._client.ping(target_nodes=redis.RedisCluster.PRIMARIES))
             return bool(await self._client.ping())
-        except (RedisError, OSError):
+        except CACHE_ERRORS:
             return False
 
     async def aclose(self) -> None:

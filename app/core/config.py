@@ -91,7 +91,19 @@ class ServerSettings(BaseModel):
 
 
 class CacheSettings(BaseModel):
-    key_prefix: str = Field("contextd", description="prefix of every Redis key")
+    key_prefix: str = Field(
+        "contextd", pattern=r"^[^{}]*$", description="prefix of every Redis key (no braces)"
+    )
+    cluster: bool = Field(
+        False,
+        description="`REDIS_URL` names one node of a Redis Cluster; the others are found from it",
+    )
+    cluster_nodes: str | None = Field(
+        None,
+        pattern=r"^\s*([^\s,]+:\d+\s*(,\s*[^\s,]+:\d+\s*)*)?$",
+        description="more nodes to find the cluster from (host:port, comma-separated): a "
+        "process then starts with its cache while the `REDIS_URL` node is down",
+    )
     ttl_seconds: int = Field(300, gt=0, description="lifetime of cached session state")
     retry_after_seconds: float = Field(
         5.0, ge=0, description="after a Redis error, go straight to Postgres for this long"

@@ -22,8 +22,15 @@ class RateLimiter:
     async def hit(self, key: str) -> int:
         """Count one event under `key`; the number of events in its current window (a window
         starts with its first event and lasts `WINDOW_SECONDS`, in Redis as here)."""
-        shared = await self._cache.incr_window(self._cache.key("rate", key), WINDOW_SECONDS)
-        local = self._count_locally(key)
+        return await self._count(self._cache.key("rate", key))
+
+    async def hit_session(self, what: str, tenant_id: object, session_id: str) -> int:
+        """`hit` for a limit of one session, counted in its slot with its other keys."""
+        return await self._count(self._cache.session_key(f"rate:{what}", tenant_id, session_id))
+
+    async def _count(self, cache_key: str) -> int:
+        shared = await self._cache.incr_window(cache_key, WINDOW_SECONDS)
+        local = self._count_locally(cache_key)
         return shared if shared is not None else local
 
     def _count_locally(self, key: str) -> int:

@@ -25,12 +25,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.asyncio import RedisCluster
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.core.cache import Cache
+from app.core.cache import CACHE_ERRORS, Cache, Client
 from app.core.config import Settings
 from app.core.db import commit, retrying_transaction
 from app.erasure.service import drop_from_notes
@@ -289,15 +288,24 @@ def _key_text(key: Any) -> str:
     return key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
 
 
-async def _doomed(client: Redis, keys: list[Any], about: str, found: list[str]) -> list[Any]:
-    """Those of `keys` about the target (`about` in the key) or whose string value quotes any
-    of `found` (MGET answers nil for a key that holds no string)."""
+async def _doomed(
+    client: Client, keys: list[Any], about: tuple[str, ...], found: list[str]
+) -> list[Any]:
+    """Those of `keys` about the target (any of `about` in the key) or whose string value quotes
+    any of `found` (MGET answers nil for a key that holds no string; on a cluster, one MGET per
+    slot)."""
     if not keys:
         return []
     doomed = []
-    values = await client.mget(keys) if found else [None] * len(keys)
+    values: list[Any]
+    if not found:
+        values = [None] * len(keys)
+    elif isinstance(client, RedisCluster):
+        values = await client.mget_nonatomic(keys)
+    else:
+        values = await client.mget(keys)
     for key, value in zip(keys, values, strict=True):
-        if about in _key_text(key):
+        if any(a in _key_text(key) for a in about):
             doomed.append(key)
         elif value is not None:
             body = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
@@ -309,21 +317,24 @@ async def _doomed(client: Redis, keys: list[Any], about: str, found: list[str]) 
 async def _erase_cached(
     cache: Cache, session_pk: uuid.UUID, target: dict[str, Any], found: list[str]
 ) -> dict[str, Any]:
-    """One scan of our key prefix, a page at a time: the keys about the session (its notes
-    versions; for a deleted session, every key naming it) and any value quoting an erased
-    text, deleted with one command."""
+    """One scan of our key prefix (of every primary of a cluster), a page at a time: the keys
+    about the session (its notes versions, which name its row id after the tag; for a deleted
+    session, every key naming it or tagged with it) and any value quoting an erased text,
+    deleted with one command (one per slot on a cluster)."""
     client = cache.client
     if client is None:
         return _stamp({"configured": False})
-    prefix = cache.key("")[: -len(":")]  # "<prefix>:v1"
-    about = str(session_pk) if target["kind"] == "session" else f"{prefix}:notes:{session_pk}:"
+    prefix = cache.prefix
+    about: tuple[str, ...] = (f"}}:{session_pk}:",)
     deleted = scanned = 0
     try:
         doomed: list[Any] = []
         if target["kind"] == "session":
+            about = (str(session_pk),)
             tenant = target.get("tenant_id")
             if tenant:
                 doomed.append(session_cache_key(cache, uuid.UUID(tenant), target["session_id"]))
+                about += (cache.session_tag(uuid.UUID(tenant), target["session_id"]),)
         page: list[Any] = []
         async for key in client.scan_iter(match=f"{prefix}:*", count=SCAN_PAGE):
             page.append(key)
@@ -334,6 +345,6 @@ async def _erase_cached(
         scanned += len(page)
         if doomed:
             deleted = int(await client.delete(*doomed))
-    except (RedisError, OSError) as exc:
+    except CACHE_ERRORS as exc:
         raise RuntimeError(f"redis erase failed, will retry: {exc}") from exc
     return _stamp({"keys_deleted": deleted, "keys_scanned": scanned})

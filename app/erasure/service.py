@@ -28,11 +28,10 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.schemas import Caller
-from app.core.cache import Cache
+from app.core.cache import CACHE_ERRORS, Cache
 from app.core.config import Settings
 from app.core.db import after_commit, retrying_transaction
 from app.core.errors import Conflict, InvalidInput, NotFound
@@ -412,7 +411,7 @@ async def _cache_small(cache: Cache) -> bool:
         return True
     try:
         return int(await client.dbsize()) <= INLINE_MAX_CACHE_KEYS
-    except (RedisError, OSError):
+    except CACHE_ERRORS:
         return False  # the job retries until Redis answers
 
 

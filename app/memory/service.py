@@ -262,7 +262,9 @@ async def _remember(
 
 async def _check_rate(db: AsyncSession, context: AppContext, session: Session) -> None:
     limit = context.settings.memory.remember_per_minute
-    count = await context.rate_limiter.hit(f"remember:{session.id}")
+    count = await context.rate_limiter.hit_session(
+        "remember", session.tenant_id, session.external_id
+    )
     if context.cache.bypassed:  # Redis down: what every process wrote shows in Postgres
         since = datetime.now(UTC) - timedelta(seconds=WINDOW_SECONDS)
         count = max(count, await repository.memories_written_since(db, session.id, since) + 1)

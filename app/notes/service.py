@@ -175,8 +175,11 @@ def empty_notes() -> NotesSnapshot:
     return NotesSnapshot(version=0, covers_until_seq=0, notes=Notes(), token_count=0, dropped=[])
 
 
-def notes_cache_key(cache: Cache, session_pk: uuid.UUID, version: int) -> str:
-    return cache.key("notes", session_pk, f"v{version}")
+def notes_cache_key(cache: Cache, session: Session, version: int) -> str:
+    """In the session's slot; the row id names it too, for a forget's erase to find."""
+    return cache.session_key(
+        "notes", session.tenant_id, session.external_id, session.id, f"v{version}"
+    )
 
 
 async def current_notes(db: AsyncSession, cache: Cache, session: Session) -> NotesSnapshot:
@@ -184,7 +187,7 @@ async def current_notes(db: AsyncSession, cache: Cache, session: Session) -> Not
     Version 0 is the empty notes no writer has replaced yet: no read at all."""
     if session.notes_version == 0:
         return empty_notes()
-    key = notes_cache_key(cache, session.id, session.notes_version)
+    key = notes_cache_key(cache, session, session.notes_version)
     cached = await cache.get_json(key)
     if cached is not None:
         return NotesSnapshot(

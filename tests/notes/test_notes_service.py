@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.auth.schemas import Caller
 from app.core.cache import Cache
 from app.core.config import Settings
+from app.db.models import Session
 from app.notes.policy import DROP_ORDER
 from app.notes.schemas import Notes
 from app.notes.service import (
@@ -377,6 +378,12 @@ async def test_current_notes_never_serves_an_older_version_after_a_write(
     caller, pk = await offloaded_session(engine, settings, cache, as_turns(CHINESE[:6]))
     assert await refresh(engine, settings, cache, pk) == "written"
 
+    async def row() -> Session:
+        async with transaction(engine) as db:
+            session = await sessions_repository.get_session_by_pk(db, pk)
+            assert session is not None
+            return session
+
     async def read() -> Any:
         async with transaction(engine) as db:
             session = await sessions_repository.get_session_by_pk(db, pk)
@@ -385,7 +392,7 @@ async def test_current_notes_never_serves_an_older_version_after_a_write(
 
     first = await read()
     assert first.version == 1
-    assert await cache.get_json(notes_cache_key(cache, pk, 1)) is not None  # warmed
+    assert await cache.get_json(notes_cache_key(cache, await row(), 1)) is not None  # warmed
     assert (await read()).notes == first.notes
 
     newest = await add_and_offload(engine, settings, cache, caller, pk, as_turns(CHINESE[6:]))
@@ -396,7 +403,7 @@ async def test_current_notes_never_serves_an_older_version_after_a_write(
         assert snapshot.covers_until_seq == newest
         texts = [item.text for item in snapshot.notes.constraints]
         assert "其实预算不超过6万元。" in texts and "预算不超过5万元。" not in texts
-    cached = await cache.get_json(notes_cache_key(cache, pk, 2))
+    cached = await cache.get_json(notes_cache_key(cache, await row(), 2))
     assert cached is not None and cached["version"] == 2
 
 

@@ -36,7 +36,7 @@ async def redis_hits(cache: Cache, marker: str) -> list[str]:
     client = cache.client
     assert client is not None
     hits = []
-    async for key in client.scan_iter(match=f"{cache.key('')[:-1]}*", count=1000):
+    async for key in client.scan_iter(match=f"{cache.prefix}:*", count=1000):
         if await client.type(key) == b"string":
             value = await client.get(key)
             if value and marker.encode() in value:
