@@ -14,7 +14,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.auth.schemas import Caller
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.db.models import Session
 from app.notes.policy import DROP_ORDER
 from app.notes.schemas import Notes
 from app.notes.service import (
@@ -27,6 +26,7 @@ from app.notes.service import (
 )
 from app.offload.service import offload_session
 from app.sessions import repository as sessions_repository
+from app.store.models import Session
 from tests.offload.test_offload_service import session_pk
 from tests.support.factories import append, configure, new_caller, transaction
 from tests.support.loopback import loopback_server
