@@ -61,6 +61,7 @@ PURE = (
     "app.prompt.assembly",
     "app.prompt.blocks",
     "app.prompt.clearing",
+    "app.prompt.fitting",
     "app.prompt.manifest",
     "app.memories.policy",
     "app.agent.policy",

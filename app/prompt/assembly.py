@@ -4,9 +4,10 @@ Order (stable parts first, so prompt-prefix caches hit):
 C0 system messages → C2 notes block → "about this user" block → recalled-history block → value
 table → offloaded tail → C1 turns → x_t. An agent's step in a tool loop (no x_t) puts the two
 found blocks last, after the transcript: they change with every step of its loop. Past its
-budget (`_anchored`, item 6 below) it also puts the value table first and the notes after the
-transcript: the head then changes only when the transcript's start moves (OpenAI format; in
-Anthropic format the blocks are the system string, where any change is a change of the whole).
+budget (`fitting.anchored_transcript`, item 6 below) it also puts the value table first and the
+notes after the transcript: the head then changes only when the transcript's start moves (OpenAI
+format; in Anthropic format the blocks are the system string, where any change is a change of the
+whole).
 
 Precedence when the budget is short (`budget` = C - r):
 1. x_t and C0 are mandatory. If they alone (plus reply priming and tool schemas) exceed the
@@ -48,9 +49,9 @@ Precedence when the budget is short (`budget` = C - r):
    budget holds enough turns for it (`stretch_turns`), an agent's step (a build with no x_t)
    shows the transcript (tail and window, every result but the `keep` newest as a stub) from the
    oldest stretch boundary from which it fits beside the value table of what it leaves out,
-   both chosen before recall (`_anchored`): the start moves by whole stretches, the table only
-   with it, and in OpenAI format the table comes right after C0, so consecutive builds of an
-   agent loop share their head.
+   both chosen before recall (`anchored_transcript`): the start moves by whole stretches, the
+   table only with it, and in OpenAI format the table comes right after C0, so consecutive
+   builds of an agent loop share their head.
 
 Counting: OpenAI messages are counted by `app.core.tokens.messages_tokens` (reply priming
 included); an Anthropic prompt by `messages_tokens` on `blocks.anthropic_counting_view` (the system
@@ -61,7 +62,6 @@ re-encode the window.
 """
 
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -75,7 +75,6 @@ from app.prompt.blocks import (
     RECALL_SHAPE,
     SYSTEM_SEPARATOR,
     BlockShape,
-    anthropic_counting_view,
     anthropic_messages,
     counted_item,
     counted_stretch,
@@ -88,7 +87,15 @@ from app.prompt.blocks import (
     tool_groups,
     turn_message,
 )
-from app.prompt.clearing import History, TableEntry, ToolClearing, fit_table
+from app.prompt.clearing import History, ToolClearing
+from app.prompt.fitting import (
+    anchored_transcript,
+    fit_transcript,
+    fit_whole,
+    message_cost,
+    message_tokens_of,
+    value_table,
+)
 from app.recall.rerank import repeats, word_set
 
 PromptFormat = Literal["openai", "anthropic"]
@@ -185,12 +192,6 @@ def baseline_messages(
     return messages
 
 
-def _message_cost(m: Mapping[str, Any]) -> int:
-    return message_tokens(
-        m["role"], m.get("content"), m.get("name"), m.get("tool_calls"), m.get("tool_call_id")
-    )
-
-
 def _system_cost(parts: Sequence[str]) -> int:
     """Exact cost of the Anthropic system string made of `parts` (0 when there is none)."""
     text = SYSTEM_SEPARATOR.join(p for p in parts if p)
@@ -203,15 +204,6 @@ def _system_added(prefix: Sequence[str], text: str, anthropic: bool) -> int:
     if anthropic:
         return _system_cost([*prefix, text]) - _system_cost(prefix)
     return message_tokens("system", text)
-
-
-def _group_cost(group: list[TurnRecord], anthropic: bool) -> int:
-    if not anthropic:
-        return group[0].token_count if len(group) == 1 else sum(t.token_count for t in group)
-    plain = len(group) == 1 and group[0].role in ("user", "assistant") and not group[0].name
-    if plain and not group[0].tool_calls:
-        return group[0].token_count
-    return sum(_message_cost(m) for m in anthropic_counting_view(None, anthropic_messages(group)))
 
 
 @dataclass(slots=True)
@@ -495,7 +487,7 @@ def mandatory_costs(
     if prompt_format == "anthropic":
         system_cost = _system_cost([c0_text])
     else:
-        system_cost = sum(_message_cost(m) for m in system)
+        system_cost = sum(message_cost(m) for m in system)
     costs = MandatoryCosts(
         c0_text,
         system_cost,
@@ -533,7 +525,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         and inp.tail
         and history.has_values
         and history.turns[0].seq == FIRST_SEQ
-        and _whole(groups, history, left, anthropic, most=0) is not None
+        and fit_whole(groups, history, left, anthropic, most=0) is not None
     )
     keep_notes = bool(notes) and notes_cost <= left and not whole_history
     if keep_notes:
@@ -557,18 +549,18 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         return _system_added(prefix0, text, anthropic)
 
     # An agent's step in a tool loop (no new input) whose offloaded turns do not all fit
-    # verbatim: the transcript starts at a stretch boundary (`_anchored`), so consecutive builds
-    # share their head. A build with a query keeps recall's precedence over the tail: the
-    # question may be about what only recall brings back.
+    # verbatim: the transcript starts at a stretch boundary (`anchored_transcript`), so
+    # consecutive builds share their head. A build with a query keeps recall's precedence over
+    # the tail: the question may be about what only recall brings back.
     anchored = None
     if (
         inp.query is None
         and history.has_values
         and split
         and not whole_history
-        and _whole(groups, history, left, anthropic, most=0) is None
+        and fit_whole(groups, history, left, anthropic, most=0) is None
     ):
-        anchored = _anchored(groups, history, left, table_room, anthropic, cost0)
+        anchored = anchored_transcript(groups, history, left, table_room, anthropic, cost0)
     tail: list[list[TurnRecord]] = []
     table, table_cost = "", 0
     older = 0  # window groups before `kept` that may fill what the table leaves
@@ -579,27 +571,27 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         window_whole = len(kept) == len(groups) - split
         left -= c1_cost + table_cost
     else:
-        need = _value_table(history, groups[split:], table_room, message_tokens_of, kept_notes)[1]
-        whole = _whole(groups[split:], history, left - need, anthropic, most=history.unkept)
+        need = value_table(history, groups[split:], table_room, message_tokens_of, kept_notes)[1]
+        whole = fit_whole(groups[split:], history, left - need, anthropic, most=history.unkept)
         window_whole = whole is not None
         if whole is not None:
             kept, c1_cost = whole
         else:
             # The newest results stay whole before the table gets its room.
-            kept, c1_cost = _fit_transcript(
+            kept, c1_cost = fit_transcript(
                 groups[split:], history, left - table_room, anthropic, most=history.unkept
             )
             if not kept:
                 # Not even the newest group fits beside the table's room: it alone first, then
                 # the table, then the older groups with what the table leaves.
-                kept, c1_cost = _fit_transcript(groups[split:][-1:], history, left, anthropic)
+                kept, c1_cost = fit_transcript(groups[split:][-1:], history, left, anthropic)
                 older = len(groups) - split - 1 if kept else 0
         left -= c1_cost
     # In a tool loop, when every offloaded turn read fits beside the window verbatim, they are
     # shown before recall runs (as truncation would show them): recall then adds only what lies
     # beyond, and the prompt's head stays the same from one step to the next.
     if window_whole and split and history.has_values and anchored is None:
-        verbatim = _whole(groups[:split], history, left, anthropic, most=0)
+        verbatim = fit_whole(groups[:split], history, left, anthropic, most=0)
         if verbatim is not None:
             tail, tail_cost = verbatim
             c1_cost += tail_cost
@@ -611,7 +603,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     reserve = 0
     table_estimate = table  # the anchored table, or the free table at its fullest
     if inp.value_table_tokens and history.has_values and anchored is None:
-        full_table = _value_table(
+        full_table = value_table(
             history,
             [*tail, *kept],
             min(inp.value_table_tokens, left),
@@ -684,21 +676,21 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         return _system_added(prefix, text, anthropic)
 
     if window_whole and split and not tail and anchored is None:
-        tail, tail_cost = _fit_transcript(groups[:split], history, left - reserve, anthropic)
+        tail, tail_cost = fit_transcript(groups[:split], history, left - reserve, anthropic)
         c1_cost += tail_cost
         left -= tail_cost
     if reserve and anchored is None:
-        table, table_cost = _value_table(history, [*tail, *kept], left, table_cost_of, kept_notes)
+        table, table_cost = value_table(history, [*tail, *kept], left, table_cost_of, kept_notes)
         left -= table_cost
     if window_whole and split > len(tail) and left > 0 and anchored is None:
-        more, more_cost = _fit_transcript(
+        more, more_cost = fit_transcript(
             groups[: split - len(tail)], history, left, anthropic, clear_all=bool(tail)
         )
         tail = [*more, *tail]
         c1_cost += more_cost
         left -= more_cost
     if older and left > 0:
-        more, more_cost = _fit_transcript(
+        more, more_cost = fit_transcript(
             groups[split : split + older], history, left, anthropic, most=history.unkept
         )
         kept = [*more, *kept]
@@ -779,115 +771,9 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     )
 
 
-def _whole(
-    groups: Sequence[list[TurnRecord]],
-    history: History,
-    limit: int,
-    anthropic: bool,
-    *,
-    most: int,
-) -> tuple[list[list[TurnRecord]], int] | None:
-    """All of `groups` within `limit` and their cost: verbatim, or with the oldest results
-    cleared (at most `most` of the clearing order), at the first clearing point
-    (`History.clearing_points`) where they fit; None when they do not fit so."""
-    for count in [0, *(c for c in history.clearing_points() if c <= most)]:
-        cleared = [history.cleared(g, count) for g in groups] if count else list(groups)
-        cost = sum(_group_cost(g, anthropic) for g in cleared)
-        if cost <= limit:
-            return cleared, cost
-    return None
-
-
-def _fit_transcript(
-    groups: Sequence[list[TurnRecord]],
-    history: History,
-    limit: int,
-    anthropic: bool,
-    *,
-    clear_all: bool = False,
-    most: int | None = None,
-) -> tuple[list[list[TurnRecord]], int]:
-    """The newest of `groups` (oldest first) that fit `limit`, and their cost: all of them when
-    they fit verbatim or with old results cleared (`_whole`); else the old results cleared and
-    the oldest groups left out; the `keep` newest results are cleared too only when not even the
-    newest group fits otherwise (and never beyond `most` of the clearing order). With
-    `clear_all`, every result that may be cleared is, from the start (turns older than a tail
-    holding stubs)."""
-    if not groups:
-        return [], 0
-    every = len(history.order)
-    whole = None if clear_all else _whole(groups, history, limit, anthropic, most=history.unkept)
-    if whole is not None:
-        return whole
-    counts = [every] if clear_all else [history.unkept, every]
-    for count in [c for c in counts if most is None or c <= most]:
-        cleared = [history.cleared(g, count) for g in groups]
-        costs = [_group_cost(g, anthropic) for g in cleared]
-        start, used = len(cleared), 0
-        while start and used + costs[start - 1] <= limit:
-            start -= 1
-            used += costs[start]
-        if start < len(cleared):
-            return cleared[start:], used
-    return [], 0
-
-
 # Turn seqs count from 1 in every session (`sessions.service.append_turns`): a history whose
 # first turn has it holds the whole session.
 FIRST_SEQ = 1
-
-# The transcript's start moves by stretches of about half the turns the budget holds (a power
-# of two, so that it changes seldom as the mean turn size drifts); below `MIN_STRETCH_TURNS` the
-# window is too small to leave a stretch unused and the start moves turn by turn. Tuned on the
-# tau-bench tune split (docs/BENCHMARKS.md, "Prefix reuse").
-STRETCHES_PER_BUDGET = 2
-MIN_STRETCH_TURNS = 4
-
-
-def stretch_turns(turns: Sequence[TurnRecord], limit: int) -> int:
-    """The stretch length in turns for `turns` shown within `limit` tokens (1: no stretches)."""
-    mean = sum(t.token_count for t in turns) / max(len(turns), 1)
-    held = limit / max(mean, 1) / STRETCHES_PER_BUDGET
-    stretch = 2 ** round(math.log2(max(held, 1)))
-    return stretch if stretch >= MIN_STRETCH_TURNS else 1
-
-
-def _anchored(
-    groups: Sequence[list[TurnRecord]],
-    history: History,
-    limit: int,
-    table_room: int,
-    anthropic: bool,
-    cost_of: Callable[[str], int],
-) -> tuple[list[list[TurnRecord]], int, str, int] | None:
-    """The transcript from the oldest stretch start at which it fits (every result but the
-    `keep` newest as a stub) beside the value table of what it does not show: (groups, their
-    cost, table, its cost); None when not even the newest group fits.
-
-    Stretches are counted in turn seqs, so their boundaries stay where they are as the session
-    grows: the start moves only when what follows it no longer fits, and between two moves
-    each build's prompt is the previous one with the new turns added (a provider's prompt
-    cache keeps hitting). The table depends only on the start (the values before it and those
-    the shown stubs do not keep), so it changes only when the start moves. None too when
-    the budget is too small for stretches (`stretch_turns`)."""
-    stretch = stretch_turns(history.turns, limit)
-    if stretch == 1:
-        return None
-    cleared = [history.cleared(g, history.unkept) for g in groups]
-    costs = [_group_cost(g, anthropic) for g in cleared]
-    after = [0] * (len(cleared) + 1)
-    for i in range(len(cleared) - 1, -1, -1):
-        after[i] = after[i + 1] + costs[i]
-    for i, group in enumerate(groups):
-        if i and group[0].seq // stretch == groups[i - 1][0].seq // stretch:
-            continue
-        if after[i] > limit:
-            continue
-        shown = [t for g in cleared[i:] for t in g]
-        table, table_cost = _stable_table(history, shown, table_room, cost_of)
-        if after[i] + table_cost <= limit:
-            return cleared[i:], after[i], table, table_cost
-    return None
 
 
 def _shown_in_tail(
@@ -919,51 +805,6 @@ def _shown_in_tail(
         return all(v.value in known[0] for v in result_values(item.text))
 
     return covered
-
-
-def _stable_table(
-    history: History, shown: Sequence[TurnRecord], limit: int, cost_of: Callable[[str], int]
-) -> tuple[str, int]:
-    """The value table beside a transcript starting at `shown[0]`, within `limit`."""
-    if limit <= 0:
-        return "", 0
-    return _fitted_table(history.stable_table_entries(shown), limit, cost_of)
-
-
-def _fitted_table(
-    rows: Sequence[TableEntry], limit: int, cost_of: Callable[[str], int]
-) -> tuple[str, int]:
-    """`fit_table` of `rows` within `limit` by its exact cost `cost_of`."""
-    budget = limit
-    while budget > 0:
-        text, _ = fit_table(rows, budget)
-        if not text:
-            return "", 0
-        cost = cost_of(text)
-        if cost <= limit:
-            return text, cost
-        budget -= max(cost - limit, 1)
-    return "", 0
-
-
-def message_tokens_of(text: str) -> int:
-    """A system message's cost (the value table's, estimated before its place is known)."""
-    return message_tokens("system", text)
-
-
-def _value_table(
-    history: History,
-    shown: Sequence[Sequence[TurnRecord]],
-    limit: int,
-    cost_of: Callable[[str], int],
-    notes: str,
-) -> tuple[str, int]:
-    """The value table of what neither the shown turns nor the `notes` hold, within `limit`
-    (its exact cost by `cost_of`)."""
-    if limit <= 0 or not history.has_values:
-        return "", 0
-    turns = [t for group in shown for t in group]
-    return _fitted_table(history.table_entries(turns, notes), limit, cost_of)
 
 
 def _manifest(
