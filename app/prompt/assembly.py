@@ -62,31 +62,27 @@ re-encode the window.
 """
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.core.tokens import count_tokens, message_tokens
 from app.domain.budget import REPLY_PRIMING_TOKENS
 from app.domain.records import RecalledItem, TurnRecord
-from app.notes.values import result_values
 from app.prompt.blocks import (
     ABOUT_USER_SHAPE,
     RECALL_SHAPE,
     SYSTEM_SEPARATOR,
-    BlockShape,
     anthropic_messages,
     counted_item,
     counted_stretch,
-    format_ts,
     paired_turns,
     quoted_body,
     render_about_user_item,
-    starts_piece,
-    tokens_with,
     tool_groups,
     turn_message,
 )
+from app.prompt.choosing import Choice, choose, shown_in_tail
 from app.prompt.clearing import History, ToolClearing
 from app.prompt.fitting import (
     anchored_transcript,
@@ -96,7 +92,6 @@ from app.prompt.fitting import (
     message_tokens_of,
     value_table,
 )
-from app.recall.rerank import repeats, word_set
 
 PromptFormat = Literal["openai", "anthropic"]
 Layer = Literal["c0", "c1", "c2", "c3", "query"]
@@ -206,257 +201,8 @@ def _system_added(prefix: Sequence[str], text: str, anthropic: bool) -> int:
     return message_tokens("system", text)
 
 
-@dataclass(slots=True)
-class _Choice:
-    chosen: list[RecalledItem]
-    rendered: list[str]  # the chosen items as rendered, in order
-    outcome: dict[int, tuple[str | None, int]]  # candidate index -> (reason, marginal tokens)
-    used: int = 0  # what the block of the chosen items costs (0: no block)
-
-
-# An item whose whole text would take more than this share of its budget comes compact first.
-# LoCoMo tune split B250 .544 -> .554 (check .523 -> .533); at 0.3 B500 lost on the check split
-# (.693 -> .681). Chunks are at most ~180 tokens with their header: B500 and up are unchanged.
-COMPACT_FIRST_SHARE = 0.4
-
-
-# Neighbour expansion: the items adjacent to one of the first B / NEIGHBOUR_OF_FIRST_TOKENS
-# candidates are tried right after it when they rank among the first B / NEIGHBOUR_TOKENS
-# candidates themselves (a wider reach for a larger budget). The rerank's adjacency feature
-# already ranks a stretch of conversation up together, so a small budget (below 1000 tokens)
-# takes its items in rank order: with the fitted rerank, LoCoMo B250 / B500 / B1000 / B2000 tune
-# .555 / .704 / .795 / .867 with the first two expanded at every budget, .571 / .711 / .798 / .867
-# with this rule (check .549 / .725 / .813 / .851 and .579 / .727 / .813 / .851); the grid is in
-# the tuning decisions of docs/BENCHMARKS.md.
-NEIGHBOUR_OF_FIRST_TOKENS = 1000
-NEIGHBOUR_TOKENS = 33
-
-
-def _turn_range(item: RecalledItem) -> tuple[int, int] | None:
-    if item.turn_first is None:
-        return None
-    return item.turn_first, item.turn_first if item.turn_last is None else item.turn_last
-
-
-def neighbour_order(
-    ranges: Sequence[tuple[int, int] | None], *, first: int, within: int
-) -> list[int]:
-    """Positions of candidates (their turn ranges, best first; None: no range) in the order to
-    try them: rank order, except that right after each of the first `first` come the candidates
-    whose range ends just before or starts just after its own (earlier turns first), when they
-    are among the first `within` themselves."""
-    ends: dict[int, int] = {}
-    starts: dict[int, int] = {}
-    for position, span in enumerate(ranges[:within]):
-        if span is not None:
-            starts.setdefault(span[0], position)
-            ends.setdefault(span[1], position)
-    order: list[int] = []
-    seen: set[int] = set()
-    for position, span in enumerate(ranges):
-        if position in seen:
-            continue
-        order.append(position)
-        seen.add(position)
-        if position >= first or span is None:
-            continue
-        for neighbour in (ends.get(span[0] - 1), starts.get(span[1] + 1)):
-            if neighbour is not None and neighbour not in seen:
-                order.append(neighbour)
-                seen.add(neighbour)
-    return order
-
-
 def _counted(rendered: str) -> tuple[str, int]:
     return rendered, count_tokens(rendered)
-
-
-@dataclass(slots=True, eq=False)
-class _Entry:
-    """One item of a block as rendered: a chosen item, or a stretch of chosen items adjacent in
-    turns rendered under one header (`items` in turn order)."""
-
-    items: list[RecalledItem]
-    span: tuple[int, int] | None
-    text: str
-    tokens: int  # count_tokens(text)
-    separated: int  # count_tokens(text + the block's separator)
-
-
-def _stretch_span(item: RecalledItem) -> tuple[int, int]:
-    span = _turn_range(item)
-    if span is None:
-        raise ValueError("only items with turns join a stretch")
-    return span
-
-
-def _stretch_key(item: RecalledItem) -> tuple[str, bool]:
-    """Items join one stretch only on the same UTC day and with the same trust: the stretch
-    shows one time and one label."""
-    return format_ts(item.ts)[:10], item.trusted
-
-
-def _choose(
-    items: Sequence[RecalledItem],
-    *,
-    limit: int,
-    top_k: int,
-    in_window: set[int],
-    render_one: Callable[[RecalledItem], tuple[str, int]],
-    shape: BlockShape,
-    overhead: int,
-    in_tail: Callable[[RecalledItem], bool] | None = None,
-    neighbours: bool = False,
-    render_stretch: Callable[[Sequence[RecalledItem]], tuple[str, int]] | None = None,
-) -> _Choice:
-    """Items in rank order (with `neighbours`, each of the first few followed by its adjacent
-    candidates: `neighbour_order`) while the whole block (`shape` around the rendered items,
-    costing `overhead` + its tokens) stays within `limit`. With `render_stretch`, an item whose
-    turns continue a chosen one's (same day, same trust) is rendered with it under one header,
-    in place of the chosen one: the header it saves is room for more evidence. An item that
-    `repeats` a chosen one is left out (`near_duplicate`); one whose turns are all in the window
-    (`in_window`) or that `in_tail` says the prompt holds otherwise (`in_tail`), too."""
-    choice = _Choice([], [], {})
-    chosen_words: list[frozenset[str]] = []
-    chosen_union: frozenset[str] = frozenset()
-    # Each item is rendered and counted once (`render_one`: text and tokens). Every item starts a
-    # token piece (`BlockShape`), so a block's tokens are its head's, each entry's with the
-    # separator after it, and the last one's with the tail: a fit test counts only the tested
-    # item's last line again, not the whole block.
-    counted: dict[int, tuple[str, int]] = {}
-    head = count_tokens(shape.head)
-    entries: list[_Entry] = []
-    chosen_tokens = 0  # the entries', each with the separator after it
-    ending: dict[int, _Entry] = {}  # an entry by its last turn
-    starting: dict[int, _Entry] = {}  # an entry by its first turn
-
-    def own(option: RecalledItem) -> tuple[str, int]:
-        if id(option) not in counted:
-            counted[id(option)] = render_one(option)
-        return counted[id(option)]
-
-    def own_cost(option: RecalledItem) -> int:
-        return own(option)[1]
-
-    def header_cost(option: RecalledItem) -> int:
-        """What the first line of the option's rendering (its header) costs."""
-        return count_tokens(own(option)[0].split("\n", 1)[0] + "\n")
-
-    def checked(text: str) -> str:
-        if not starts_piece(shape.separator + text, len(shape.separator)):
-            raise ValueError(f"a rendered item must start with a non-space: {text[:20]!r}")
-        return text
-
-    def block_cost(option: RecalledItem) -> int:
-        text, tokens = own(option)
-        return overhead + head + chosen_tokens + tokens_with(checked(text), tokens, shape.tail)
-
-    def adjacent(option: RecalledItem) -> list[_Entry]:
-        """The entries the option's turns continue (before it, after it) that it may join."""
-        span = _turn_range(option)
-        if render_stretch is None or span is None:
-            return []
-        found = [e for e in (ending.get(span[0] - 1), starting.get(span[1] + 1)) if e is not None]
-        key = _stretch_key(option) if found else None
-        return [e for e in found if _stretch_key(e.items[0]) == key]
-
-    def stretched(option: RecalledItem, joins: list[_Entry]) -> tuple[_Entry, list[_Entry]]:
-        """`option` and the items of `joins` as one entry, and the entries with it in place of
-        the first of `joins` (the others gone)."""
-        assert render_stretch is not None
-        members = sorted([option, *(i for e in joins for i in e.items)], key=_stretch_span)
-        text, tokens = render_stretch(members)
-        span = (_stretch_span(members[0])[0], max(_stretch_span(i)[1] for i in members))
-        entry = _Entry(members, span, checked(text), tokens, 0)
-        entry.separated = tokens_with(text, tokens, shape.separator)
-        at = min(entries.index(e) for e in joins)
-        kept = [entry if i == at else e for i, e in enumerate(entries) if i == at or e not in joins]
-        return entry, kept
-
-    def block_of(kept: list[_Entry]) -> int:
-        last = kept[-1]
-        body = sum(e.separated for e in kept[:-1])
-        return overhead + head + body + tokens_with(last.text, last.tokens, shape.tail)
-
-    candidates: list[int] = []
-    for index, item in enumerate(items):
-        span = _turn_range(item)
-        if span is not None and in_window.issuperset(range(span[0], span[1] + 1)):
-            choice.outcome[index] = ("in_window", 0)
-        elif in_tail is not None and in_tail(item):
-            choice.outcome[index] = ("in_tail", 0)
-        else:
-            candidates.append(index)
-    if neighbours:
-        order = neighbour_order(
-            [_turn_range(items[i]) for i in candidates],
-            first=limit // NEIGHBOUR_OF_FIRST_TOKENS,
-            within=-(-limit // NEIGHBOUR_TOKENS),
-        )
-        candidates = [candidates[position] for position in order]
-    for index in candidates:
-        item = items[index]
-        if len(choice.chosen) >= top_k:
-            choice.outcome[index] = ("below_k", own_cost(item))
-            continue
-        # The whole item first; when it does not fit, its compact version (if it has one). When
-        # the whole item alone would take a large share of the budget, the compact one first.
-        reason: tuple[str | None, int] = ("over_budget", 0)
-        options = (item, item.compact)
-        if item.compact is not None and own_cost(item) > COMPACT_FIRST_SHARE * limit:
-            options = (item.compact, item)
-        joins = adjacent(item)
-        for option in options:
-            if option is None:
-                continue
-            if joins:
-                # Joined, it adds at least its text less the headers the stretch saves (its own,
-                # and one more for each entry beyond the first it bridges; give or take a token
-                # where the turn numbers change): skip the render when that is over the limit.
-                saved = len(joins) * header_cost(option) + 2
-                if choice.used + own_cost(option) - saved > limit:
-                    reason = ("over_budget", own_cost(option))
-                    continue
-                entry, kept = stretched(option, joins)
-                cost = block_of(kept)
-            else:
-                # What the option's own text costs: about what it adds to the block, cheap.
-                alone = own_cost(option)
-                if choice.used + alone > limit:
-                    reason = ("over_budget", alone)
-                    continue
-                cost = block_cost(option)
-            if cost > limit:
-                reason = ("over_budget", cost - choice.used)
-                continue
-            # Checked only for an option that fits: most candidates of a build do not.
-            words = word_set(item.text)
-            if repeats(words, chosen_words, chosen_union):
-                reason = ("near_duplicate", own_cost(item))
-                break
-            if not joins:
-                text, tokens = own(option)
-                separated = tokens_with(text, tokens, shape.separator)
-                entry = _Entry([option], _turn_range(option), text, tokens, separated)
-                kept = [*entries, entry]
-            for old in joins:
-                if old.span is not None:
-                    ending.pop(old.span[1], None)
-                    starting.pop(old.span[0], None)
-            if entry.span is not None:
-                ending[entry.span[1]] = entry
-                starting[entry.span[0]] = entry
-            entries = kept
-            chosen_tokens = sum(e.separated for e in entries)
-            choice.chosen.append(option)
-            chosen_words.append(words)
-            chosen_union |= words
-            reason = (None, cost - choice.used)
-            choice.used = cost
-            break
-        choice.outcome[index] = reason
-    choice.rendered = [e.text for e in entries]
-    return choice
 
 
 @dataclass(frozen=True, slots=True)
@@ -625,7 +371,7 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         return count_tokens(before + SYSTEM_SEPARATOR) - count_tokens(before)
 
     per_item = inp.per_item_max_tokens
-    about = _choose(
+    about = choose(
         inp.about_user,
         limit=min(inp.about_user_budget_tokens, left - reserve),
         top_k=inp.about_user_top_k,
@@ -649,13 +395,13 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     # An agent's step does not recall offloaded turns it read whose values the prompt already
     # shows (in stubs, the value table, the notes): their raw text again costs far more.
     agent_step = inp.query is None and history.has_values
-    recall = _choose(
+    recall = choose(
         inp.recalled,
         limit=min(inp.recall_budget_tokens, left - reserve),
         top_k=inp.top_k,
         in_window=in_window,
         in_tail=(
-            _shown_in_tail(history, window, [kept_notes, table_estimate]) if agent_step else None
+            shown_in_tail(history, window, [kept_notes, table_estimate]) if agent_step else None
         ),
         render_one=lambda item: counted_item(item, per_item),
         shape=RECALL_SHAPE,
@@ -776,45 +522,14 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
 FIRST_SEQ = 1
 
 
-def _shown_in_tail(
-    history: History, shown: Sequence[TurnRecord], blocks: Sequence[str]
-) -> Callable[[RecalledItem], bool]:
-    """Whether a recalled item lies within the turns `history` read and every value its text
-    holds is in the shown turns or `blocks` (what an agent's step would recall for nothing)."""
-    read = {t.seq for t in history.turns}
-    known: list[str] = []  # the prompt's text, joined at the first item within `read`
-
-    def covered(item: RecalledItem) -> bool:
-        span = _turn_range(item)
-        if span is None or not read.issuperset(range(span[0], span[1] + 1)):
-            return False
-        if not known:
-            known.append(
-                "\n".join(
-                    [
-                        *blocks,
-                        *(t.content for t in shown),
-                        *(
-                            json.dumps(t.tool_calls, ensure_ascii=False)
-                            for t in shown
-                            if t.tool_calls
-                        ),
-                    ]
-                )
-            )
-        return all(v.value in known[0] for v in result_values(item.text))
-
-    return covered
-
-
 def _manifest(
     inp: AssemblyInput,
     costs: dict[str, int],
     notes_reason: str | None,
     shown: Mapping[int, TurnRecord],
     history: History,
-    about: _Choice,
-    recall: _Choice,
+    about: Choice,
+    recall: Choice,
 ) -> list[ManifestEntry]:
     """Every candidate fragment, in prompt order, with why it was left out (None: included).
     Offloaded turns are listed only when shown; a cleared result as its stub (its tokens, the
