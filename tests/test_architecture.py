@@ -113,7 +113,6 @@ KNOWN: frozenset[tuple[str, str]] = frozenset(
 )
 LONG_FUNCTIONS_KNOWN: frozenset[str] = frozenset(
     {
-        "app.prompt.assembly.assemble_prompt",
         "app.recall.rerank.select_within_budget",
         "app.recall.service.recall",
     }

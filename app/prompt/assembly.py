@@ -59,6 +59,10 @@ string as one system message, content blocks as their text). Tool schemas are co
 `count_tokens(json.dumps(tools, ensure_ascii=False))` in both formats. C1 turns are charged their
 stored `TurnRecord.token_count` (which is `message_tokens` of the turn) so a build does not
 re-encode the window.
+
+This module holds the input and output types and `assemble_prompt`, which runs the phases in
+that order; the transcript and value-table fitting is in `app.prompt.fitting`, the choice of a
+found block's items (items 4 and 5) in `app.prompt.choosing`.
 """
 
 import json
@@ -85,12 +89,15 @@ from app.prompt.blocks import (
 from app.prompt.choosing import Choice, choose, shown_in_tail
 from app.prompt.clearing import History, ToolClearing
 from app.prompt.fitting import (
-    anchored_transcript,
-    fit_transcript,
+    Room,
+    Transcript,
+    fit_tail_and_table,
+    fit_verbatim_tail,
     fit_whole,
+    fit_window,
     message_cost,
-    message_tokens_of,
-    value_table,
+    system_string_cost,
+    table_reserve,
 )
 
 PromptFormat = Literal["openai", "anthropic"]
@@ -187,20 +194,6 @@ def baseline_messages(
     return messages
 
 
-def _system_cost(parts: Sequence[str]) -> int:
-    """Exact cost of the Anthropic system string made of `parts` (0 when there is none)."""
-    text = SYSTEM_SEPARATOR.join(p for p in parts if p)
-    return message_tokens("system", text) if text else 0
-
-
-def _system_added(prefix: Sequence[str], text: str, anthropic: bool) -> int:
-    """What a system block (the value table) adds after `prefix`: its own message, or in
-    Anthropic format its part of the system string."""
-    if anthropic:
-        return _system_cost([*prefix, text]) - _system_cost(prefix)
-    return message_tokens("system", text)
-
-
 def _counted(rendered: str) -> tuple[str, int]:
     return rendered, count_tokens(rendered)
 
@@ -231,7 +224,7 @@ def mandatory_costs(
     build checks before it stores anything, without assembling a prompt)."""
     c0_text = SYSTEM_SEPARATOR.join(str(m["content"]) for m in system if m.get("content"))
     if prompt_format == "anthropic":
-        system_cost = _system_cost([c0_text])
+        system_cost = system_string_cost([c0_text])
     else:
         system_cost = sum(message_cost(m) for m in system)
     costs = MandatoryCosts(
@@ -246,21 +239,89 @@ def mandatory_costs(
     return costs
 
 
-def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
-    anthropic = inp.format == "anthropic"
-    mandatory = mandatory_costs(inp.system, inp.tools, inp.query, inp.budget, inp.format)
-    c0_text = mandatory.c0_text
-    system_cost, tools_cost, query_cost = mandatory.system, mandatory.tools, mandatory.query
-    left = inp.budget - mandatory.total
+# Turn seqs count from 1 in every session (`sessions.service.append_turns`): a history whose
+# first turn has it holds the whole session.
+FIRST_SEQ = 1
 
+
+@dataclass(frozen=True, slots=True)
+class _Notes:
+    """The notes block's place: its cost, whether it is kept, whether the whole history shows
+    instead (`whole_history`), and the kept text ("" when left out)."""
+
+    cost: int
+    keep: bool
+    whole_history: bool
+    text: str
+
+
+def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
+    """The prompt of `inp` within its budget, in the order and by the precedence above: the
+    mandatory parts, the notes, the window, the found blocks, then the tail and the table."""
+    mandatory = mandatory_costs(inp.system, inp.tools, inp.query, inp.budget, inp.format)
     # Every call shown with its result and every result with its call (`paired_turns`): the
     # history as it may be shown, in which any cut between groups keeps that true.
     history = History(paired_turns([*inp.tail, *inp.turns]), inp.chunk_of, inp.clearing)
-    groups = tool_groups(history.turns)
+    transcript = _transcript(inp, history)
+    left = inp.budget - mandatory.total
+    notes = _notes_decision(inp, transcript, mandatory, left)
+    room = Room(left - notes.cost if notes.keep else left)
+    anchored, window_whole, older = fit_window(
+        transcript,
+        room,
+        table_tokens=inp.value_table_tokens,
+        c0_text=mandatory.c0_text,
+        notes=notes.text,
+        whole_history=notes.whole_history,
+        no_query=inp.query is None,
+    )
+    # In a tool loop, when every offloaded turn read fits beside the window verbatim, they are
+    # shown before recall runs (as truncation would show them): recall then adds only what lies
+    # beyond, and the prompt's head stays the same from one step to the next.
+    if window_whole and transcript.split and history.has_values and not anchored:
+        fit_verbatim_tail(transcript, room)
+    window = [t for group in (*room.tail, *room.kept) for t in group]
+    table_estimate, reserve = table_reserve(
+        transcript, room, table_tokens=inp.value_table_tokens, notes=notes.text, anchored=anchored
+    )
+    # In Anthropic format the blocks end the system string: charge what each adds to it.
+    prefix = [mandatory.c0_text, notes.text]
+    about = _about_user(inp, room, reserve, _block_overhead(prefix, transcript.anthropic))
+    prefix.append(ABOUT_USER_SHAPE.frame(about.rendered))
+    overhead = _block_overhead(prefix, transcript.anthropic)
+    recall = _recall(inp, transcript, room, reserve, overhead, window, [notes.text, table_estimate])
+    prefix.append(RECALL_SHAPE.frame(recall.rendered))
+    fit_tail_and_table(
+        transcript,
+        room,
+        reserve=reserve,
+        notes=notes.text,
+        prefix=prefix,
+        anchored=anchored,
+        window_whole=window_whole,
+        older=older,
+    )
+    return _assembled(inp, mandatory, transcript, notes, room, about, recall, prefix, anchored)
 
+
+def _transcript(inp: AssemblyInput, history: History) -> Transcript:
+    """`history` as tool groups, and where the window starts among them."""
+    groups = tool_groups(history.turns)
+    first_window_seq = inp.turns[0].seq if inp.turns else history.end
+    # Groups holding a window turn (a group may reach back into the tail: a call offloaded
+    # whose result is still in the window), then the tail's own.
+    split = next((n for n, g in enumerate(groups) if g[-1].seq >= first_window_seq), len(groups))
+    return Transcript(history, groups, split, first_window_seq, inp.format == "anthropic")
+
+
+def _notes_decision(
+    inp: AssemblyInput, transcript: Transcript, mandatory: MandatoryCosts, left: int
+) -> _Notes:
+    """Whether the notes block is kept, whole, within `left` (precedence 2 above)."""
+    history, groups, anthropic = transcript.history, transcript.groups, transcript.anthropic
     notes = inp.notes_block
     if anthropic:
-        notes_cost = _system_cost([c0_text, notes]) - system_cost
+        notes_cost = system_string_cost([mandatory.c0_text, notes]) - mandatory.system
     else:
         notes_cost = message_tokens("system", notes) if notes else 0
     # A tool loop whose whole history, from the session's first turn, fits verbatim gets the
@@ -274,117 +335,49 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         and fit_whole(groups, history, left, anthropic, most=0) is not None
     )
     keep_notes = bool(notes) and notes_cost <= left and not whole_history
-    if keep_notes:
-        left -= notes_cost
-    first_window_seq = inp.turns[0].seq if inp.turns else history.end
-    # Groups holding a window turn (a group may reach back into the tail: a call offloaded
-    # whose result is still in the window), then the tail's own.
-    split = next((n for n, g in enumerate(groups) if g[-1].seq >= first_window_seq), len(groups))
-    # The value table's room comes before the window's: old results in the window are cleared
-    # (their stubs keep their values) rather than the values of offloaded turns left out. It
-    # gets up to half of what is left: what its version beside the whole window takes, or, when
-    # the window does not fit even cleared, what the values of the turns it leaves out take.
-    # Only old results are cleared for it: the `keep` newest stay while the window fits.
-    table_room = min(inp.value_table_tokens, left // 2) if history.has_values else 0
-    prefix0 = [c0_text, notes if keep_notes else ""]
     # The table lists no value the kept notes show (their facts hold values of tool output);
     # an anchored table does not depend on the notes, which change at every new version.
-    kept_notes = notes if keep_notes else ""
+    return _Notes(notes_cost, keep_notes, whole_history, notes if keep_notes else "")
 
-    def cost0(text: str) -> int:
-        return _system_added(prefix0, text, anthropic)
 
-    # An agent's step in a tool loop (no new input) whose offloaded turns do not all fit
-    # verbatim: the transcript starts at a stretch boundary (`anchored_transcript`), so
-    # consecutive builds share their head. A build with a query keeps recall's precedence over
-    # the tail: the question may be about what only recall brings back.
-    anchored = None
-    if (
-        inp.query is None
-        and history.has_values
-        and split
-        and not whole_history
-        and fit_whole(groups, history, left, anthropic, most=0) is None
-    ):
-        anchored = anchored_transcript(groups, history, left, table_room, anthropic, cost0)
-    tail: list[list[TurnRecord]] = []
-    table, table_cost = "", 0
-    older = 0  # window groups before `kept` that may fill what the table leaves
-    if anchored is not None:
-        shown_groups, c1_cost, table, table_cost = anchored
-        tail = [g for g in shown_groups if g[-1].seq < first_window_seq]
-        kept = shown_groups[len(tail) :]
-        window_whole = len(kept) == len(groups) - split
-        left -= c1_cost + table_cost
-    else:
-        need = value_table(history, groups[split:], table_room, message_tokens_of, kept_notes)[1]
-        whole = fit_whole(groups[split:], history, left - need, anthropic, most=history.unkept)
-        window_whole = whole is not None
-        if whole is not None:
-            kept, c1_cost = whole
-        else:
-            # The newest results stay whole before the table gets its room.
-            kept, c1_cost = fit_transcript(
-                groups[split:], history, left - table_room, anthropic, most=history.unkept
-            )
-            if not kept:
-                # Not even the newest group fits beside the table's room: it alone first, then
-                # the table, then the older groups with what the table leaves.
-                kept, c1_cost = fit_transcript(groups[split:][-1:], history, left, anthropic)
-                older = len(groups) - split - 1 if kept else 0
-        left -= c1_cost
-    # In a tool loop, when every offloaded turn read fits beside the window verbatim, they are
-    # shown before recall runs (as truncation would show them): recall then adds only what lies
-    # beyond, and the prompt's head stays the same from one step to the next.
-    if window_whole and split and history.has_values and anchored is None:
-        verbatim = fit_whole(groups[:split], history, left, anthropic, most=0)
-        if verbatim is not None:
-            tail, tail_cost = verbatim
-            c1_cost += tail_cost
-            left -= tail_cost
-    window = [t for group in (*tail, *kept) for t in group]
-    in_window = {t.seq for t in window}
-    # The value table's room is kept from recall and the tail: what its full version would
-    # take of the values the window does not show (nothing in a session without tool values).
-    reserve = 0
-    table_estimate = table  # the anchored table, or the free table at its fullest
-    if inp.value_table_tokens and history.has_values and anchored is None:
-        full_table = value_table(
-            history,
-            [*tail, *kept],
-            min(inp.value_table_tokens, left),
-            message_tokens_of,
-            kept_notes,
-        )
-        table_estimate, reserve = full_table
+def _block_overhead(prefix: Sequence[str], anthropic: bool) -> int:
+    """What a block after `prefix` costs beyond its own tokens: its message's framing, or in
+    Anthropic format what the separator before it adds to the system string (a block starts
+    with "<" after a newline: a token piece of its own, `starts_piece`)."""
+    before = SYSTEM_SEPARATOR.join(p for p in prefix if p)
+    if not anthropic or not before:
+        return message_tokens("system", "")
+    return count_tokens(before + SYSTEM_SEPARATOR) - count_tokens(before)
 
-    # In Anthropic format the blocks end the system string: charge what each adds to it.
-    prefix = [c0_text, notes if keep_notes else ""]
 
-    def block_overhead() -> int:
-        """What a block costs beyond its own tokens: its message's framing, or in Anthropic
-        format what the separator before it adds to the system string (a block starts with
-        "<" after a newline: a token piece of its own, `starts_piece`)."""
-        before = SYSTEM_SEPARATOR.join(p for p in prefix if p)
-        if not anthropic or not before:
-            return message_tokens("system", "")
-        return count_tokens(before + SYSTEM_SEPARATOR) - count_tokens(before)
-
+def _about_user(inp: AssemblyInput, room: Room, reserve: int, overhead: int) -> Choice:
+    """The "about this user" block's items within what is left (precedence 4 above)."""
     per_item = inp.per_item_max_tokens
     about = choose(
         inp.about_user,
-        limit=min(inp.about_user_budget_tokens, left - reserve),
+        limit=min(inp.about_user_budget_tokens, room.left - reserve),
         top_k=inp.about_user_top_k,
         in_window=set(),
         render_one=lambda item: _counted(render_about_user_item(item, per_item)),
         shape=ABOUT_USER_SHAPE,
-        overhead=block_overhead(),
+        overhead=overhead,
     )
-    about_block = ABOUT_USER_SHAPE.frame(about.rendered)
-    about_cost = about.used
-    left -= about_cost
-    prefix.append(about_block)
+    room.left -= about.used
+    return about
 
+
+def _recall(
+    inp: AssemblyInput,
+    transcript: Transcript,
+    room: Room,
+    reserve: int,
+    overhead: int,
+    window: Sequence[TurnRecord],
+    shown_blocks: Sequence[str],
+) -> Choice:
+    """The recalled block's items within what is left (precedence 5 above)."""
+    per_item = inp.per_item_max_tokens
+    history = transcript.history
     bodies: dict[int, tuple[str, int]] = {}
 
     def body(item: RecalledItem) -> tuple[str, int]:
@@ -397,77 +390,56 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     agent_step = inp.query is None and history.has_values
     recall = choose(
         inp.recalled,
-        limit=min(inp.recall_budget_tokens, left - reserve),
+        limit=min(inp.recall_budget_tokens, room.left - reserve),
         top_k=inp.top_k,
-        in_window=in_window,
-        in_tail=(
-            shown_in_tail(history, window, [kept_notes, table_estimate]) if agent_step else None
-        ),
+        in_window={t.seq for t in window},
+        in_tail=shown_in_tail(history, window, shown_blocks) if agent_step else None,
         render_one=lambda item: counted_item(item, per_item),
         shape=RECALL_SHAPE,
-        overhead=block_overhead(),
+        overhead=overhead,
         neighbours=True,
         render_stretch=lambda stretch: counted_stretch(stretch, [body(i) for i in stretch]),
     )
-    block = RECALL_SHAPE.frame(recall.rendered)
-    recall_cost = recall.used
-    left -= recall_cost
-    prefix.append(block)
+    room.left -= recall.used
+    return recall
 
-    # What is left goes to the transcript's offloaded tail and the value table: the tail's turns
-    # (their old results as stubs) newest first within what the table leaves it, then the table
-    # of the values no shown turn holds, then the tail again with what the table did not use.
 
-    def table_cost_of(text: str) -> int:
-        return _system_added(prefix, text, anthropic)
-
-    if window_whole and split and not tail and anchored is None:
-        tail, tail_cost = fit_transcript(groups[:split], history, left - reserve, anthropic)
-        c1_cost += tail_cost
-        left -= tail_cost
-    if reserve and anchored is None:
-        table, table_cost = value_table(history, [*tail, *kept], left, table_cost_of, kept_notes)
-        left -= table_cost
-    if window_whole and split > len(tail) and left > 0 and anchored is None:
-        more, more_cost = fit_transcript(
-            groups[: split - len(tail)], history, left, anthropic, clear_all=bool(tail)
-        )
-        tail = [*more, *tail]
-        c1_cost += more_cost
-        left -= more_cost
-    if older and left > 0:
-        more, more_cost = fit_transcript(
-            groups[split : split + older], history, left, anthropic, most=history.unkept
-        )
-        kept = [*more, *kept]
-        c1_cost += more_cost
-        left -= more_cost
-    shown = [t for group in (*tail, *kept) for t in group]
-    shown_seqs = {t.seq for t in shown}
-
+def _flags(inp: AssemblyInput, notes: _Notes, included: list[int], recall: Choice) -> list[str]:
+    """What the caller should know was cut: window turns, the notes, recalled items."""
     flags: list[str] = []
-    included = [t.seq for group in kept for t in group if t.seq >= first_window_seq]
     if len(included) < len(inp.turns):
         flags.append("window_truncated")
-    if notes and not keep_notes and not whole_history:
+    if inp.notes_block and not notes.keep and not notes.whole_history:
         flags.append("notes_dropped")
     if any(reason == "over_budget" for reason, _ in recall.outcome.values()):
         flags.append("recall_over_budget")
+    return flags
 
+
+def _messages(
+    inp: AssemblyInput,
+    transcript: Transcript,
+    room: Room,
+    prefix: Sequence[str],
+    anchored: bool,
+    shown: Sequence[TurnRecord],
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The prompt's messages in their order (and in Anthropic format, its system string)."""
+    table = room.table
     system: str | None = None
-    if anthropic:
+    if transcript.anthropic:
         order = [*prefix[:2], table, *prefix[2:]] if anchored else [*prefix, table]
         system = SYSTEM_SEPARATOR.join(p for p in order if p)
-        messages = [m for group in (*tail, *kept) for m in anthropic_messages(group)]
+        messages = [m for group in (*room.tail, *room.kept) for m in anthropic_messages(group)]
     else:
-        notes_message = notes if keep_notes else ""
+        _, notes_message, about_block, block = prefix
         if anchored:
             # An agent's step past its budget: the table changes only with the transcript's
             # start, the transcript then only grows until the start moves; after it what may
             # change at any step: the notes (a worker's new version) and what the step's
             # search found (its query is the latest exchange).
             head, late = [table], [notes_message, about_block, block]
-        elif agent_step:
+        elif inp.query is None and transcript.history.has_values:
             # An agent's step whose history fits: only what its search found comes last.
             head, late = [notes_message, table], [about_block, block]
         else:
@@ -480,19 +452,39 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         messages += [{"role": "system", "content": b} for b in late if b]
     if inp.query is not None:
         messages.append({"role": "user", "content": inp.query})
+    return messages, system
 
+
+def _assembled(
+    inp: AssemblyInput,
+    mandatory: MandatoryCosts,
+    transcript: Transcript,
+    notes: _Notes,
+    room: Room,
+    about: Choice,
+    recall: Choice,
+    prefix: Sequence[str],
+    anchored: bool,
+) -> AssembledPrompt:
+    """The prompt the phases chose, with its usage, flags and manifest."""
+    history, first_window_seq = transcript.history, transcript.first_window_seq
+    shown = [t for group in (*room.tail, *room.kept) for t in group]
+    shown_seqs = {t.seq for t in shown}
+    included = [t.seq for group in room.kept for t in group if t.seq >= first_window_seq]
+    flags = _flags(inp, notes, included, recall)
+    messages, system = _messages(inp, transcript, room, prefix, anchored, shown)
     usage = {
-        "c0": system_cost + tools_cost,
-        "c1": c1_cost,
-        "c2": (notes_cost if keep_notes else 0) + about_cost + table_cost,
-        "recall": recall_cost,
-        "query": query_cost,
+        "c0": mandatory.system + mandatory.tools,
+        "c1": room.c1_cost,
+        "c2": (notes.cost if notes.keep else 0) + about.used + room.table_cost,
+        "recall": recall.used,
+        "query": mandatory.query,
         "overhead": REPLY_PRIMING_TOKENS,
     }
     usage["total"] = sum(usage.values())
     usage["limit"] = inp.budget
 
-    costs = {"c0:system": system_cost, "c0:tools": tools_cost, "notes": notes_cost}
+    costs = {"c0:system": mandatory.system, "c0:tools": mandatory.tools, "notes": notes.cost}
     return AssembledPrompt(
         messages=messages,
         system=system,
@@ -503,8 +495,8 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         about_user=list(about.chosen),
         manifest=_manifest(
             inp,
-            costs | {"query": query_cost, "values": table_cost},
-            None if keep_notes else "history_whole" if whole_history else "over_budget",
+            costs | {"query": mandatory.query, "values": room.table_cost},
+            None if notes.keep else "history_whole" if notes.whole_history else "over_budget",
             {t.seq: t for t in shown},
             history,
             about,
@@ -512,14 +504,9 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         ),
         flags=flags,
         # (Passes over every shown turn skipped when there is nothing to find: a conversation.)
-        tail_turns=[t.seq for t in shown if t.seq < first_window_seq] if tail else [],
+        tail_turns=[t.seq for t in shown if t.seq < first_window_seq] if room.tail else [],
         cleared_turns=[t.seq for t in shown if history.is_stub(t)] if history.stubs else [],
     )
-
-
-# Turn seqs count from 1 in every session (`sessions.service.append_turns`): a history whose
-# first turn has it holds the whole session.
-FIRST_SEQ = 1
 
 
 def _manifest(

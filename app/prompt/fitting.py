@@ -1,14 +1,19 @@
 """Fitting the transcript and the value table into what the budget leaves: the window and the
 offloaded tail as whole tool groups (old results cleared to stubs first), the start of an agent's
-transcript moved by stretches, and the value table of what the shown turns do not hold (pure)."""
+transcript moved by stretches, and the value table of what the shown turns do not hold (pure).
+
+`assembly.assemble_prompt` runs the phases at the end of this module (`fit_window`,
+`fit_verbatim_tail`, `table_reserve`, `fit_tail_and_table`) in that order, around the found
+blocks; they share a `Room`: what is left of the budget and what is shown so far."""
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.tokens import message_tokens
 from app.domain.records import TurnRecord
-from app.prompt.blocks import anthropic_counting_view, anthropic_messages
+from app.prompt.blocks import SYSTEM_SEPARATOR, anthropic_counting_view, anthropic_messages
 from app.prompt.clearing import History, TableEntry, fit_table
 
 
@@ -179,3 +184,198 @@ def value_table(
         return "", 0
     turns = [t for group in shown for t in group]
     return _fitted_table(history.table_entries(turns, notes), limit, cost_of)
+
+
+def system_string_cost(parts: Sequence[str]) -> int:
+    """Exact cost of the Anthropic system string made of `parts` (0 when there is none)."""
+    text = SYSTEM_SEPARATOR.join(p for p in parts if p)
+    return message_tokens("system", text) if text else 0
+
+
+def system_added(prefix: Sequence[str], text: str, anthropic: bool) -> int:
+    """What a system block (the value table) adds after `prefix`: its own message, or in
+    Anthropic format its part of the system string."""
+    if anthropic:
+        return system_string_cost([*prefix, text]) - system_string_cost(prefix)
+    return message_tokens("system", text)
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """The history a build may show as tool groups: those from `split` on hold the window (its
+    first turn `first_window_seq`), those before it the offloaded tail's own."""
+
+    history: History
+    groups: list[list[TurnRecord]]
+    split: int
+    first_window_seq: int
+    anthropic: bool
+
+
+@dataclass(slots=True)
+class Room:
+    """What the phases of an assembly share as they fill the budget: what is `left` of it, the
+    transcript shown so far (the offloaded `tail` and the window's `kept` groups, costing
+    `c1_cost`), and the value `table` with its cost."""
+
+    left: int
+    c1_cost: int = 0
+    tail: list[list[TurnRecord]] = field(default_factory=list)
+    kept: list[list[TurnRecord]] = field(default_factory=list)
+    table: str = ""
+    table_cost: int = 0
+
+
+def fit_window(
+    transcript: Transcript,
+    room: Room,
+    *,
+    table_tokens: int,
+    c0_text: str,
+    notes: str,
+    whole_history: bool,
+    no_query: bool,
+) -> tuple[bool, bool, int]:
+    """The window into `room` (in an agent's step past its budget, the anchored transcript and
+    its table): whether the transcript is anchored, whether the whole window fits, and how many
+    window groups before `room.kept` may fill what the table leaves."""
+    history, groups, split = transcript.history, transcript.groups, transcript.split
+    anthropic = transcript.anthropic
+    # The value table's room comes before the window's: old results in the window are cleared
+    # (their stubs keep their values) rather than the values of offloaded turns left out. It
+    # gets up to half of what is left: what its version beside the whole window takes, or, when
+    # the window does not fit even cleared, what the values of the turns it leaves out take.
+    # Only old results are cleared for it: the `keep` newest stay while the window fits.
+    table_room = min(table_tokens, room.left // 2) if history.has_values else 0
+    prefix0 = [c0_text, notes]
+
+    def cost0(text: str) -> int:
+        return system_added(prefix0, text, anthropic)
+
+    # An agent's step in a tool loop (no new input) whose offloaded turns do not all fit
+    # verbatim: the transcript starts at a stretch boundary (`anchored_transcript`), so
+    # consecutive builds share their head. A build with a query keeps recall's precedence over
+    # the tail: the question may be about what only recall brings back.
+    anchored = None
+    if (
+        no_query
+        and history.has_values
+        and split
+        and not whole_history
+        and fit_whole(groups, history, room.left, anthropic, most=0) is None
+    ):
+        anchored = anchored_transcript(groups, history, room.left, table_room, anthropic, cost0)
+    if anchored is None:
+        return (False, *_free_window(transcript, room, table_room, notes))
+    shown_groups, room.c1_cost, room.table, room.table_cost = anchored
+    room.tail = [g for g in shown_groups if g[-1].seq < transcript.first_window_seq]
+    room.kept = shown_groups[len(room.tail) :]
+    room.left -= room.c1_cost + room.table_cost
+    return True, len(room.kept) == len(groups) - split, 0
+
+
+def _free_window(
+    transcript: Transcript, room: Room, table_room: int, notes: str
+) -> tuple[bool, int]:
+    """The window's newest groups into `room` beside the table's room: whether the whole window
+    fits, and how many older groups may fill what the table leaves."""
+    history, groups, split = transcript.history, transcript.groups, transcript.split
+    anthropic, left = transcript.anthropic, room.left
+    older = 0
+    need = value_table(history, groups[split:], table_room, message_tokens_of, notes)[1]
+    whole = fit_whole(groups[split:], history, left - need, anthropic, most=history.unkept)
+    if whole is not None:
+        room.kept, room.c1_cost = whole
+    else:
+        # The newest results stay whole before the table gets its room.
+        room.kept, room.c1_cost = fit_transcript(
+            groups[split:], history, left - table_room, anthropic, most=history.unkept
+        )
+        if not room.kept:
+            # Not even the newest group fits beside the table's room: it alone first, then
+            # the table, then the older groups with what the table leaves.
+            room.kept, room.c1_cost = fit_transcript(groups[split:][-1:], history, left, anthropic)
+            older = len(groups) - split - 1 if room.kept else 0
+    room.left -= room.c1_cost
+    return whole is not None, older
+
+
+def fit_verbatim_tail(transcript: Transcript, room: Room) -> None:
+    """The offloaded tail's groups, verbatim, when they all fit what is left."""
+    history, split = transcript.history, transcript.split
+    verbatim = fit_whole(
+        transcript.groups[:split], history, room.left, transcript.anthropic, most=0
+    )
+    if verbatim is not None:
+        room.tail, tail_cost = verbatim
+        room.c1_cost += tail_cost
+        room.left -= tail_cost
+
+
+def table_reserve(
+    transcript: Transcript, room: Room, *, table_tokens: int, notes: str, anchored: bool
+) -> tuple[str, int]:
+    """The value table at its fullest (or the anchored one) and the room kept for it from
+    recall and the tail: what its full version would take of the values the window does not
+    show (nothing in a session without tool values)."""
+    if table_tokens and transcript.history.has_values and not anchored:
+        return value_table(
+            transcript.history,
+            [*room.tail, *room.kept],
+            min(table_tokens, room.left),
+            message_tokens_of,
+            notes,
+        )
+    return room.table, 0
+
+
+def fit_tail_and_table(
+    transcript: Transcript,
+    room: Room,
+    *,
+    reserve: int,
+    notes: str,
+    prefix: Sequence[str],
+    anchored: bool,
+    window_whole: bool,
+    older: int,
+) -> None:
+    """What is left goes to the transcript's offloaded tail and the value table: the tail's
+    turns (their old results as stubs) newest first within what the table leaves it, then the
+    table of the values no shown turn holds, then the tail again with what the table did not
+    use (and older window groups with what is left after that)."""
+    history, groups, split = transcript.history, transcript.groups, transcript.split
+    anthropic = transcript.anthropic
+
+    def table_cost_of(text: str) -> int:
+        return system_added(prefix, text, anthropic)
+
+    if window_whole and split and not room.tail and not anchored:
+        room.tail, tail_cost = fit_transcript(
+            groups[:split], history, room.left - reserve, anthropic
+        )
+        room.c1_cost += tail_cost
+        room.left -= tail_cost
+    if reserve and not anchored:
+        room.table, room.table_cost = value_table(
+            history, [*room.tail, *room.kept], room.left, table_cost_of, notes
+        )
+        room.left -= room.table_cost
+    if window_whole and split > len(room.tail) and room.left > 0 and not anchored:
+        more, more_cost = fit_transcript(
+            groups[: split - len(room.tail)],
+            history,
+            room.left,
+            anthropic,
+            clear_all=bool(room.tail),
+        )
+        room.tail = [*more, *room.tail]
+        room.c1_cost += more_cost
+        room.left -= more_cost
+    if older and room.left > 0:
+        more, more_cost = fit_transcript(
+            groups[split : split + older], history, room.left, anthropic, most=history.unkept
+        )
+        room.kept = [*more, *room.kept]
+        room.c1_cost += more_cost
+        room.left -= more_cost
