@@ -60,7 +60,9 @@ PURE = (
     "app.recall.query",
     "app.prompt.assembly",
     "app.prompt.blocks",
+    "app.prompt.choosing",
     "app.prompt.clearing",
+    "app.prompt.fitting",
     "app.prompt.manifest",
     "app.memories.policy",
     "app.agent.policy",
@@ -105,8 +107,6 @@ KNOWN: frozenset[tuple[str, str]] = frozenset(
 )
 LONG_FUNCTIONS_KNOWN: frozenset[str] = frozenset(
     {
-        "app.prompt.assembly._choose",
-        "app.prompt.assembly.assemble_prompt",
         "app.recall.rerank.select_within_budget",
         "app.recall.service.recall",
     }
@@ -116,7 +116,6 @@ LONG_FILES_KNOWN: frozenset[str] = frozenset(
         "app.notes.rules",
         "app.offload.chunking",
         "app.offload.repository",
-        "app.prompt.assembly",
         "app.recall.service",
         "app.sessions.repository",
     }

@@ -4,9 +4,10 @@ Order (stable parts first, so prompt-prefix caches hit):
 C0 system messages → C2 notes block → "about this user" block → recalled-history block → value
 table → offloaded tail → C1 turns → x_t. An agent's step in a tool loop (no x_t) puts the two
 found blocks last, after the transcript: they change with every step of its loop. Past its
-budget (`_anchored`, item 6 below) it also puts the value table first and the notes after the
-transcript: the head then changes only when the transcript's start moves (OpenAI format; in
-Anthropic format the blocks are the system string, where any change is a change of the whole).
+budget (`fitting.anchored_transcript`, item 6 below) it also puts the value table first and the
+notes after the transcript: the head then changes only when the transcript's start moves (OpenAI
+format; in Anthropic format the blocks are the system string, where any change is a change of the
+whole).
 
 Precedence when the budget is short (`budget` = C - r):
 1. x_t and C0 are mandatory. If they alone (plus reply priming and tool schemas) exceed the
@@ -48,9 +49,9 @@ Precedence when the budget is short (`budget` = C - r):
    budget holds enough turns for it (`stretch_turns`), an agent's step (a build with no x_t)
    shows the transcript (tail and window, every result but the `keep` newest as a stub) from the
    oldest stretch boundary from which it fits beside the value table of what it leaves out,
-   both chosen before recall (`_anchored`): the start moves by whole stretches, the table only
-   with it, and in OpenAI format the table comes right after C0, so consecutive builds of an
-   agent loop share their head.
+   both chosen before recall (`anchored_transcript`): the start moves by whole stretches, the
+   table only with it, and in OpenAI format the table comes right after C0, so consecutive
+   builds of an agent loop share their head.
 
 Counting: OpenAI messages are counted by `app.core.tokens.messages_tokens` (reply priming
 included); an Anthropic prompt by `messages_tokens` on `blocks.anthropic_counting_view` (the system
@@ -58,38 +59,46 @@ string as one system message, content blocks as their text). Tool schemas are co
 `count_tokens(json.dumps(tools, ensure_ascii=False))` in both formats. C1 turns are charged their
 stored `TurnRecord.token_count` (which is `message_tokens` of the turn) so a build does not
 re-encode the window.
+
+This module holds the input and output types and `assemble_prompt`, which runs the phases in
+that order; the transcript and value-table fitting is in `app.prompt.fitting`, the choice of a
+found block's items (items 4 and 5) in `app.prompt.choosing`.
 """
 
 import json
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.core.tokens import count_tokens, message_tokens
 from app.domain.budget import REPLY_PRIMING_TOKENS
 from app.domain.records import RecalledItem, TurnRecord
-from app.notes.values import result_values
 from app.prompt.blocks import (
     ABOUT_USER_SHAPE,
     RECALL_SHAPE,
     SYSTEM_SEPARATOR,
-    BlockShape,
-    anthropic_counting_view,
     anthropic_messages,
     counted_item,
     counted_stretch,
-    format_ts,
     paired_turns,
     quoted_body,
     render_about_user_item,
-    starts_piece,
-    tokens_with,
     tool_groups,
     turn_message,
 )
-from app.prompt.clearing import History, TableEntry, ToolClearing, fit_table
-from app.recall.rerank import repeats, word_set
+from app.prompt.choosing import Choice, choose, shown_in_tail
+from app.prompt.clearing import History, ToolClearing
+from app.prompt.fitting import (
+    Room,
+    Transcript,
+    fit_tail_and_table,
+    fit_verbatim_tail,
+    fit_whole,
+    fit_window,
+    message_cost,
+    system_string_cost,
+    table_reserve,
+)
 
 PromptFormat = Literal["openai", "anthropic"]
 Layer = Literal["c0", "c1", "c2", "c3", "query"]
@@ -185,286 +194,8 @@ def baseline_messages(
     return messages
 
 
-def _message_cost(m: Mapping[str, Any]) -> int:
-    return message_tokens(
-        m["role"], m.get("content"), m.get("name"), m.get("tool_calls"), m.get("tool_call_id")
-    )
-
-
-def _system_cost(parts: Sequence[str]) -> int:
-    """Exact cost of the Anthropic system string made of `parts` (0 when there is none)."""
-    text = SYSTEM_SEPARATOR.join(p for p in parts if p)
-    return message_tokens("system", text) if text else 0
-
-
-def _system_added(prefix: Sequence[str], text: str, anthropic: bool) -> int:
-    """What a system block (the value table) adds after `prefix`: its own message, or in
-    Anthropic format its part of the system string."""
-    if anthropic:
-        return _system_cost([*prefix, text]) - _system_cost(prefix)
-    return message_tokens("system", text)
-
-
-def _group_cost(group: list[TurnRecord], anthropic: bool) -> int:
-    if not anthropic:
-        return group[0].token_count if len(group) == 1 else sum(t.token_count for t in group)
-    plain = len(group) == 1 and group[0].role in ("user", "assistant") and not group[0].name
-    if plain and not group[0].tool_calls:
-        return group[0].token_count
-    return sum(_message_cost(m) for m in anthropic_counting_view(None, anthropic_messages(group)))
-
-
-@dataclass(slots=True)
-class _Choice:
-    chosen: list[RecalledItem]
-    rendered: list[str]  # the chosen items as rendered, in order
-    outcome: dict[int, tuple[str | None, int]]  # candidate index -> (reason, marginal tokens)
-    used: int = 0  # what the block of the chosen items costs (0: no block)
-
-
-# An item whose whole text would take more than this share of its budget comes compact first.
-# LoCoMo tune split B250 .544 -> .554 (check .523 -> .533); at 0.3 B500 lost on the check split
-# (.693 -> .681). Chunks are at most ~180 tokens with their header: B500 and up are unchanged.
-COMPACT_FIRST_SHARE = 0.4
-
-
-# Neighbour expansion: the items adjacent to one of the first B / NEIGHBOUR_OF_FIRST_TOKENS
-# candidates are tried right after it when they rank among the first B / NEIGHBOUR_TOKENS
-# candidates themselves (a wider reach for a larger budget). The rerank's adjacency feature
-# already ranks a stretch of conversation up together, so a small budget (below 1000 tokens)
-# takes its items in rank order: with the fitted rerank, LoCoMo B250 / B500 / B1000 / B2000 tune
-# .555 / .704 / .795 / .867 with the first two expanded at every budget, .571 / .711 / .798 / .867
-# with this rule (check .549 / .725 / .813 / .851 and .579 / .727 / .813 / .851); the grid is in
-# the tuning decisions of docs/BENCHMARKS.md.
-NEIGHBOUR_OF_FIRST_TOKENS = 1000
-NEIGHBOUR_TOKENS = 33
-
-
-def _turn_range(item: RecalledItem) -> tuple[int, int] | None:
-    if item.turn_first is None:
-        return None
-    return item.turn_first, item.turn_first if item.turn_last is None else item.turn_last
-
-
-def neighbour_order(
-    ranges: Sequence[tuple[int, int] | None], *, first: int, within: int
-) -> list[int]:
-    """Positions of candidates (their turn ranges, best first; None: no range) in the order to
-    try them: rank order, except that right after each of the first `first` come the candidates
-    whose range ends just before or starts just after its own (earlier turns first), when they
-    are among the first `within` themselves."""
-    ends: dict[int, int] = {}
-    starts: dict[int, int] = {}
-    for position, span in enumerate(ranges[:within]):
-        if span is not None:
-            starts.setdefault(span[0], position)
-            ends.setdefault(span[1], position)
-    order: list[int] = []
-    seen: set[int] = set()
-    for position, span in enumerate(ranges):
-        if position in seen:
-            continue
-        order.append(position)
-        seen.add(position)
-        if position >= first or span is None:
-            continue
-        for neighbour in (ends.get(span[0] - 1), starts.get(span[1] + 1)):
-            if neighbour is not None and neighbour not in seen:
-                order.append(neighbour)
-                seen.add(neighbour)
-    return order
-
-
 def _counted(rendered: str) -> tuple[str, int]:
     return rendered, count_tokens(rendered)
-
-
-@dataclass(slots=True, eq=False)
-class _Entry:
-    """One item of a block as rendered: a chosen item, or a stretch of chosen items adjacent in
-    turns rendered under one header (`items` in turn order)."""
-
-    items: list[RecalledItem]
-    span: tuple[int, int] | None
-    text: str
-    tokens: int  # count_tokens(text)
-    separated: int  # count_tokens(text + the block's separator)
-
-
-def _stretch_span(item: RecalledItem) -> tuple[int, int]:
-    span = _turn_range(item)
-    if span is None:
-        raise ValueError("only items with turns join a stretch")
-    return span
-
-
-def _stretch_key(item: RecalledItem) -> tuple[str, bool]:
-    """Items join one stretch only on the same UTC day and with the same trust: the stretch
-    shows one time and one label."""
-    return format_ts(item.ts)[:10], item.trusted
-
-
-def _choose(
-    items: Sequence[RecalledItem],
-    *,
-    limit: int,
-    top_k: int,
-    in_window: set[int],
-    render_one: Callable[[RecalledItem], tuple[str, int]],
-    shape: BlockShape,
-    overhead: int,
-    in_tail: Callable[[RecalledItem], bool] | None = None,
-    neighbours: bool = False,
-    render_stretch: Callable[[Sequence[RecalledItem]], tuple[str, int]] | None = None,
-) -> _Choice:
-    """Items in rank order (with `neighbours`, each of the first few followed by its adjacent
-    candidates: `neighbour_order`) while the whole block (`shape` around the rendered items,
-    costing `overhead` + its tokens) stays within `limit`. With `render_stretch`, an item whose
-    turns continue a chosen one's (same day, same trust) is rendered with it under one header,
-    in place of the chosen one: the header it saves is room for more evidence. An item that
-    `repeats` a chosen one is left out (`near_duplicate`); one whose turns are all in the window
-    (`in_window`) or that `in_tail` says the prompt holds otherwise (`in_tail`), too."""
-    choice = _Choice([], [], {})
-    chosen_words: list[frozenset[str]] = []
-    chosen_union: frozenset[str] = frozenset()
-    # Each item is rendered and counted once (`render_one`: text and tokens). Every item starts a
-    # token piece (`BlockShape`), so a block's tokens are its head's, each entry's with the
-    # separator after it, and the last one's with the tail: a fit test counts only the tested
-    # item's last line again, not the whole block.
-    counted: dict[int, tuple[str, int]] = {}
-    head = count_tokens(shape.head)
-    entries: list[_Entry] = []
-    chosen_tokens = 0  # the entries', each with the separator after it
-    ending: dict[int, _Entry] = {}  # an entry by its last turn
-    starting: dict[int, _Entry] = {}  # an entry by its first turn
-
-    def own(option: RecalledItem) -> tuple[str, int]:
-        if id(option) not in counted:
-            counted[id(option)] = render_one(option)
-        return counted[id(option)]
-
-    def own_cost(option: RecalledItem) -> int:
-        return own(option)[1]
-
-    def header_cost(option: RecalledItem) -> int:
-        """What the first line of the option's rendering (its header) costs."""
-        return count_tokens(own(option)[0].split("\n", 1)[0] + "\n")
-
-    def checked(text: str) -> str:
-        if not starts_piece(shape.separator + text, len(shape.separator)):
-            raise ValueError(f"a rendered item must start with a non-space: {text[:20]!r}")
-        return text
-
-    def block_cost(option: RecalledItem) -> int:
-        text, tokens = own(option)
-        return overhead + head + chosen_tokens + tokens_with(checked(text), tokens, shape.tail)
-
-    def adjacent(option: RecalledItem) -> list[_Entry]:
-        """The entries the option's turns continue (before it, after it) that it may join."""
-        span = _turn_range(option)
-        if render_stretch is None or span is None:
-            return []
-        found = [e for e in (ending.get(span[0] - 1), starting.get(span[1] + 1)) if e is not None]
-        key = _stretch_key(option) if found else None
-        return [e for e in found if _stretch_key(e.items[0]) == key]
-
-    def stretched(option: RecalledItem, joins: list[_Entry]) -> tuple[_Entry, list[_Entry]]:
-        """`option` and the items of `joins` as one entry, and the entries with it in place of
-        the first of `joins` (the others gone)."""
-        assert render_stretch is not None
-        members = sorted([option, *(i for e in joins for i in e.items)], key=_stretch_span)
-        text, tokens = render_stretch(members)
-        span = (_stretch_span(members[0])[0], max(_stretch_span(i)[1] for i in members))
-        entry = _Entry(members, span, checked(text), tokens, 0)
-        entry.separated = tokens_with(text, tokens, shape.separator)
-        at = min(entries.index(e) for e in joins)
-        kept = [entry if i == at else e for i, e in enumerate(entries) if i == at or e not in joins]
-        return entry, kept
-
-    def block_of(kept: list[_Entry]) -> int:
-        last = kept[-1]
-        body = sum(e.separated for e in kept[:-1])
-        return overhead + head + body + tokens_with(last.text, last.tokens, shape.tail)
-
-    candidates: list[int] = []
-    for index, item in enumerate(items):
-        span = _turn_range(item)
-        if span is not None and in_window.issuperset(range(span[0], span[1] + 1)):
-            choice.outcome[index] = ("in_window", 0)
-        elif in_tail is not None and in_tail(item):
-            choice.outcome[index] = ("in_tail", 0)
-        else:
-            candidates.append(index)
-    if neighbours:
-        order = neighbour_order(
-            [_turn_range(items[i]) for i in candidates],
-            first=limit // NEIGHBOUR_OF_FIRST_TOKENS,
-            within=-(-limit // NEIGHBOUR_TOKENS),
-        )
-        candidates = [candidates[position] for position in order]
-    for index in candidates:
-        item = items[index]
-        if len(choice.chosen) >= top_k:
-            choice.outcome[index] = ("below_k", own_cost(item))
-            continue
-        # The whole item first; when it does not fit, its compact version (if it has one). When
-        # the whole item alone would take a large share of the budget, the compact one first.
-        reason: tuple[str | None, int] = ("over_budget", 0)
-        options = (item, item.compact)
-        if item.compact is not None and own_cost(item) > COMPACT_FIRST_SHARE * limit:
-            options = (item.compact, item)
-        joins = adjacent(item)
-        for option in options:
-            if option is None:
-                continue
-            if joins:
-                # Joined, it adds at least its text less the headers the stretch saves (its own,
-                # and one more for each entry beyond the first it bridges; give or take a token
-                # where the turn numbers change): skip the render when that is over the limit.
-                saved = len(joins) * header_cost(option) + 2
-                if choice.used + own_cost(option) - saved > limit:
-                    reason = ("over_budget", own_cost(option))
-                    continue
-                entry, kept = stretched(option, joins)
-                cost = block_of(kept)
-            else:
-                # What the option's own text costs: about what it adds to the block, cheap.
-                alone = own_cost(option)
-                if choice.used + alone > limit:
-                    reason = ("over_budget", alone)
-                    continue
-                cost = block_cost(option)
-            if cost > limit:
-                reason = ("over_budget", cost - choice.used)
-                continue
-            # Checked only for an option that fits: most candidates of a build do not.
-            words = word_set(item.text)
-            if repeats(words, chosen_words, chosen_union):
-                reason = ("near_duplicate", own_cost(item))
-                break
-            if not joins:
-                text, tokens = own(option)
-                separated = tokens_with(text, tokens, shape.separator)
-                entry = _Entry([option], _turn_range(option), text, tokens, separated)
-                kept = [*entries, entry]
-            for old in joins:
-                if old.span is not None:
-                    ending.pop(old.span[1], None)
-                    starting.pop(old.span[0], None)
-            if entry.span is not None:
-                ending[entry.span[1]] = entry
-                starting[entry.span[0]] = entry
-            entries = kept
-            chosen_tokens = sum(e.separated for e in entries)
-            choice.chosen.append(option)
-            chosen_words.append(words)
-            chosen_union |= words
-            reason = (None, cost - choice.used)
-            choice.used = cost
-            break
-        choice.outcome[index] = reason
-    choice.rendered = [e.text for e in entries]
-    return choice
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,9 +224,9 @@ def mandatory_costs(
     build checks before it stores anything, without assembling a prompt)."""
     c0_text = SYSTEM_SEPARATOR.join(str(m["content"]) for m in system if m.get("content"))
     if prompt_format == "anthropic":
-        system_cost = _system_cost([c0_text])
+        system_cost = system_string_cost([c0_text])
     else:
-        system_cost = sum(_message_cost(m) for m in system)
+        system_cost = sum(message_cost(m) for m in system)
     costs = MandatoryCosts(
         c0_text,
         system_cost,
@@ -508,21 +239,89 @@ def mandatory_costs(
     return costs
 
 
-def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
-    anthropic = inp.format == "anthropic"
-    mandatory = mandatory_costs(inp.system, inp.tools, inp.query, inp.budget, inp.format)
-    c0_text = mandatory.c0_text
-    system_cost, tools_cost, query_cost = mandatory.system, mandatory.tools, mandatory.query
-    left = inp.budget - mandatory.total
+# Turn seqs count from 1 in every session (`sessions.service.append_turns`): a history whose
+# first turn has it holds the whole session.
+FIRST_SEQ = 1
 
+
+@dataclass(frozen=True, slots=True)
+class _Notes:
+    """The notes block's place: its cost, whether it is kept, whether the whole history shows
+    instead (`whole_history`), and the kept text ("" when left out)."""
+
+    cost: int
+    keep: bool
+    whole_history: bool
+    text: str
+
+
+def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
+    """The prompt of `inp` within its budget, in the order and by the precedence above: the
+    mandatory parts, the notes, the window, the found blocks, then the tail and the table."""
+    mandatory = mandatory_costs(inp.system, inp.tools, inp.query, inp.budget, inp.format)
     # Every call shown with its result and every result with its call (`paired_turns`): the
     # history as it may be shown, in which any cut between groups keeps that true.
     history = History(paired_turns([*inp.tail, *inp.turns]), inp.chunk_of, inp.clearing)
-    groups = tool_groups(history.turns)
+    transcript = _transcript(inp, history)
+    left = inp.budget - mandatory.total
+    notes = _notes_decision(inp, transcript, mandatory, left)
+    room = Room(left - notes.cost if notes.keep else left)
+    anchored, window_whole, older = fit_window(
+        transcript,
+        room,
+        table_tokens=inp.value_table_tokens,
+        c0_text=mandatory.c0_text,
+        notes=notes.text,
+        whole_history=notes.whole_history,
+        no_query=inp.query is None,
+    )
+    # In a tool loop, when every offloaded turn read fits beside the window verbatim, they are
+    # shown before recall runs (as truncation would show them): recall then adds only what lies
+    # beyond, and the prompt's head stays the same from one step to the next.
+    if window_whole and transcript.split and history.has_values and not anchored:
+        fit_verbatim_tail(transcript, room)
+    window = [t for group in (*room.tail, *room.kept) for t in group]
+    table_estimate, reserve = table_reserve(
+        transcript, room, table_tokens=inp.value_table_tokens, notes=notes.text, anchored=anchored
+    )
+    # In Anthropic format the blocks end the system string: charge what each adds to it.
+    prefix = [mandatory.c0_text, notes.text]
+    about = _about_user(inp, room, reserve, _block_overhead(prefix, transcript.anthropic))
+    prefix.append(ABOUT_USER_SHAPE.frame(about.rendered))
+    overhead = _block_overhead(prefix, transcript.anthropic)
+    recall = _recall(inp, transcript, room, reserve, overhead, window, [notes.text, table_estimate])
+    prefix.append(RECALL_SHAPE.frame(recall.rendered))
+    fit_tail_and_table(
+        transcript,
+        room,
+        reserve=reserve,
+        notes=notes.text,
+        prefix=prefix,
+        anchored=anchored,
+        window_whole=window_whole,
+        older=older,
+    )
+    return _assembled(inp, mandatory, transcript, notes, room, about, recall, prefix, anchored)
 
+
+def _transcript(inp: AssemblyInput, history: History) -> Transcript:
+    """`history` as tool groups, and where the window starts among them."""
+    groups = tool_groups(history.turns)
+    first_window_seq = inp.turns[0].seq if inp.turns else history.end
+    # Groups holding a window turn (a group may reach back into the tail: a call offloaded
+    # whose result is still in the window), then the tail's own.
+    split = next((n for n, g in enumerate(groups) if g[-1].seq >= first_window_seq), len(groups))
+    return Transcript(history, groups, split, first_window_seq, inp.format == "anthropic")
+
+
+def _notes_decision(
+    inp: AssemblyInput, transcript: Transcript, mandatory: MandatoryCosts, left: int
+) -> _Notes:
+    """Whether the notes block is kept, whole, within `left` (precedence 2 above)."""
+    history, groups, anthropic = transcript.history, transcript.groups, transcript.anthropic
     notes = inp.notes_block
     if anthropic:
-        notes_cost = _system_cost([c0_text, notes]) - system_cost
+        notes_cost = system_string_cost([mandatory.c0_text, notes]) - mandatory.system
     else:
         notes_cost = message_tokens("system", notes) if notes else 0
     # A tool loop whose whole history, from the session's first turn, fits verbatim gets the
@@ -533,120 +332,52 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         and inp.tail
         and history.has_values
         and history.turns[0].seq == FIRST_SEQ
-        and _whole(groups, history, left, anthropic, most=0) is not None
+        and fit_whole(groups, history, left, anthropic, most=0) is not None
     )
     keep_notes = bool(notes) and notes_cost <= left and not whole_history
-    if keep_notes:
-        left -= notes_cost
-    first_window_seq = inp.turns[0].seq if inp.turns else history.end
-    # Groups holding a window turn (a group may reach back into the tail: a call offloaded
-    # whose result is still in the window), then the tail's own.
-    split = next((n for n, g in enumerate(groups) if g[-1].seq >= first_window_seq), len(groups))
-    # The value table's room comes before the window's: old results in the window are cleared
-    # (their stubs keep their values) rather than the values of offloaded turns left out. It
-    # gets up to half of what is left: what its version beside the whole window takes, or, when
-    # the window does not fit even cleared, what the values of the turns it leaves out take.
-    # Only old results are cleared for it: the `keep` newest stay while the window fits.
-    table_room = min(inp.value_table_tokens, left // 2) if history.has_values else 0
-    prefix0 = [c0_text, notes if keep_notes else ""]
     # The table lists no value the kept notes show (their facts hold values of tool output);
     # an anchored table does not depend on the notes, which change at every new version.
-    kept_notes = notes if keep_notes else ""
+    return _Notes(notes_cost, keep_notes, whole_history, notes if keep_notes else "")
 
-    def cost0(text: str) -> int:
-        return _system_added(prefix0, text, anthropic)
 
-    # An agent's step in a tool loop (no new input) whose offloaded turns do not all fit
-    # verbatim: the transcript starts at a stretch boundary (`_anchored`), so consecutive builds
-    # share their head. A build with a query keeps recall's precedence over the tail: the
-    # question may be about what only recall brings back.
-    anchored = None
-    if (
-        inp.query is None
-        and history.has_values
-        and split
-        and not whole_history
-        and _whole(groups, history, left, anthropic, most=0) is None
-    ):
-        anchored = _anchored(groups, history, left, table_room, anthropic, cost0)
-    tail: list[list[TurnRecord]] = []
-    table, table_cost = "", 0
-    older = 0  # window groups before `kept` that may fill what the table leaves
-    if anchored is not None:
-        shown_groups, c1_cost, table, table_cost = anchored
-        tail = [g for g in shown_groups if g[-1].seq < first_window_seq]
-        kept = shown_groups[len(tail) :]
-        window_whole = len(kept) == len(groups) - split
-        left -= c1_cost + table_cost
-    else:
-        need = _value_table(history, groups[split:], table_room, message_tokens_of, kept_notes)[1]
-        whole = _whole(groups[split:], history, left - need, anthropic, most=history.unkept)
-        window_whole = whole is not None
-        if whole is not None:
-            kept, c1_cost = whole
-        else:
-            # The newest results stay whole before the table gets its room.
-            kept, c1_cost = _fit_transcript(
-                groups[split:], history, left - table_room, anthropic, most=history.unkept
-            )
-            if not kept:
-                # Not even the newest group fits beside the table's room: it alone first, then
-                # the table, then the older groups with what the table leaves.
-                kept, c1_cost = _fit_transcript(groups[split:][-1:], history, left, anthropic)
-                older = len(groups) - split - 1 if kept else 0
-        left -= c1_cost
-    # In a tool loop, when every offloaded turn read fits beside the window verbatim, they are
-    # shown before recall runs (as truncation would show them): recall then adds only what lies
-    # beyond, and the prompt's head stays the same from one step to the next.
-    if window_whole and split and history.has_values and anchored is None:
-        verbatim = _whole(groups[:split], history, left, anthropic, most=0)
-        if verbatim is not None:
-            tail, tail_cost = verbatim
-            c1_cost += tail_cost
-            left -= tail_cost
-    window = [t for group in (*tail, *kept) for t in group]
-    in_window = {t.seq for t in window}
-    # The value table's room is kept from recall and the tail: what its full version would
-    # take of the values the window does not show (nothing in a session without tool values).
-    reserve = 0
-    table_estimate = table  # the anchored table, or the free table at its fullest
-    if inp.value_table_tokens and history.has_values and anchored is None:
-        full_table = _value_table(
-            history,
-            [*tail, *kept],
-            min(inp.value_table_tokens, left),
-            message_tokens_of,
-            kept_notes,
-        )
-        table_estimate, reserve = full_table
+def _block_overhead(prefix: Sequence[str], anthropic: bool) -> int:
+    """What a block after `prefix` costs beyond its own tokens: its message's framing, or in
+    Anthropic format what the separator before it adds to the system string (a block starts
+    with "<" after a newline: a token piece of its own, `starts_piece`)."""
+    before = SYSTEM_SEPARATOR.join(p for p in prefix if p)
+    if not anthropic or not before:
+        return message_tokens("system", "")
+    return count_tokens(before + SYSTEM_SEPARATOR) - count_tokens(before)
 
-    # In Anthropic format the blocks end the system string: charge what each adds to it.
-    prefix = [c0_text, notes if keep_notes else ""]
 
-    def block_overhead() -> int:
-        """What a block costs beyond its own tokens: its message's framing, or in Anthropic
-        format what the separator before it adds to the system string (a block starts with
-        "<" after a newline: a token piece of its own, `starts_piece`)."""
-        before = SYSTEM_SEPARATOR.join(p for p in prefix if p)
-        if not anthropic or not before:
-            return message_tokens("system", "")
-        return count_tokens(before + SYSTEM_SEPARATOR) - count_tokens(before)
-
+def _about_user(inp: AssemblyInput, room: Room, reserve: int, overhead: int) -> Choice:
+    """The "about this user" block's items within what is left (precedence 4 above)."""
     per_item = inp.per_item_max_tokens
-    about = _choose(
+    about = choose(
         inp.about_user,
-        limit=min(inp.about_user_budget_tokens, left - reserve),
+        limit=min(inp.about_user_budget_tokens, room.left - reserve),
         top_k=inp.about_user_top_k,
         in_window=set(),
         render_one=lambda item: _counted(render_about_user_item(item, per_item)),
         shape=ABOUT_USER_SHAPE,
-        overhead=block_overhead(),
+        overhead=overhead,
     )
-    about_block = ABOUT_USER_SHAPE.frame(about.rendered)
-    about_cost = about.used
-    left -= about_cost
-    prefix.append(about_block)
+    room.left -= about.used
+    return about
 
+
+def _recall(
+    inp: AssemblyInput,
+    transcript: Transcript,
+    room: Room,
+    reserve: int,
+    overhead: int,
+    window: Sequence[TurnRecord],
+    shown_blocks: Sequence[str],
+) -> Choice:
+    """The recalled block's items within what is left (precedence 5 above)."""
+    per_item = inp.per_item_max_tokens
+    history = transcript.history
     bodies: dict[int, tuple[str, int]] = {}
 
     def body(item: RecalledItem) -> tuple[str, int]:
@@ -657,79 +388,58 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
     # An agent's step does not recall offloaded turns it read whose values the prompt already
     # shows (in stubs, the value table, the notes): their raw text again costs far more.
     agent_step = inp.query is None and history.has_values
-    recall = _choose(
+    recall = choose(
         inp.recalled,
-        limit=min(inp.recall_budget_tokens, left - reserve),
+        limit=min(inp.recall_budget_tokens, room.left - reserve),
         top_k=inp.top_k,
-        in_window=in_window,
-        in_tail=(
-            _shown_in_tail(history, window, [kept_notes, table_estimate]) if agent_step else None
-        ),
+        in_window={t.seq for t in window},
+        in_tail=shown_in_tail(history, window, shown_blocks) if agent_step else None,
         render_one=lambda item: counted_item(item, per_item),
         shape=RECALL_SHAPE,
-        overhead=block_overhead(),
+        overhead=overhead,
         neighbours=True,
         render_stretch=lambda stretch: counted_stretch(stretch, [body(i) for i in stretch]),
     )
-    block = RECALL_SHAPE.frame(recall.rendered)
-    recall_cost = recall.used
-    left -= recall_cost
-    prefix.append(block)
+    room.left -= recall.used
+    return recall
 
-    # What is left goes to the transcript's offloaded tail and the value table: the tail's turns
-    # (their old results as stubs) newest first within what the table leaves it, then the table
-    # of the values no shown turn holds, then the tail again with what the table did not use.
 
-    def table_cost_of(text: str) -> int:
-        return _system_added(prefix, text, anthropic)
-
-    if window_whole and split and not tail and anchored is None:
-        tail, tail_cost = _fit_transcript(groups[:split], history, left - reserve, anthropic)
-        c1_cost += tail_cost
-        left -= tail_cost
-    if reserve and anchored is None:
-        table, table_cost = _value_table(history, [*tail, *kept], left, table_cost_of, kept_notes)
-        left -= table_cost
-    if window_whole and split > len(tail) and left > 0 and anchored is None:
-        more, more_cost = _fit_transcript(
-            groups[: split - len(tail)], history, left, anthropic, clear_all=bool(tail)
-        )
-        tail = [*more, *tail]
-        c1_cost += more_cost
-        left -= more_cost
-    if older and left > 0:
-        more, more_cost = _fit_transcript(
-            groups[split : split + older], history, left, anthropic, most=history.unkept
-        )
-        kept = [*more, *kept]
-        c1_cost += more_cost
-        left -= more_cost
-    shown = [t for group in (*tail, *kept) for t in group]
-    shown_seqs = {t.seq for t in shown}
-
+def _flags(inp: AssemblyInput, notes: _Notes, included: list[int], recall: Choice) -> list[str]:
+    """What the caller should know was cut: window turns, the notes, recalled items."""
     flags: list[str] = []
-    included = [t.seq for group in kept for t in group if t.seq >= first_window_seq]
     if len(included) < len(inp.turns):
         flags.append("window_truncated")
-    if notes and not keep_notes and not whole_history:
+    if inp.notes_block and not notes.keep and not notes.whole_history:
         flags.append("notes_dropped")
     if any(reason == "over_budget" for reason, _ in recall.outcome.values()):
         flags.append("recall_over_budget")
+    return flags
 
+
+def _messages(
+    inp: AssemblyInput,
+    transcript: Transcript,
+    room: Room,
+    prefix: Sequence[str],
+    anchored: bool,
+    shown: Sequence[TurnRecord],
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The prompt's messages in their order (and in Anthropic format, its system string)."""
+    table = room.table
     system: str | None = None
-    if anthropic:
+    if transcript.anthropic:
         order = [*prefix[:2], table, *prefix[2:]] if anchored else [*prefix, table]
         system = SYSTEM_SEPARATOR.join(p for p in order if p)
-        messages = [m for group in (*tail, *kept) for m in anthropic_messages(group)]
+        messages = [m for group in (*room.tail, *room.kept) for m in anthropic_messages(group)]
     else:
-        notes_message = notes if keep_notes else ""
+        _, notes_message, about_block, block = prefix
         if anchored:
             # An agent's step past its budget: the table changes only with the transcript's
             # start, the transcript then only grows until the start moves; after it what may
             # change at any step: the notes (a worker's new version) and what the step's
             # search found (its query is the latest exchange).
             head, late = [table], [notes_message, about_block, block]
-        elif agent_step:
+        elif inp.query is None and transcript.history.has_values:
             # An agent's step whose history fits: only what its search found comes last.
             head, late = [notes_message, table], [about_block, block]
         else:
@@ -742,19 +452,39 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         messages += [{"role": "system", "content": b} for b in late if b]
     if inp.query is not None:
         messages.append({"role": "user", "content": inp.query})
+    return messages, system
 
+
+def _assembled(
+    inp: AssemblyInput,
+    mandatory: MandatoryCosts,
+    transcript: Transcript,
+    notes: _Notes,
+    room: Room,
+    about: Choice,
+    recall: Choice,
+    prefix: Sequence[str],
+    anchored: bool,
+) -> AssembledPrompt:
+    """The prompt the phases chose, with its usage, flags and manifest."""
+    history, first_window_seq = transcript.history, transcript.first_window_seq
+    shown = [t for group in (*room.tail, *room.kept) for t in group]
+    shown_seqs = {t.seq for t in shown}
+    included = [t.seq for group in room.kept for t in group if t.seq >= first_window_seq]
+    flags = _flags(inp, notes, included, recall)
+    messages, system = _messages(inp, transcript, room, prefix, anchored, shown)
     usage = {
-        "c0": system_cost + tools_cost,
-        "c1": c1_cost,
-        "c2": (notes_cost if keep_notes else 0) + about_cost + table_cost,
-        "recall": recall_cost,
-        "query": query_cost,
+        "c0": mandatory.system + mandatory.tools,
+        "c1": room.c1_cost,
+        "c2": (notes.cost if notes.keep else 0) + about.used + room.table_cost,
+        "recall": recall.used,
+        "query": mandatory.query,
         "overhead": REPLY_PRIMING_TOKENS,
     }
     usage["total"] = sum(usage.values())
     usage["limit"] = inp.budget
 
-    costs = {"c0:system": system_cost, "c0:tools": tools_cost, "notes": notes_cost}
+    costs = {"c0:system": mandatory.system, "c0:tools": mandatory.tools, "notes": notes.cost}
     return AssembledPrompt(
         messages=messages,
         system=system,
@@ -765,8 +495,8 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         about_user=list(about.chosen),
         manifest=_manifest(
             inp,
-            costs | {"query": query_cost, "values": table_cost},
-            None if keep_notes else "history_whole" if whole_history else "over_budget",
+            costs | {"query": mandatory.query, "values": room.table_cost},
+            None if notes.keep else "history_whole" if notes.whole_history else "over_budget",
             {t.seq: t for t in shown},
             history,
             about,
@@ -774,196 +504,9 @@ def assemble_prompt(inp: AssemblyInput) -> AssembledPrompt:
         ),
         flags=flags,
         # (Passes over every shown turn skipped when there is nothing to find: a conversation.)
-        tail_turns=[t.seq for t in shown if t.seq < first_window_seq] if tail else [],
+        tail_turns=[t.seq for t in shown if t.seq < first_window_seq] if room.tail else [],
         cleared_turns=[t.seq for t in shown if history.is_stub(t)] if history.stubs else [],
     )
-
-
-def _whole(
-    groups: Sequence[list[TurnRecord]],
-    history: History,
-    limit: int,
-    anthropic: bool,
-    *,
-    most: int,
-) -> tuple[list[list[TurnRecord]], int] | None:
-    """All of `groups` within `limit` and their cost: verbatim, or with the oldest results
-    cleared (at most `most` of the clearing order), at the first clearing point
-    (`History.clearing_points`) where they fit; None when they do not fit so."""
-    for count in [0, *(c for c in history.clearing_points() if c <= most)]:
-        cleared = [history.cleared(g, count) for g in groups] if count else list(groups)
-        cost = sum(_group_cost(g, anthropic) for g in cleared)
-        if cost <= limit:
-            return cleared, cost
-    return None
-
-
-def _fit_transcript(
-    groups: Sequence[list[TurnRecord]],
-    history: History,
-    limit: int,
-    anthropic: bool,
-    *,
-    clear_all: bool = False,
-    most: int | None = None,
-) -> tuple[list[list[TurnRecord]], int]:
-    """The newest of `groups` (oldest first) that fit `limit`, and their cost: all of them when
-    they fit verbatim or with old results cleared (`_whole`); else the old results cleared and
-    the oldest groups left out; the `keep` newest results are cleared too only when not even the
-    newest group fits otherwise (and never beyond `most` of the clearing order). With
-    `clear_all`, every result that may be cleared is, from the start (turns older than a tail
-    holding stubs)."""
-    if not groups:
-        return [], 0
-    every = len(history.order)
-    whole = None if clear_all else _whole(groups, history, limit, anthropic, most=history.unkept)
-    if whole is not None:
-        return whole
-    counts = [every] if clear_all else [history.unkept, every]
-    for count in [c for c in counts if most is None or c <= most]:
-        cleared = [history.cleared(g, count) for g in groups]
-        costs = [_group_cost(g, anthropic) for g in cleared]
-        start, used = len(cleared), 0
-        while start and used + costs[start - 1] <= limit:
-            start -= 1
-            used += costs[start]
-        if start < len(cleared):
-            return cleared[start:], used
-    return [], 0
-
-
-# Turn seqs count from 1 in every session (`sessions.service.append_turns`): a history whose
-# first turn has it holds the whole session.
-FIRST_SEQ = 1
-
-# The transcript's start moves by stretches of about half the turns the budget holds (a power
-# of two, so that it changes seldom as the mean turn size drifts); below `MIN_STRETCH_TURNS` the
-# window is too small to leave a stretch unused and the start moves turn by turn. Tuned on the
-# tau-bench tune split (docs/BENCHMARKS.md, "Prefix reuse").
-STRETCHES_PER_BUDGET = 2
-MIN_STRETCH_TURNS = 4
-
-
-def stretch_turns(turns: Sequence[TurnRecord], limit: int) -> int:
-    """The stretch length in turns for `turns` shown within `limit` tokens (1: no stretches)."""
-    mean = sum(t.token_count for t in turns) / max(len(turns), 1)
-    held = limit / max(mean, 1) / STRETCHES_PER_BUDGET
-    stretch = 2 ** round(math.log2(max(held, 1)))
-    return stretch if stretch >= MIN_STRETCH_TURNS else 1
-
-
-def _anchored(
-    groups: Sequence[list[TurnRecord]],
-    history: History,
-    limit: int,
-    table_room: int,
-    anthropic: bool,
-    cost_of: Callable[[str], int],
-) -> tuple[list[list[TurnRecord]], int, str, int] | None:
-    """The transcript from the oldest stretch start at which it fits (every result but the
-    `keep` newest as a stub) beside the value table of what it does not show: (groups, their
-    cost, table, its cost); None when not even the newest group fits.
-
-    Stretches are counted in turn seqs, so their boundaries stay where they are as the session
-    grows: the start moves only when what follows it no longer fits, and between two moves
-    each build's prompt is the previous one with the new turns added (a provider's prompt
-    cache keeps hitting). The table depends only on the start (the values before it and those
-    the shown stubs do not keep), so it changes only when the start moves. None too when
-    the budget is too small for stretches (`stretch_turns`)."""
-    stretch = stretch_turns(history.turns, limit)
-    if stretch == 1:
-        return None
-    cleared = [history.cleared(g, history.unkept) for g in groups]
-    costs = [_group_cost(g, anthropic) for g in cleared]
-    after = [0] * (len(cleared) + 1)
-    for i in range(len(cleared) - 1, -1, -1):
-        after[i] = after[i + 1] + costs[i]
-    for i, group in enumerate(groups):
-        if i and group[0].seq // stretch == groups[i - 1][0].seq // stretch:
-            continue
-        if after[i] > limit:
-            continue
-        shown = [t for g in cleared[i:] for t in g]
-        table, table_cost = _stable_table(history, shown, table_room, cost_of)
-        if after[i] + table_cost <= limit:
-            return cleared[i:], after[i], table, table_cost
-    return None
-
-
-def _shown_in_tail(
-    history: History, shown: Sequence[TurnRecord], blocks: Sequence[str]
-) -> Callable[[RecalledItem], bool]:
-    """Whether a recalled item lies within the turns `history` read and every value its text
-    holds is in the shown turns or `blocks` (what an agent's step would recall for nothing)."""
-    read = {t.seq for t in history.turns}
-    known: list[str] = []  # the prompt's text, joined at the first item within `read`
-
-    def covered(item: RecalledItem) -> bool:
-        span = _turn_range(item)
-        if span is None or not read.issuperset(range(span[0], span[1] + 1)):
-            return False
-        if not known:
-            known.append(
-                "\n".join(
-                    [
-                        *blocks,
-                        *(t.content for t in shown),
-                        *(
-                            json.dumps(t.tool_calls, ensure_ascii=False)
-                            for t in shown
-                            if t.tool_calls
-                        ),
-                    ]
-                )
-            )
-        return all(v.value in known[0] for v in result_values(item.text))
-
-    return covered
-
-
-def _stable_table(
-    history: History, shown: Sequence[TurnRecord], limit: int, cost_of: Callable[[str], int]
-) -> tuple[str, int]:
-    """The value table beside a transcript starting at `shown[0]`, within `limit`."""
-    if limit <= 0:
-        return "", 0
-    return _fitted_table(history.stable_table_entries(shown), limit, cost_of)
-
-
-def _fitted_table(
-    rows: Sequence[TableEntry], limit: int, cost_of: Callable[[str], int]
-) -> tuple[str, int]:
-    """`fit_table` of `rows` within `limit` by its exact cost `cost_of`."""
-    budget = limit
-    while budget > 0:
-        text, _ = fit_table(rows, budget)
-        if not text:
-            return "", 0
-        cost = cost_of(text)
-        if cost <= limit:
-            return text, cost
-        budget -= max(cost - limit, 1)
-    return "", 0
-
-
-def message_tokens_of(text: str) -> int:
-    """A system message's cost (the value table's, estimated before its place is known)."""
-    return message_tokens("system", text)
-
-
-def _value_table(
-    history: History,
-    shown: Sequence[Sequence[TurnRecord]],
-    limit: int,
-    cost_of: Callable[[str], int],
-    notes: str,
-) -> tuple[str, int]:
-    """The value table of what neither the shown turns nor the `notes` hold, within `limit`
-    (its exact cost by `cost_of`)."""
-    if limit <= 0 or not history.has_values:
-        return "", 0
-    turns = [t for group in shown for t in group]
-    return _fitted_table(history.table_entries(turns, notes), limit, cost_of)
 
 
 def _manifest(
@@ -972,8 +515,8 @@ def _manifest(
     notes_reason: str | None,
     shown: Mapping[int, TurnRecord],
     history: History,
-    about: _Choice,
-    recall: _Choice,
+    about: Choice,
+    recall: Choice,
 ) -> list[ManifestEntry]:
     """Every candidate fragment, in prompt order, with why it was left out (None: included).
     Offloaded turns are listed only when shown; a cleared result as its stub (its tokens, the

@@ -12,7 +12,6 @@ from app.prompt.assembly import (
     PromptTooLarge,
     assemble_prompt,
     baseline_messages,
-    neighbour_order,
     tools_tokens,
 )
 from app.prompt.blocks import (
@@ -24,6 +23,7 @@ from app.prompt.blocks import (
     cut_text,
     render_recalled_block,
 )
+from app.prompt.choosing import neighbour_order
 
 T0 = datetime(2024, 5, 1, 9, 30, 45, tzinfo=UTC)
 SYSTEM = [{"role": "system", "content": "You are a careful travel assistant."}]

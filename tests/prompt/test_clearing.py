@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from app.core.tokens import messages_tokens
-from app.prompt.assembly import AssemblyInput, assemble_prompt, stretch_turns
+from app.prompt.assembly import AssemblyInput, assemble_prompt
 from app.prompt.clearing import History, ToolClearing, fit_table
+from app.prompt.fitting import stretch_turns
 from tests.prompt.test_assembly import call, item, turn
 
 SYSTEM = [{"role": "system", "content": "You are an airline agent."}]
