@@ -37,8 +37,9 @@ from app.notes.policy import render_notes_block
 from app.notes.service import current_notes
 from app.prompt.assembly import AssemblyInput, assemble_prompt
 from app.recall.service import RecallHit, recall, recalled_item, show_best_turns
-from app.sessions import repository as sessions_repository
 from app.sessions.service import session_budget
+from app.store import sessions as sessions_store
+from app.store import turns as turns_store
 from app.store.models import Session
 
 BUDGETS = (250, 500, 1000, 2000)
@@ -105,7 +106,7 @@ async def locomo_session(db: AsyncSession, run_id: str, sample_id: str) -> Sessi
     """The session `contextd eval locomo` run `run_id` ingested `sample_id` into."""
     caller = await dev_caller(db)
     sid = f"locomo-{sample_id}-{run_id}"
-    session = await sessions_repository.get_session(db, caller.tenant_id, sid)
+    session = await sessions_store.get_session(db, caller.tenant_id, sid)
     if session is None:
         raise SystemExit(f"no session {sid}")
     return session
@@ -140,7 +141,7 @@ async def ask(run_id: str, data: str, data_dir: Path, only: set[int] | None) -> 
             async with context.sessionmaker() as db:
                 session = await locomo_session(db, run_id, conv.sample_id)
                 seq_to_dia = await dia_ids_by_seq(db, session)
-                window = await sessions_repository.window_turns(db, session.id)
+                window = await turns_store.window_turns(db, session.id)
                 notes_block = render_notes_block(
                     (await current_notes(db, context.cache, session)).notes
                 )

@@ -53,7 +53,7 @@ from app.offload.chunking import render_turn
 from app.recall.fusion import FusedCandidate
 from app.recall.rerank import ScoredCandidate
 from app.recall.service import RecallHit
-from app.sessions import repository as sessions_repository
+from app.store import turns as turns_store
 from benchmarks.locomo_inprocess import (
     TUNE_CONVERSATIONS,
     Asked,
@@ -157,7 +157,7 @@ async def turn_vectors(
             session_pk = session.id
             by_chunk = await read_once(
                 context.reader,
-                lambda conn, pk=session_pk, ids=chunk_ids: sessions_repository.turns_of_chunks(
+                lambda conn, pk=session_pk, ids=chunk_ids: turns_store.turns_of_chunks(
                     conn, pk, ids
                 ),
             )

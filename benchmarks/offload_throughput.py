@@ -26,7 +26,7 @@ from app.core.config import load_settings
 from app.core.migrate import upgrade
 from app.offload.service import offload_session
 from app.runtime.embedded import EmbeddedStack
-from app.sessions import repository as sessions_repository
+from app.store import sessions as sessions_store
 from benchmarks.floor_compare import cpu_seconds
 from tests.support.factories import append, configure, new_caller, transaction
 
@@ -58,7 +58,7 @@ async def one_run(engine, settings, cache, turns: int) -> Run:
         await append(engine, caller, settings, cache, sid, batch)
     await configure(engine, caller, settings, cache, sid, context_limit=8_000, reserve_tokens=500)
     async with transaction(engine) as db:
-        session = await sessions_repository.get_session(db, caller.tenant_id, sid)
+        session = await sessions_store.get_session(db, caller.tenant_id, sid)
         assert session is not None
         pk = session.id
     started, cpu = time.perf_counter(), time.process_time()

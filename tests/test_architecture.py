@@ -117,7 +117,6 @@ LONG_FILES_KNOWN: frozenset[str] = frozenset(
         "app.offload.chunking",
         "app.offload.repository",
         "app.recall.service",
-        "app.sessions.repository",
     }
 )
 
@@ -217,7 +216,6 @@ MOVING: dict[str, str] = {
     "app.memory.tool": "app.agent",
     "app.offload.repository": "app.store",  # -> store/chunks, vector_index, offload_events, backlog
     "app.recall.stem": "app.domain",
-    "app.sessions.repository": "app.store",  # -> store/sessions.py, store/turns.py
 }
 
 

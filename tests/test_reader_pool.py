@@ -13,7 +13,7 @@ from sqlalchemy.exc import OperationalError
 
 from app.core.config import Settings
 from app.core.db import create_reader_pool, read_once
-from app.sessions.repository import turns_of_chunks
+from app.store.turns import turns_of_chunks
 
 
 async def test_reads_beyond_the_pool_wait_for_its_connections_instead_of_opening_more(

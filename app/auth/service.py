@@ -16,7 +16,7 @@ from app.auth.schemas import ALL_SCOPES, Caller, Scope
 from app.core.config import Limits
 from app.core.errors import Forbidden, InvalidInput, Unauthorized
 from app.core.ratelimit import RateLimiter, rate_limited
-from app.store import keys as repository
+from app.store import keys as keys_store
 
 KEY_PREFIX = "ctxd_"
 DEV_TENANT = "default"
@@ -38,10 +38,10 @@ def parse_scopes(names: Iterable[str]) -> list[str]:
 
 async def create_key(db: AsyncSession, tenant_name: str, scopes: Iterable[str]) -> tuple[str, str]:
     """Create a key for `tenant_name` (creating the tenant if new). Returns (key, key id)."""
-    tenant = await repository.get_or_create_tenant(db, tenant_name)
+    tenant = await keys_store.get_or_create_tenant(db, tenant_name)
     secret = secrets.token_urlsafe(32)
     key = f"{KEY_PREFIX}{secret}"
-    row = await repository.add_key(
+    row = await keys_store.add_key(
         db, tenant.id, key[: len(KEY_PREFIX) + 6], hash_key(key), parse_scopes(scopes)
     )
     return key, str(row.id)
@@ -53,7 +53,7 @@ async def authenticate(db: AsyncSession, authorization: str | None) -> Caller:
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("Authorization must be 'Bearer <key>'", field="Authorization")
-    found = await repository.find_active_key(db, hash_key(token.strip()))
+    found = await keys_store.find_active_key(db, hash_key(token.strip()))
     if found is None:
         raise Unauthorized("invalid or revoked API key", field="Authorization")
     key, tenant = found
@@ -83,7 +83,7 @@ async def authenticate_signed_token(db: AsyncSession, token: str, now: float) ->
         raise Unauthorized("invalid sign-in; sign in again", field="Cookie") from None
     if expires_at <= now:
         raise Unauthorized("the sign-in has expired; sign in again", field="Cookie")
-    found = await repository.find_active_key_by_id(db, key_uuid)
+    found = await keys_store.find_active_key_by_id(db, key_uuid)
     expected = _token_mac(found[0].key_hash, key_id, expires_at) if found else ""
     if found is None or not hmac.compare_digest(expected.encode(), mac.encode()):
         raise Unauthorized("invalid or revoked API key", field="Cookie")
@@ -93,7 +93,7 @@ async def authenticate_signed_token(db: AsyncSession, token: str, now: float) ->
 
 async def dev_caller(db: AsyncSession) -> Caller:
     """The caller when auth is disabled: the `default` tenant with every scope."""
-    tenant = await repository.get_or_create_tenant(db, DEV_TENANT)
+    tenant = await keys_store.get_or_create_tenant(db, DEV_TENANT)
     return Caller(tenant.id, tenant.name, frozenset(s.value for s in Scope), None)
 
 

@@ -13,7 +13,7 @@ from app.http.deps import CacheDep, DbDep, SettingsDep
 from app.http.errors import COMMON_ERRORS, error_responses, with_rules
 from app.http.input import PARAMETER_RULE, StorableText
 from app.http.params import SessionIdPath
-from app.store import receipts as repository
+from app.store import receipts as receipts_store
 
 router = APIRouter(tags=["erasure"], responses=error_responses(*COMMON_ERRORS))
 
@@ -89,7 +89,7 @@ async def get_erase_receipt(
     db: DbDep,
 ) -> EraseReceiptOut:
     pk = service.parse_id(receipt_id, "receipt_id", "erase receipt")
-    receipt = await repository.get_receipt(db, pk, caller.tenant_id)
+    receipt = await receipts_store.get_receipt(db, pk, caller.tenant_id)
     if receipt is None:
         raise NotFound(f"erase receipt {receipt_id!r} not found", field="receipt_id")
     return service.receipt_out(receipt)

@@ -6,7 +6,7 @@ turns, and the second finds it complete). For a forget, then the notes, rebuilt 
 remaining raw turns in a transaction of their own (a generator that fails retries the job before
 anything is erased), and the receipt locked again. Then, in one transaction (for a session
 delete, the claim's): Postgres, the session rows locked first (the lock order of
-`app.sessions.repository`; the receipt row, which only erase runs lock, before them): forgotten
+`app.store`; the receipt row, which only erase runs lock, before them): forgotten
 turns blanked, tombstoned chunks stripped of raw text, terms, tsvector and embedding (status
 `erased`), tombstoned memories blanked, stored build manifests quoting the text deleted, a
 deleted session's rows deleted, and erased remembered items taken out of other sessions' notes;
@@ -35,12 +35,13 @@ from app.core.db import commit, retrying_transaction
 from app.erasure.service import drop_from_notes
 from app.notes.service import refresh_notes
 from app.offload import repository as chunks_repository
-from app.sessions import repository as sessions_repository
 from app.sessions.service import session_cache_key
-from app.store import builds as builds_repository
-from app.store import memories as memory_repository
-from app.store import receipts as repository
-from app.store import scratchpads as notes_repository
+from app.store import builds as builds_store
+from app.store import memories as memories_store
+from app.store import receipts as receipts_store
+from app.store import scratchpads as scratchpads_store
+from app.store import sessions as sessions_store
+from app.store import turns as turns_store
 from app.store.models import Session
 
 NEEDLE_CHARS = 40
@@ -128,7 +129,7 @@ async def _counting_attempt(
         await db.rollback()
         db.info.pop("after_commit", None)  # actions of the rolled back attempt
         with contextlib.suppress(DBAPIError):  # the database is down: the job's retry counts
-            await repository.count_attempt(db, receipt_id)
+            await receipts_store.count_attempt(db, receipt_id)
             await commit(db)
         raise
 
@@ -141,7 +142,7 @@ async def _claim_or_erase_session(
     delete is erased and completed in the same transaction, returning True; a forget's
     target is returned (the attempt committed) for its notes rebuild; False: no receipt to
     erase."""
-    claimed = await repository.claim_attempt(db, receipt_id)
+    claimed = await receipts_store.claim_attempt(db, receipt_id)
     if claimed is None:
         return False
     if claimed[0]["kind"] != "session":
@@ -158,7 +159,7 @@ async def _erase_pending(
     notes: dict[str, Any],
 ) -> bool:
     """A forget's rows, cached copies and completion, its receipt locked first."""
-    claimed = await repository.lock_pending(db, receipt_id)
+    claimed = await receipts_store.lock_pending(db, receipt_id)
     if claimed is None:
         return False
     await _erase_and_complete(db, settings, cache, receipt_id, claimed, notes)
@@ -182,7 +183,7 @@ async def _erase_and_complete(
     stores, texts = await _erase_rows(db, settings, cache, tenant_pk, session_pk, target)
     redis_report = await _erase_cached(cache, session_pk, target, needles(texts))
     stores = {**stores, **notes, "redis": redis_report}
-    await repository.complete_receipt(db, receipt_id, stores, datetime.now(UTC))
+    await receipts_store.complete_receipt(db, receipt_id, stores, datetime.now(UTC))
 
 
 def _stamp(report: dict[str, Any]) -> dict[str, Any]:
@@ -200,14 +201,14 @@ async def _erase_rows(
     """The rows of the target, in one transaction: the receipt's stores and every erased text.
 
     The session and every other session whose notes quote an erased remembered item are locked
-    first, together (the lock order of `app.sessions.repository`); which ones is read before."""
+    first, together (the lock order of `app.store`); which ones is read before."""
     memory_ids = [uuid.UUID(m) for m in target.get("memory_ids", [])]
     if target["kind"] == "session":
-        memories, quoted = await memory_repository.session_memory_texts(db, session_pk)
+        memories, quoted = await memories_store.session_memory_texts(db, session_pk)
     else:
-        quoted = await memory_repository.tombstoned_texts(db, memory_ids)
-    quoting = await notes_repository.sessions_quoting_remembered(db, tenant_pk, quoted)
-    locked = await sessions_repository.lock_sessions(db, [session_pk, *quoting])
+        quoted = await memories_store.tombstoned_texts(db, memory_ids)
+    quoting = await scratchpads_store.sessions_quoting_remembered(db, tenant_pk, quoted)
+    locked = await sessions_store.lock_sessions(db, [session_pk, *quoting])
     if target["kind"] == "session":
         present = any(s.id == session_pk for s in locked)
         stores, texts = await _delete_session_rows(db, session_pk, present, memories, quoted)
@@ -222,12 +223,12 @@ async def _erase_targets(
     db: AsyncSession, session_pk: uuid.UUID, target: dict[str, Any], memory_ids: list[uuid.UUID]
 ) -> tuple[dict[str, Any], list[str]]:
     """Erase a forget's targets; returns the receipt's stores and every erased text."""
-    turns, turn_texts = await sessions_repository.erase_turns(db, session_pk)
+    turns, turn_texts = await turns_store.erase_turns(db, session_pk)
     chunks, embeddings, chunk_texts = await chunks_repository.erase_chunks(db, session_pk)
-    memories, memory_texts = await memory_repository.erase_memories(db, memory_ids)
+    memories, memory_texts = await memories_store.erase_memories(db, memory_ids)
     texts = [*turn_texts, *chunk_texts, *memory_texts]
     ids = [*target.get("chunk_ids", []), *target.get("memory_ids", [])]
-    builds = await builds_repository.delete_builds_quoting(db, session_pk, [*needles(texts), *ids])
+    builds = await builds_store.delete_builds_quoting(db, session_pk, [*needles(texts), *ids])
     stores = {
         "turns": _stamp({"erased": turns}),
         "chunks": _stamp({"erased": chunks, "raw_text": "cleared"}),
@@ -249,10 +250,10 @@ async def _delete_session_rows(
     first, to hunt their cached copies; the rows go with the session row, not blanked first."""
     if not present:  # a retry after the delete committed
         return {"session": _stamp({"deleted": True, "already": True})}, []
-    turns, turn_texts = await sessions_repository.session_turn_texts(db, session_pk)
+    turns, turn_texts = await turns_store.session_turn_texts(db, session_pk)
     chunks, embeddings, chunk_texts = await chunks_repository.session_chunk_texts(db, session_pk)
     # Turns, chunks, notes, memories and metrics go with the row (ON DELETE CASCADE).
-    await sessions_repository.delete_session(db, session_pk)
+    await sessions_store.delete_session(db, session_pk)
     stores = {
         "session": _stamp({"deleted": True}),
         "turns": _stamp({"deleted": turns}),
@@ -275,7 +276,7 @@ async def _drop_from_other_notes(
     another user. A notes version written concurrently retries the job (`Conflict`)."""
     updated = 0
     for other in others:
-        if not sessions_repository.erasing(other):
+        if not sessions_store.erasing(other):
             await drop_from_notes(db, settings, cache, other, set())
             updated += 1
     return _stamp({"sessions_updated": updated})

@@ -5,14 +5,13 @@ every cache stop showing the target as soon as the request commits; then enqueue
 and `delete_user` (a user's sessions and the items remembered for them elsewhere).
 
 A chunk only partly covered by a forgotten turn range is tombstoned whole (its raw text, terms and
-embedding mix both), and the turns of it that were *not* forgotten are re-chunked into new chunks,
-so every remaining turn stays covered by exactly one active chunk (spec §2) and no kept detail is
-lost.
+embedding mix both), and the turns of it that were *not* forgotten are re-chunked into new chunks:
+every remaining turn stays covered by exactly one active chunk (spec §2), no kept detail lost.
 
 Every entry point takes the session rows it changes first, in one statement (the lock order of
-`app.sessions.repository`), and runs in a transaction of its own that a deadlock or
-serialization failure retries (`app.core.db.retrying_transaction`); a user delete takes one such
-transaction per session, so none grows with the user's size.
+`app.store`), and runs in a transaction of its own that a deadlock or serialization failure
+retries (`app.core.db.retrying_transaction`); a user delete takes one such transaction per
+session, so none grows with the user's size.
 
 A turn range is first widened to whole tool-call groups (`app.offload.policy.atomic_units` over the
 session's live turns), so forgetting a tool call also forgets its results and the other way round:
@@ -50,7 +49,6 @@ from app.notes.service import NotesDraft, memory_items, write_notes
 from app.offload import repository as chunks_repository
 from app.offload.policy import atomic_units
 from app.offload.service import write_chunks
-from app.sessions import repository as sessions_repository
 from app.sessions.service import (
     require_session,
     session_budget,
@@ -58,9 +56,11 @@ from app.sessions.service import (
     to_record,
     write_session,
 )
-from app.store import memories as memory_repository
-from app.store import receipts as repository
-from app.store import scratchpads as notes_repository
+from app.store import memories as memories_store
+from app.store import receipts as receipts_store
+from app.store import scratchpads as scratchpads_store
+from app.store import sessions as sessions_store
+from app.store import turns as turns_store
 from app.store.models import EraseReceipt, Session, Turn
 
 NOTES_WRITE_ATTEMPTS = 3  # a notes job may commit a new version between our read and our write
@@ -123,7 +123,7 @@ async def _forget(
 ) -> tuple[str, dict[str, Any]]:
     if request.memory_id is not None:
         return await _forget_memory(db, settings, cache, session_pk, session_id, request.memory_id)
-    session = _live(await sessions_repository.lock_sessions(db, [session_pk]), session_pk)
+    session = _live(await sessions_store.lock_sessions(db, [session_pk]), session_pk)
     if session is None:
         raise NotFound(f"session {session_id!r} not found", field="session_id")
     if request.chunk_id is not None:
@@ -146,7 +146,7 @@ async def _forget(
         if widened != (first, last):
             first, last = widened
             target["widened_to"] = [first, last]
-    turns = await sessions_repository.live_turns(db, session.id, first, last)
+    turns = await turns_store.live_turns(db, session.id, first, last)
     if not turns:
         raise NotFound(f"no turns {first}-{last} to forget", field="turn_range")
     return await _forget_turns(db, settings, cache, session, turns, target)
@@ -156,7 +156,7 @@ async def _widen_to_tool_groups(
     db: AsyncSession, session: Session, first: int, last: int
 ) -> tuple[int, int]:
     """`[first, last]` grown to the whole tool-call groups its live turns belong to."""
-    live = await sessions_repository.live_turns(db, session.id, 1, session.last_seq)
+    live = await turns_store.live_turns(db, session.id, 1, session.last_seq)
     lo, hi = first, last
     for unit in atomic_units([to_record(t) for t in live]):
         if any(first <= live[i].seq <= last for i in unit):
@@ -177,7 +177,7 @@ async def _forget_turns(
     first, last = min(seqs), max(seqs)
     chunks = await chunks_repository.chunks_overlapping(db, session.id, first, last)
     dead = [c.id for c in chunks]
-    await sessions_repository.forget_turns(db, [t.id for t in turns], now)
+    await turns_store.forget_turns(db, [t.id for t in turns], now)
     await chunks_repository.tombstone_chunks(db, dead)
 
     # Re-chunk what the tombstoned chunks held besides the forgotten turns.
@@ -187,7 +187,7 @@ async def _forget_turns(
         span_last = max(c.turn_last for c in chunks)
         kept = [
             t
-            for t in await sessions_repository.live_turns(db, session.id, span_first, span_last)
+            for t in await turns_store.live_turns(db, session.id, span_first, span_last)
             if t.chunk_id is not None
         ]
         for run in _runs(kept):
@@ -257,26 +257,26 @@ async def _forget_memory(
     session_id: str,
     memory_id: str,
 ) -> tuple[str, dict[str, Any]]:
-    read = await sessions_repository.get_session_by_pk(db, session_pk)
-    if read is None or sessions_repository.erasing(read):
+    read = await sessions_store.get_session_by_pk(db, session_pk)
+    if read is None or sessions_store.erasing(read):
         raise NotFound(f"session {session_id!r} not found", field="session_id")
     pk = resolve_ref(
         memory_id,
-        await memory_repository.visible_memory_ids(db, read),
+        await memories_store.visible_memory_ids(db, read),
         "memory_id",
         "memory",
     )
-    memory = await memory_repository.visible_memory(db, read, pk)
+    memory = await memories_store.visible_memory(db, read, pk)
     if memory is None:
         raise NotFound(f"memory {memory_id!r} not found", field="memory_id")
     memory_pk, users = memory.id, {memory.user_id} if memory.scope == "user" else set()
     # A user's item leaves the notes of their other sessions too: all locked before the item.
     others = await _users_other_sessions(db, read, users)
-    locked = await sessions_repository.lock_sessions(db, [session_pk, *others])
+    locked = await sessions_store.lock_sessions(db, [session_pk, *others])
     session = _live(locked, session_pk)
     if session is None:
         raise NotFound(f"session {session_id!r} not found", field="session_id")
-    await memory_repository.set_memory_status(db, [memory_pk], "tombstoned")
+    await memories_store.set_memory_status(db, [memory_pk], "tombstoned")
     await drop_from_notes(db, settings, cache, session, set())
     await _drop_from_others_notes(db, settings, cache, locked, session_pk)
     receipt_id = await _schedule_erase(
@@ -303,11 +303,11 @@ async def drop_from_notes(
     A notes job may commit a newer version between our read and our compare-and-set; that
     version may still hold the forgotten items, so read it and try again."""
     for _ in range(NOTES_WRITE_ATTEMPTS):
-        pad = await notes_repository.get_scratchpad(db, session.id)
+        pad = await scratchpads_store.get_scratchpad(db, session.id)
         if pad is None or pad.version == 0:
             return
         notes = remove_sources(Notes.model_validate(pad.notes or {}), seqs)
-        remembered = memory_items(await memory_repository.visible_memories(db, session))
+        remembered = memory_items(await memories_store.visible_memories(db, session))
         result = cap(
             notes.with_section("remembered", remembered), settings.notes.max_tokens, pad.generator
         )
@@ -323,7 +323,7 @@ async def drop_from_notes(
 def _live(locked: list[Session], session_pk: uuid.UUID) -> Session | None:
     """The session `session_pk` among `locked`, unless it was deleted or tombstoned meanwhile."""
     found = next((s for s in locked if s.id == session_pk), None)
-    return None if found is None or sessions_repository.erasing(found) else found
+    return None if found is None or sessions_store.erasing(found) else found
 
 
 async def _users_other_sessions(
@@ -336,7 +336,7 @@ async def _users_other_sessions(
     for user_id in sorted(u for u in users if u):
         found.extend(
             pk
-            for pk in await sessions_repository.user_session_ids(
+            for pk in await sessions_store.user_session_ids(
                 db, session.tenant_id, user_id, USER_SESSIONS_UPDATED
             )
             if pk != session.id
@@ -353,12 +353,12 @@ async def _drop_from_others_notes(
 ) -> None:
     """`drop_from_notes` in every locked session but `session_pk` (and those being erased)."""
     for other in locked:
-        if other.id != session_pk and not sessions_repository.erasing(other):
+        if other.id != session_pk and not sessions_store.erasing(other):
             await drop_from_notes(db, settings, cache, other, set())
 
 
 async def _schedule_erase(db: AsyncSession, session: Session, target: dict[str, Any]) -> uuid.UUID:
-    receipt = await repository.add_receipt(
+    receipt = await receipts_store.add_receipt(
         db, session.tenant_id, session.external_id, {**target, "session_pk": str(session.id)}
     )
     await enqueue(
@@ -385,7 +385,7 @@ async def delete_session(
     session = await require_session(db, caller, session_id)
     session_pk = session.id
     others = await _users_other_sessions(
-        db, session, set(await memory_repository.session_item_users(db, session_pk))
+        db, session, set(await memories_store.session_item_users(db, session_pk))
     )
     inline = erase_now is not None and await _cache_small(cache)
     tombstoned = await retrying_transaction(
@@ -450,7 +450,7 @@ async def delete_user(
     tenant_id = caller.tenant_id
     sessions = [
         (s.id, s.external_id)
-        for s in await sessions_repository.sessions_page(
+        for s in await sessions_store.sessions_page(
             db, tenant_id, user_id=user_id, after=None, limit=USER_SESSIONS_PER_DELETE
         )
     ]
@@ -476,7 +476,7 @@ async def delete_user(
                 )
             )
     erased_memories: list[ErasedMemory] = []
-    for holder_pk in await memory_repository.user_memories_by_session(db, tenant_id, user_id):
+    for holder_pk in await memories_store.user_memories_by_session(db, tenant_id, user_id):
         forgotten = await retrying_transaction(
             db, partial(_forget_user_items, db, settings, cache, holder_pk, tenant_id, user_id)
         )
@@ -494,7 +494,7 @@ async def delete_user(
         user_id=user_id,
         sessions=erased_sessions,
         memories=erased_memories,
-        remaining_sessions=await sessions_repository.count_sessions(db, tenant_id, user_id),
+        remaining_sessions=await sessions_store.count_sessions(db, tenant_id, user_id),
         status="pending"
         if erased_memories or any(s.status == "pending" for s in erased_sessions)
         else "completed",
@@ -511,10 +511,10 @@ async def _forget_user_items(
 ) -> tuple[str, list[uuid.UUID], uuid.UUID] | None:
     """Forget the items remembered for the user that `holder_pk` holds: (its session id, the
     items, the erase receipt), None when there are none any more."""
-    holder = _live(await sessions_repository.lock_sessions(db, [holder_pk]), holder_pk)
+    holder = _live(await sessions_store.lock_sessions(db, [holder_pk]), holder_pk)
     if holder is None:  # being erased: its items were tombstoned with it
         return None
-    memory_ids = await memory_repository.tombstone_user_memories(db, holder_pk, tenant_id, user_id)
+    memory_ids = await memories_store.tombstone_user_memories(db, holder_pk, tenant_id, user_id)
     if not memory_ids:
         return None
     await drop_from_notes(db, settings, cache, holder, set())
@@ -538,22 +538,22 @@ async def _erase_session(
     None when it is gone, being erased, or no longer `wanted` once locked. The notes of
     `others` (the sessions of the users its user-scope items were written for) lose those
     items now."""
-    locked = await sessions_repository.lock_sessions(db, [session_pk, *others])
+    locked = await sessions_store.lock_sessions(db, [session_pk, *others])
     session = _live(locked, session_pk)
     if session is None or not wanted(session):
         return None
     session_id, tenant_id = session.external_id, session.tenant_id
     now = datetime.now(UTC)
-    await sessions_repository.forget_session_turns(db, session.id, now)
+    await turns_store.forget_session_turns(db, session.id, now)
     await chunks_repository.tombstone_session_chunks(db, session.id)
-    await memory_repository.tombstone_session_memories(db, session.id)
+    await memories_store.tombstone_session_memories(db, session.id)
     await _drop_from_others_notes(db, settings, cache, locked, session_pk)
     key = session_cache_key(cache, tenant_id, session_id)
     version = await write_session(
         db,
         cache,
         session,
-        external_id=f"{sessions_repository.TOMBSTONE_PREFIX}{session.id}",
+        external_id=f"{sessions_store.TOMBSTONE_PREFIX}{session.id}",
         chunks_version=Session.chunks_version + 1,  # every active chunk was just tombstoned
     )
 
@@ -561,7 +561,7 @@ async def _erase_session(
         await cache.invalidate_versioned(key, version)
 
     after_commit(db, _retire_cached_view)
-    receipt = await repository.add_receipt(
+    receipt = await receipts_store.add_receipt(
         db,
         tenant_id,
         session_id,
@@ -572,7 +572,9 @@ async def _erase_session(
             "tenant_id": str(tenant_id),
         },
     )
-    inline = inline and await repository.session_text_bytes(db, session.id) <= INLINE_MAX_TEXT_BYTES
+    inline = (
+        inline and await turns_store.session_text_bytes(db, session.id) <= INLINE_MAX_TEXT_BYTES
+    )
     await enqueue(
         db,
         TaskName.ERASE,

@@ -29,7 +29,6 @@ from app.memory.service import list_memories
 from app.notes.schemas import Notes
 from app.offload import repository as offload_repository
 from app.prompt.clearing import History, ToolClearing
-from app.sessions import repository as sessions_repository
 from app.sessions.schemas import SessionOut
 from app.sessions.service import (
     effective_config,
@@ -38,8 +37,10 @@ from app.sessions.service import (
     session_view,
     to_record,
 )
-from app.store import builds as prompt_repository
-from app.store import receipts as erasure_repository
+from app.store import builds as builds_store
+from app.store import receipts as receipts_store
+from app.store import sessions as sessions_store
+from app.store import turns as turns_store
 from app.store.models import Chunk, OffloadEvent, PromptBuild, Session
 from app.store.scratchpads import get_scratchpad
 
@@ -85,7 +86,7 @@ async def sessions_list(
     db: AsyncSession, context: AppContext, caller: Caller, page: int
 ) -> tuple[list[SessionRow], bool]:
     """One page of the tenant's sessions, and whether another page follows."""
-    rows = await sessions_repository.list_sessions(
+    rows = await sessions_store.list_sessions(
         db, caller.tenant_id, limit=SESSIONS_PER_PAGE + 1, offset=(page - 1) * SESSIONS_PER_PAGE
     )
     shown, more = cut(rows, SESSIONS_PER_PAGE)
@@ -131,7 +132,7 @@ async def session_page(
         for e in events
     ]
     series = watermark_series(
-        await sessions_repository.turn_timeline(db, session.id),
+        await turns_store.turn_timeline(db, session.id),
         marks,
         available=view.usage.limit,
         base_tokens=view.usage.c0 + REPLY_PRIMING_TOKENS,
@@ -147,12 +148,12 @@ async def session_page(
     pad = await get_scratchpad(db, session.id)
     covers = pad.covers_until_seq if pad else 0
     chunks = await offload_repository.list_chunks(db, session.id, (0, 0), CHUNKS_SHOWN + 1)
-    window = (await sessions_repository.window_turns(db, session.id))[-WINDOW_TURNS_SHOWN:]
+    window = (await turns_store.window_turns(db, session.id))[-WINDOW_TURNS_SHOWN:]
     chunks, more_chunks = cut(chunks, CHUNKS_SHOWN)
     builds = await _build_views(
         db,
         session.id,
-        await prompt_repository.recent_builds(db, session.id, BUILDS_SHOWN),
+        await builds_store.recent_builds(db, session.id, BUILDS_SHOWN),
         Anchors(
             frozenset(t.seq for t in window),
             [(str(c.id), c.turn_first, c.turn_last) for c in chunks],
@@ -195,7 +196,7 @@ async def session_page(
         stubs=await _stub_texts(db, session.id, build) if build else {},
         receipts=[
             receipt_out(r)
-            for r in await erasure_repository.session_receipts(
+            for r in await receipts_store.session_receipts(
                 db, caller.tenant_id, session_id, RECEIPTS_SHOWN
             )
         ],
@@ -230,7 +231,7 @@ async def _stub_texts(db: AsyncSession, session_pk: uuid.UUID, build: BuildView)
         return {}
     turns = [
         to_record(t)
-        for t in await sessions_repository.live_turns(
+        for t in await turns_store.live_turns(
             db, session_pk, min(stubs) - STUB_CALL_LOOKBACK, max(stubs)
         )
     ]

@@ -30,7 +30,7 @@ async def embed_pending(
     while the encoder works (a slow batch would otherwise hold a connection and hit the
     idle-in-transaction timeout, and the job would retry forever). `store` writes only rows
     still active, so an item erased meanwhile keeps no vector. The rows' sessions are locked
-    before any row is stored (`lock_sessions`, the lock order of `app.sessions.repository`): an
+    before any row is stored (`lock_sessions`, the lock order of `app.store`): an
     erase updates the same rows in its own order, under the session lock."""
     done = 0
     while True:

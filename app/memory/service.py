@@ -36,11 +36,12 @@ from app.prompt.blocks import neutralise_quoted, render_item
 from app.recall.rerank import RerankCandidate, RerankFeatures, ScoredCandidate
 from app.recall.rerank import select_within_budget as select
 from app.recall.service import MEMORY_PREFIX, recall, recalled_item
-from app.sessions import repository as sessions_repository
 from app.sessions.schemas import Usage, Watermark
 from app.sessions.service import effective_config, require_session, session_budget
-from app.store import keys as auth_repository
-from app.store import memories as repository
+from app.store import keys as keys_store
+from app.store import memories as memories_store
+from app.store import sessions as sessions_store
+from app.store import turns as turns_store
 from app.store.models import Memory, Session
 from app.store.scratchpads import get_scratchpad
 
@@ -52,7 +53,7 @@ async def enablement(db: AsyncSession, context: AppContext, caller: Caller) -> E
         offload=context.settings.memory.offload_for_all_keys,
         forget=context.settings.memory.forget_for_all_keys,
     )
-    return Enablement.of(deployment, await auth_repository.tenant_settings(db, caller.tenant_id))
+    return Enablement.of(deployment, await keys_store.tenant_settings(db, caller.tenant_id))
 
 
 async def tool(
@@ -94,7 +95,7 @@ async def _recall(
     settings = context.settings
     config = effective_config(settings, session)
     top_k = min(request.top_k or config.recall_top_k or 1, settings.memory.recall_max_top_k)
-    window = await sessions_repository.window_turns(db, session.id)
+    window = await turns_store.window_turns(db, session.id)
     outcome = await recall(
         db,
         context,
@@ -199,11 +200,11 @@ async def _remember(
         )
     tags = sorted({t.strip()[:64] for t in request.tags or [] if t.strip()})
     await _check_rate(db, context, session)
-    # The session row before its items (the lock order of `app.sessions.repository`): an erase
+    # The session row before its items (the lock order of `app.store`): an erase
     # of the session tombstones its items under that lock.
     session_id = session.external_id
-    locked = await sessions_repository.lock_session_by_pk(db, session.id)
-    if locked is None or sessions_repository.erasing(locked):
+    locked = await sessions_store.lock_session_by_pk(db, session.id)
+    if locked is None or sessions_store.erasing(locked):
         raise NotFound(f"session {session_id!r} not found", field="session_id")
     session = locked
 
@@ -212,8 +213,8 @@ async def _remember(
         if scope == "user"
         else (f"memory:session:{session.id}")
     )
-    await repository.lock_owner(db, owner)
-    existing = await repository.owner_memories(db, session, scope, request.key)
+    await memories_store.lock_owner(db, owner)
+    existing = await memories_store.owner_memories(db, session, scope, request.key)
     same = near_duplicate(
         text, [(str(m.id), m.text) for m in existing], settings.memory.dedup_jaccard
     )
@@ -226,8 +227,8 @@ async def _remember(
         )
     previous: Memory | None = existing[-1] if request.key is not None and existing else None
     if previous is not None:
-        await repository.set_memory_status(db, [m.id for m in existing], "superseded")
-    memory = await repository.insert_memory(
+        await memories_store.set_memory_status(db, [m.id for m in existing], "superseded")
+    memory = await memories_store.insert_memory(
         db,
         {
             "tenant_id": session.tenant_id,
@@ -267,7 +268,7 @@ async def _check_rate(db: AsyncSession, context: AppContext, session: Session) -
     )
     if context.cache.bypassed:  # Redis down: what every process wrote shows in Postgres
         since = datetime.now(UTC) - timedelta(seconds=WINDOW_SECONDS)
-        count = max(count, await repository.memories_written_since(db, session.id, since) + 1)
+        count = max(count, await memories_store.memories_written_since(db, session.id, since) + 1)
     if count > limit:
         raise rate_limited("remember, per session,", limit, "type")
 
@@ -290,7 +291,7 @@ async def refresh_notes_of(db: AsyncSession, session: Session, *, user_scope: bo
     other sessions when a user-scope item changed."""
     targets = [session.id]
     if user_scope and session.user_id:
-        others = await sessions_repository.user_session_ids(
+        others = await sessions_store.user_session_ids(
             db, session.tenant_id, session.user_id, USER_SESSIONS_REFRESHED
         )
         targets.extend(pk for pk in others if pk != session.id)
@@ -315,7 +316,7 @@ async def _status(
     pad = await get_scratchpad(db, session.id)
     covers = pad.covers_until_seq if pad else 0
     stale = session.offloaded_until_seq > covers
-    memories = await repository.count_memories(
+    memories = await memories_store.count_memories(
         db, session.tenant_id, session.external_id, session.user_id
     )
     jobs = await pending_jobs(db, session.id)
@@ -399,7 +400,7 @@ async def list_memories(
     db: AsyncSession, caller: Caller, session_id: str, page: Page, *, include_superseded: bool
 ) -> MemoryList:
     session = await require_session(db, caller, session_id)
-    rows = await repository.list_memories(
+    rows = await memories_store.list_memories(
         db,
         session,
         include_superseded=include_superseded,

@@ -9,8 +9,8 @@ from app.core.db import unit_of_work
 from app.jobs.embedding import embed_pending
 from app.jobs.queue import BACKGROUND_QUEUE, DEFAULT_RETRY, TaskName, app_context, enqueue
 from app.memory.policy import embedding_text
-from app.sessions import repository as sessions_repository
-from app.store import memories as repository
+from app.store import memories as memories_store
+from app.store import sessions as sessions_store
 
 SWEEP_BATCH = 512
 
@@ -26,15 +26,15 @@ async def embed_memories(job_context: JobContext, memory_ids: list[str]) -> int:
     return await embed_pending(
         context.sessionmaker,
         embedder,
-        load=lambda db: repository.memories_to_embed(db, ids, embedder.name, batch),
+        load=lambda db: memories_store.memories_to_embed(db, ids, embedder.name, batch),
         text_of=lambda memory: embedding_text(memory.text, memory.tags),
-        store=lambda db, memory, vector: repository.store_memory_embedding(
+        store=lambda db, memory, vector: memories_store.store_memory_embedding(
             db, memory.id, vector, embedder.name
         ),
-        count_failure=lambda db, memories: repository.count_memory_embed_failure(
+        count_failure=lambda db, memories: memories_store.count_memory_embed_failure(
             db, [m.id for m in memories]
         ),
-        lock_sessions=lambda db, memories: sessions_repository.lock_sessions(
+        lock_sessions=lambda db, memories: sessions_store.lock_sessions(
             db, {m.session_id for m in memories if m.session_id is not None}
         ),
     )
@@ -47,7 +47,7 @@ async def sweep_embeddings(job_context: JobContext, timestamp: int) -> int:
     if embedder is None:
         return 0
     async with unit_of_work(context.sessionmaker) as db:
-        missing = await repository.memories_to_embed(db, None, embedder.name, SWEEP_BATCH)
+        missing = await memories_store.memories_to_embed(db, None, embedder.name, SWEEP_BATCH)
         if missing:
             await enqueue(
                 db,

@@ -20,10 +20,11 @@ from app.notes.llm import NotesGenerationError, llm_extract
 from app.notes.policy import cap, merge, render_notes_block
 from app.notes.rules import extract
 from app.notes.schemas import DroppedNote, NoteItem, Notes, NotesResult
-from app.sessions import repository as sessions_repository
 from app.sessions.service import to_record, write_session
-from app.store import memories as memory_repository
-from app.store import scratchpads as repository
+from app.store import memories as memories_store
+from app.store import scratchpads as scratchpads_store
+from app.store import sessions as sessions_store
+from app.store import turns as turns_store
 from app.store.models import Memory, Session
 
 # What a refresh did: "written" (v+1 stored), "stale" (lost the version race, discarded),
@@ -62,8 +63,8 @@ async def compute_notes(
     llm_client: httpx.AsyncClient | None = None,
 ) -> NotesDraft:
     """New notes from the previous ones plus the turns offloaded since (or from all raw turns)."""
-    await repository.ensure_scratchpad(db, session)
-    pad = await repository.get_scratchpad(db, session.id)
+    await scratchpads_store.ensure_scratchpad(db, session)
+    pad = await scratchpads_store.get_scratchpad(db, session.id)
     assert pad is not None
     # Every so often, and after a failed generation, start again from the raw turns so that
     # notes never drift as a summary of a summary.
@@ -71,7 +72,7 @@ async def compute_notes(
     rebuild = rebuild or pad.rebuild_pending or (every > 0 and (pad.version + 1) % every == 0)
     previous = Notes() if rebuild else Notes.model_validate(pad.notes or {})
     after = 0 if rebuild else pad.covers_until_seq
-    turns = [to_record(t) for t in await sessions_repository.offloaded_turns(db, session.id, after)]
+    turns = [to_record(t) for t in await turns_store.offloaded_turns(db, session.id, after)]
     covers = max([after, *(t.seq for t in turns)])
     generator = settings.notes.generator
     try:
@@ -97,7 +98,7 @@ async def compute_notes(
     except NotesGenerationError:
         return NotesDraft(session, pad.version, pad.covers_until_seq, None, generator)
     notes = notes.with_section(
-        "remembered", memory_items(await memory_repository.visible_memories(db, session))
+        "remembered", memory_items(await memories_store.visible_memories(db, session))
     )
     return NotesDraft(
         session, pad.version, covers, cap(notes, settings.notes.max_tokens, generator), generator
@@ -107,15 +108,15 @@ async def compute_notes(
 async def write_notes(db: AsyncSession, cache: Cache, draft: NotesDraft) -> NotesOutcome:
     """Compare-and-set v -> v+1. "stale" when another writer got there first (counted).
 
-    The session row is locked first (the lock order of `app.sessions.repository`: a session's
+    The session row is locked first (the lock order of `app.store`: a session's
     scratchpad is written only under its row lock); "gone" when it was deleted meanwhile."""
     session_pk = draft.session.id
-    if await sessions_repository.lock_session_by_pk(db, session_pk) is None:
+    if await sessions_store.lock_session_by_pk(db, session_pk) is None:
         return "gone"
     if draft.result is None:
-        await repository.flag_rebuild_pending(db, session_pk, draft.base_version)
+        await scratchpads_store.flag_rebuild_pending(db, session_pk, draft.base_version)
         return "failed"
-    written = await repository.compare_and_set(
+    written = await scratchpads_store.compare_and_set(
         db,
         session_pk,
         draft.base_version,
@@ -130,7 +131,7 @@ async def write_notes(db: AsyncSession, cache: Cache, draft: NotesDraft) -> Note
         },
     )
     if not written:
-        await repository.count_stale_write(db, session_pk)
+        await scratchpads_store.count_stale_write(db, session_pk)
         return "stale"
     await write_session(
         db,
@@ -151,8 +152,8 @@ async def refresh_notes(
     rebuild: bool = False,
     llm_client: httpx.AsyncClient | None = None,
 ) -> NotesOutcome:
-    session = await sessions_repository.get_session_by_pk(db, session_pk)
-    if session is None or sessions_repository.erasing(session):
+    session = await sessions_store.get_session_by_pk(db, session_pk)
+    if session is None or sessions_store.erasing(session):
         return "gone"  # or waiting for its erase job, which deletes the notes
     draft = await compute_notes(db, settings, session, rebuild=rebuild, llm_client=llm_client)
     return await write_notes(db, cache, draft)
@@ -197,7 +198,7 @@ async def current_notes(db: AsyncSession, cache: Cache, session: Session) -> Not
             token_count=cached["token_count"],
             dropped=[DroppedNote.model_validate(d) for d in cached.get("dropped", [])],
         )
-    pad = await repository.get_scratchpad(db, session.id)
+    pad = await scratchpads_store.get_scratchpad(db, session.id)
     if pad is None:
         return empty_notes()
     snapshot = NotesSnapshot(

@@ -29,10 +29,11 @@ from app.jobs.queue import TaskName, embedding_lock, enqueue, session_lock
 from app.offload import repository
 from app.offload.chunking import ChunkDraft, chunk_row, chunking_config, iter_chunks
 from app.offload.policy import OffloadPlan, select_offload
-from app.sessions import repository as sessions_repository
 from app.sessions import service as sessions_service
 from app.sessions.schemas import AppendTurnsRequest
 from app.sessions.service import AppendOutcome, session_budget, write_session
+from app.store import sessions as sessions_store
+from app.store import turns as turns_store
 from app.store.models import Session
 
 logger = logging.getLogger("contextd.offload")
@@ -78,7 +79,7 @@ async def write_chunks(
         chunk_ids.extend(chunk_id for _, chunk_id, _ in batch)
         # Pieces of one split turn share its seq: the turn is covered by the first piece; the
         # others are marked copies (part > 1) that recall deduplicates.
-        marked += await sessions_repository.assign_turns(
+        marked += await turns_store.assign_turns(
             db,
             session.id,
             [
@@ -103,8 +104,8 @@ async def offload_session(
 ) -> OffloadResult | None:
     """One offload in the caller's transaction. None when the session is gone or nothing moves."""
     started = time.perf_counter()
-    session = await sessions_repository.lock_session_by_pk(db, session_pk)
-    if session is None or sessions_repository.erasing(session):
+    session = await sessions_store.lock_session_by_pk(db, session_pk)
+    if session is None or sessions_store.erasing(session):
         return None  # deleted since the job was enqueued, or waiting for its erase job
     budget = session_budget(settings, session)
     plan = await _plan(db, settings, session, budget, until_tokens)
@@ -127,7 +128,7 @@ async def _plan(
     # may grow them, and the session must still be at the target once it has.
     notes_cap = message_tokens("system", "") + settings.notes.max_tokens
     planning = budget.with_counters(c2=max(budget.c2, notes_cap))
-    window = await sessions_repository.window_turns(db, session.id)
+    window = await turns_store.window_turns(db, session.id)
     return select_offload(
         window,
         fixed_tokens=planning.fixed_tokens,

@@ -22,8 +22,8 @@ from app.jobs.queue import (
 )
 from app.offload import repository
 from app.offload.service import offload_session
-from app.sessions import repository as sessions_repository
 from app.sessions.service import repair_counters
+from app.store import sessions as sessions_store
 
 # The sweep runs every minute; sessions changed within this much (or over their trigger) have
 # their counters recounted.
@@ -71,7 +71,7 @@ async def embed_chunks(job_context: JobContext, chunk_ids: list[str]) -> int:
             db, chunk.id, vector, embedder.name
         ),
         count_failure=lambda db, chunks: repository.count_embed_failure(db, [c.id for c in chunks]),
-        lock_sessions=lambda db, chunks: sessions_repository.lock_sessions(
+        lock_sessions=lambda db, chunks: sessions_store.lock_sessions(
             db, {c.session_id for c in chunks}
         ),
     )
@@ -92,9 +92,7 @@ async def sweep(job_context: JobContext, timestamp: int) -> dict[str, int]:
     context = app_context(job_context)
     repaired = await recount_sessions(context, datetime.now(UTC) - RECOUNT_LOOKBACK)
     async with unit_of_work(context.sessionmaker) as db:
-        over = await sessions_repository.sessions_over_watermark(
-            db, context.settings.session_defaults
-        )
+        over = await sessions_store.sessions_over_watermark(db, context.settings.session_defaults)
         for session_pk in over:
             await enqueue_offload(db, session_pk, trigger="sweeper")
         embedder = context.embedder
@@ -162,7 +160,7 @@ async def recount_sessions(context: AppContext, changed_since: datetime) -> int:
     """Repair the counters of sessions whose rows say otherwise, each in its own short
     transaction (the session lock is held only while one session is recounted)."""
     async with unit_of_work(context.sessionmaker) as db:
-        drifted = await sessions_repository.sessions_with_drift(
+        drifted = await sessions_store.sessions_with_drift(
             db,
             context.settings.session_defaults,
             repository.active_chunk_count,

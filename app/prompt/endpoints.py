@@ -30,7 +30,7 @@ from app.prompt.schemas import BuildPromptRequest, BuildPromptResponse
 from app.prompt.service import build_prompt as build_prompt_service
 from app.prompt.snapshot import Prefetched, read_snapshot
 from app.sessions.service import require_session
-from app.store import builds as repository
+from app.store import builds as builds_store
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["prompt"], responses=error_responses(*COMMON_ERRORS)
@@ -136,7 +136,7 @@ async def get_build(
     db: DbDep,
 ) -> dict[str, Any]:
     session = await require_session(db, caller, session_id)
-    build = await repository.get_build(db, session.id, build_id)
+    build = await builds_store.get_build(db, session.id, build_id)
     if build is None:
         raise NotFound(f"build {build_id} not found", field="build_id")
     return {"build_id": str(build.id), "created_at": build.created_at.isoformat(), **build.record}

@@ -36,8 +36,8 @@ from app.recall.service import (
     recalled_item,
     show_best_turns,
 )
-from app.sessions import repository as sessions_repository
 from app.sessions.service import effective_config
+from app.store import turns as turns_store
 from app.store.models import Session
 
 logger = logging.getLogger("contextd.prompt")
@@ -308,7 +308,7 @@ async def offloaded_tail(
     before = window[0].seq
     found = await read_once(
         context.reader,
-        lambda conn: sessions_repository.offloaded_tail(
+        lambda conn: turns_store.offloaded_tail(
             conn, session.id, before=before, tokens=tokens, turns=TAIL_MAX_TURNS
         ),
     )

@@ -26,9 +26,10 @@ from app.prompt.assembly import PromptTooLarge, mandatory_costs, tools_tokens
 from app.prompt.schemas import BuildPromptRequest
 from app.prompt.snapshot import Prefetched, attached, resolve_session
 from app.recall.service import QueryVectors, early_query_text
-from app.sessions import repository as sessions_repository
 from app.sessions.schemas import AppendTurnsRequest, TurnIn
 from app.sessions.service import append_turns, observe_watermark, session_budget, write_session
+from app.store import sessions as sessions_store
+from app.store import turns as turns_store
 from app.store.models import Session
 
 logger = logging.getLogger("contextd.prompt")
@@ -42,7 +43,7 @@ class BuildState:
     started: float  # perf_counter at the build's start: `timings_ms.total` counts from it
     writes: bool  # the caller may write the session (`sessions:write`)
     session: Session
-    snapshot: sessions_repository.SessionWindow | None  # None: read through the transaction
+    snapshot: turns_store.SessionWindow | None  # None: read through the transaction
     appended_seq: int | None  # the query's turn when the build appended it
     system: list[dict[str, Any]]
     query_tokens: int
@@ -158,7 +159,7 @@ async def _remember_c0(db: AsyncSession, context: AppContext, session: Session, 
     try:
         async with db.begin_nested():
             await local_time_limits(db, context.settings.recall.emergency_offload_timeout_seconds)
-            locked = await sessions_repository.lock_session_by_pk(db, session.id)
+            locked = await sessions_store.lock_session_by_pk(db, session.id)
             if locked is None:
                 return
             locked.c0_tokens = c0

@@ -43,7 +43,7 @@ from app.prompt.snapshot import KeptWindow, Prefetched, kept_window, read_window
 from app.recall.service import QueryVectors
 from app.sessions.schemas import Usage, Watermark
 from app.sessions.service import session_budget
-from app.store import builds as repository
+from app.store import builds as builds_store
 
 logger = logging.getLogger("contextd.prompt")
 
@@ -234,7 +234,7 @@ async def _finish(
 
     after_response(report)  # over HTTP once the answer is sent: the client does not wait for it
     if build.writes and (req.persist_manifest or settings.recall.persist_manifests):
-        await repository.store_build(
+        await builds_store.store_build(
             db,
             build_id,
             build.session,

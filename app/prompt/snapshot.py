@@ -13,7 +13,8 @@ from app.core.context import AppContext
 from app.core.db import read_once
 from app.domain.records import TurnRecord
 from app.prompt.schemas import BuildPromptRequest, ManifestItem
-from app.sessions import repository as sessions_repository
+from app.store import sessions as sessions_store
+from app.store import turns as turns_store
 from app.store.models import Session
 
 
@@ -23,7 +24,7 @@ class Prefetched:
     by the caller of `build_prompt` before it (build-prompt's direct route reads it while the
     request is counted against the rate limit)."""
 
-    found: sessions_repository.SessionWindow | None
+    found: turns_store.SessionWindow | None
 
 
 async def resolve_session(
@@ -34,7 +35,7 @@ async def resolve_session(
     req: BuildPromptRequest,
     prefetched: Prefetched | None,
     writes: bool,
-) -> tuple[Session, sessions_repository.SessionWindow | None]:
+) -> tuple[Session, turns_store.SessionWindow | None]:
     """The build's session and, for a build without an append, the snapshot it was read from
     (None: read through the request's transaction)."""
     # Builds read without locking the session row (they would serialise behind appends); only a
@@ -50,13 +51,11 @@ async def resolve_session(
     session = (
         snapshot.session
         if snapshot is not None
-        else await sessions_repository.get_session(db, caller.tenant_id, session_id)
+        else await sessions_store.get_session(db, caller.tenant_id, session_id)
     )
     if session is None:
         if writes:
-            session = await sessions_repository.lock_or_create_session(
-                db, caller.tenant_id, session_id
-            )
+            session = await sessions_store.lock_or_create_session(db, caller.tenant_id, session_id)
         else:
             session = _unsaved_session(caller.tenant_id, session_id)
     return session, snapshot
@@ -87,7 +86,7 @@ def _unsaved_session(tenant_id: uuid.UUID, session_id: str) -> Session:
 async def read_window(
     db: AsyncSession,
     session: Session,
-    snapshot: sessions_repository.SessionWindow | None,
+    snapshot: turns_store.SessionWindow | None,
     appended_seq: int | None,
 ) -> list[TurnRecord]:
     """The build's window: the snapshot's, or read through the request's transaction without the
@@ -95,17 +94,13 @@ async def read_window(
     return (
         snapshot.window
         if snapshot is not None
-        else [
-            t
-            for t in await sessions_repository.window_turns(db, session.id)
-            if t.seq != appended_seq
-        ]
+        else [t for t in await turns_store.window_turns(db, session.id) if t.seq != appended_seq]
     )
 
 
 async def read_snapshot(
     context: AppContext, caller: Caller, session_id: str
-) -> sessions_repository.SessionWindow | None:
+) -> turns_store.SessionWindow | None:
     """The session and its window in one statement on the reader pool: one round trip. The
     window this process read last for the session is kept (`AppContext.windows`) and not read
     again while the session's row and version are the same (its JSON was ~0.8 ms of PostgreSQL
@@ -116,7 +111,7 @@ async def read_snapshot(
     kept: KeptWindow | None = None if latest is None else latest[1]
     found = await read_once(
         context.reader,
-        lambda conn: sessions_repository.session_with_window(
+        lambda conn: turns_store.session_with_window(
             conn, caller.tenant_id, session_id, None if kept is None else kept.read
         ),
     )
@@ -139,7 +134,7 @@ class KeptWindow:
     """A session's window as read at one version of its row, and the manifest items of its turns
     once a build that included every turn made them (a pure function of the turns)."""
 
-    read: sessions_repository.SessionWindow
+    read: turns_store.SessionWindow
     turn_items: list[ManifestItem] | None = None
     # The offloaded tail read at this version: (the tokens it was read for, turns, chunk ids).
     tail: tuple[int, list[TurnRecord], dict[int, str]] | None = None
@@ -161,7 +156,7 @@ def kept_window(
 async def attached(db: AsyncSession, caller: Caller, session_id: str) -> Session:
     """The session row read through the request's transaction, for a build that writes it (a
     row deleted since the snapshot is created again, as for a first build)."""
-    found = await sessions_repository.get_session(db, caller.tenant_id, session_id)
+    found = await sessions_store.get_session(db, caller.tenant_id, session_id)
     if found is not None:
         return found
-    return await sessions_repository.lock_or_create_session(db, caller.tenant_id, session_id)
+    return await sessions_store.lock_or_create_session(db, caller.tenant_id, session_id)

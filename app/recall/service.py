@@ -57,8 +57,8 @@ from app.recall.rewrite import RewrittenQuery, content_term_count, rewrite_query
 from app.recall.stem import by_stem
 from app.recall.trim import trim_chunk
 from app.recall.vectors import ChunkVectors
-from app.sessions import repository as sessions_repository
-from app.store import memories as memory_repository
+from app.store import memories as memories_store
+from app.store import turns as turns_store
 from app.store.models import Memory, Session
 
 logger = logging.getLogger("contextd.recall")
@@ -541,7 +541,7 @@ async def show_best_turns(
     if wanted:
         read = await read_once(
             context.reader,
-            lambda conn: sessions_repository.turns_of_chunks(conn, session.id, wanted),
+            lambda conn: turns_store.turns_of_chunks(conn, session.id, wanted),
         )
         for chunk_id, turns in read.items():
             lines[chunk_id] = tuple((t.seq, render_turn(t)) for t in turns)
@@ -717,7 +717,7 @@ async def _memory_vector(
     # (an exact scan of tens to hundreds of rows either way).
     query_in_cjk = mostly_cjk(query)
     mixed = in_other_language(query_in_cjk, texts)
-    found = await memory_repository.nearest_memories(
+    found = await memories_store.nearest_memories(
         db, ids, embedder.name, embedder.dim, qvec, len(ids) if mixed else limit
     )
     scores = {f"{MEMORY_PREFIX}{mid}": sim for mid, sim in found.items()}
@@ -912,7 +912,7 @@ async def rank_user_memories(
         return []
     memories = {
         f"{MEMORY_PREFIX}{m.id}": m
-        for m in await memory_repository.active_visible_memories(db, session, user_scope_only=True)
+        for m in await memories_store.active_visible_memories(db, session, user_scope_only=True)
     }
     if not memories:
         return []
@@ -1080,7 +1080,7 @@ async def recall(
         if include_memories:
             memories = {
                 f"{MEMORY_PREFIX}{m.id}": m
-                for m in await memory_repository.active_visible_memories(db, session)
+                for m in await memories_store.active_visible_memories(db, session)
             }
             memory_lexical = _memory_lexical(context, memories, query_terms, candidates)
             clock.lap("memories")

@@ -39,9 +39,8 @@ from app.http.input import json_size
 from app.http.pagination import Page, created_after, created_cursor, encode_cursor, page_of
 from app.jobs.queue import enqueue_offload
 from app.offload.repository import active_chunk_count
-from app.sessions import layering, repository
+from app.sessions import layering
 from app.sessions.layering import LayeredResult, content_ids, layer
-from app.sessions.repository import Counters, ToolCallTally
 from app.sessions.schemas import (
     AppendedTurn,
     AppendTurnsRequest,
@@ -57,8 +56,12 @@ from app.sessions.schemas import (
     Usage,
     Watermark,
 )
-from app.store import memories as memory_repository
+from app.store import memories as memories_store
+from app.store import sessions as sessions_store
+from app.store import turns as turns_store
 from app.store.models import Session, Turn
+from app.store.sessions import Counters
+from app.store.turns import ToolCallTally
 
 CONFIG_FIELDS = frozenset(BudgetConfig.model_fields)
 logger = logging.getLogger("contextd.sessions")
@@ -295,10 +298,10 @@ async def append_turns(
         lambda: _prepare_turns(request, settings, hashed=idempotency_key is not None),
         chars=sum(len(turn.content or "") for turn in request.turns),
     )
-    session = await repository.lock_or_create_session(db, caller.tenant_id, session_id)
+    session = await sessions_store.lock_or_create_session(db, caller.tenant_id, session_id)
 
     if idempotency_key is not None:
-        earlier = await repository.claim_idempotency_key(
+        earlier = await turns_store.claim_idempotency_key(
             db, caller.tenant_id, session.id, idempotency_key, prepared.request_hash
         )
         if earlier is not None:
@@ -313,7 +316,7 @@ async def append_turns(
 
     if answered_earlier:
         # Under the session lock: concurrent appends to the session see each other's results.
-        tallies = await repository.tool_call_tallies(db, session.id, answered_earlier)
+        tallies = await turns_store.tool_call_tallies(db, session.id, answered_earlier)
         _check_tool_results(request.turns, tallies)
 
     rows = [
@@ -325,7 +328,7 @@ async def append_turns(
         }
         for offset, values in enumerate(prepared.rows, start=1)
     ]
-    stored = await repository.insert_turns(db, rows)
+    stored = await turns_store.insert_turns(db, rows)
     # Huge results' whole texts go to C3 with their turns, in this transaction.
     chunks_written = await layering.store(
         db, session, [(rows[i]["seq"], result) for i, result in prepared.layered.items()]
@@ -365,7 +368,7 @@ async def append_turns(
         offload_enqueued=observation.fired,
     )
     if idempotency_key is not None:
-        await repository.store_idempotent_response(
+        await turns_store.store_idempotent_response(
             db, caller.tenant_id, session.id, idempotency_key, 201, response.model_dump(mode="json")
         )
     return AppendOutcome(response, False, session.id)
@@ -380,7 +383,7 @@ async def write_session(db: AsyncSession, cache: Cache, session: Session, **valu
 
     Every change of a session goes through here, so the cached view is never older than the
     committed row (see `Cache.set_versioned`)."""
-    version = await repository.update_session(db, session.id, **values)
+    version = await sessions_store.update_session(db, session.id, **values)
     key = session_cache_key(cache, session.tenant_id, session.external_id)
 
     async def _invalidate() -> None:
@@ -391,7 +394,7 @@ async def write_session(db: AsyncSession, cache: Cache, session: Session, **valu
 
 
 async def require_session(db: AsyncSession, caller: Caller, session_id: str) -> Session:
-    session = await repository.get_session(db, caller.tenant_id, session_id)
+    session = await sessions_store.get_session(db, caller.tenant_id, session_id)
     if session is None:
         raise NotFound(f"session {session_id!r} not found", field="session_id")
     return session
@@ -409,7 +412,7 @@ async def list_turns(
     session = await require_session(db, caller, session_id)
     keys = page.after()
     after = keys[0] if keys is not None else (since_seq or 0)
-    turns = await repository.list_turns(
+    turns = await turns_store.list_turns(
         db, session.id, after_seq=after, limit=page.fetch, role=role
     )
     shown, next_cursor = page_of(turns, page, lambda t: encode_cursor(t.seq))
@@ -419,7 +422,7 @@ async def list_turns(
 async def list_sessions(
     db: AsyncSession, caller: Caller, settings: Settings, page: Page, user_id: str | None
 ) -> SessionPage:
-    sessions = await repository.sessions_page(
+    sessions = await sessions_store.sessions_page(
         db, caller.tenant_id, user_id=user_id, after=created_after(page), limit=page.fetch
     )
     shown, next_cursor = page_of(sessions, page, lambda s: created_cursor(s.created_at, s.id))
@@ -441,7 +444,7 @@ async def session_view(
         view = _build_view(settings, session, memories=0)
         await cache.set_versioned(key, view.model_dump(mode="json"), session.version)
     # Remembered items of the user's other sessions change without touching this row: count live.
-    memories = await memory_repository.count_memories(
+    memories = await memories_store.count_memories(
         db, caller.tenant_id, view.session_id, view.user_id
     )
     return view.model_copy(update={"counts": view.counts.model_copy(update={"memories": memories})})
@@ -472,7 +475,7 @@ async def update_session(
     session_id: str,
     update: SessionConfigUpdate,
 ) -> SessionOut:
-    session = await repository.lock_or_create_session(db, caller.tenant_id, session_id)
+    session = await sessions_store.lock_or_create_session(db, caller.tenant_id, session_id)
     changes = update.model_dump(exclude_none=True)
     config = {**session.config, **{k: v for k, v in changes.items() if k in CONFIG_FIELDS}}
     try:
@@ -491,7 +494,7 @@ async def update_session(
         values["metadata_"] = session.metadata_ = changes["metadata"]
     await write_session(db, cache, session, **values)
     await db.refresh(session)
-    memories = await memory_repository.count_memories(
+    memories = await memories_store.count_memories(
         db, caller.tenant_id, session_id, session.user_id
     )
     return _build_view(settings, session, memories)
@@ -509,10 +512,10 @@ async def repair_counters(
 ) -> CounterRepair | None:
     """Recount the session's counters from its rows under the session lock; when they drifted,
     store the recount (and the watermark state it implies) and log the drift."""
-    session = await repository.lock_session_by_pk(db, session_pk)
-    if session is None or repository.erasing(session):  # tombstoned since it was read
+    session = await sessions_store.lock_session_by_pk(db, session_pk)
+    if session is None or sessions_store.erasing(session):  # tombstoned since it was read
         return None
-    counted = await repository.recount(db, session_pk, active_chunk_count)
+    counted = await sessions_store.recount(db, session_pk, active_chunk_count)
     stored = Counters(session.c1_tokens, session.c1_turns, session.turn_count, session.chunk_count)
     if counted == stored:
         return None

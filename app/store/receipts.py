@@ -4,10 +4,10 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.store.models import EraseReceipt, Turn
+from app.store.models import EraseReceipt
 
 
 async def add_receipt(
@@ -95,14 +95,3 @@ async def complete_receipt(
         .where(EraseReceipt.id == receipt_id)
         .values(stores=stores, status="completed", completed_at=now)
     )
-
-
-async def session_text_bytes(db: AsyncSession, session_pk: uuid.UUID) -> int:
-    """The bytes of a session's turn texts (what an erase reads, and hunts copies of; its chunks
-    hold the same text). PostgreSQL answers a stored text's length without reading it."""
-    total = await db.scalar(
-        select(func.coalesce(func.sum(func.octet_length(Turn.content)), 0)).where(
-            Turn.session_id == session_pk
-        )
-    )
-    return int(total or 0)

@@ -15,8 +15,8 @@ from app.core.config import Settings
 from app.core.db import create_sessionmaker
 from app.erasure.erase import run_erase
 from app.erasure.service import delete_session
-from app.sessions import repository
-from app.store import receipts as erasure_repository
+from app.store import sessions as sessions_store
+from app.store import turns as turns_store
 from tests.erasure.test_erase_job import receipt
 from tests.support.factories import session_of_key, transaction
 from tests.support.waiting import wait_for
@@ -54,7 +54,7 @@ async def tombstoned(
 ) -> uuid.UUID:
     """The session tombstoned without the request's inline erase: its receipt, pending."""
     async with transaction(engine) as db:
-        row = await repository.get_session_by_pk(db, pk)
+        row = await sessions_store.get_session_by_pk(db, pk)
         assert row is not None
         caller = Caller(row.tenant_id, "admin", frozenset(s.value for s in ALL_SCOPES), None)
         erased = await delete_session(db, caller, settings, cache, sid)
@@ -106,10 +106,8 @@ async def test_the_inline_bound_counts_the_bytes_of_the_turn_texts(
     assert (await admin.post(f"/v1/sessions/{sid}/turns", json={"turns": turns})).is_success
     pk = await session_of_key(engine, admin_key, sid)
     async with transaction(engine) as db:
-        assert await erasure_repository.session_text_bytes(db, pk) == sum(
-            len(t.encode()) for t in texts
-        )
-        assert await erasure_repository.session_text_bytes(db, uuid.uuid4()) == 0
+        assert await turns_store.session_text_bytes(db, pk) == sum(len(t.encode()) for t in texts)
+        assert await turns_store.session_text_bytes(db, uuid.uuid4()) == 0
 
 
 async def test_a_failed_cache_hunt_leaves_every_row_for_the_retry(

@@ -11,9 +11,9 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.erasure.service import delete_session
 from app.offload.repository import active_chunk_count
-from app.sessions import repository
-from app.sessions.repository import Counters
 from app.sessions.service import repair_counters
+from app.store import sessions as sessions_store
+from app.store.sessions import Counters
 from tests.support.factories import session_of_key, transaction
 
 SMALL = {
@@ -44,23 +44,23 @@ async def test_the_sweep_skips_a_session_waiting_for_its_erase(
     # Tombstoned without the request's inline erase, and this server runs no worker: the
     # session stays tombstoned, its erase job waiting.
     async with transaction(engine) as db:
-        row = await repository.get_session_by_pk(db, pk)
+        row = await sessions_store.get_session_by_pk(db, pk)
         assert row is not None
         caller = Caller(row.tenant_id, "admin", frozenset(s.value for s in ALL_SCOPES), None)
         await delete_session(db, caller, settings, cache, sid)
 
     async with transaction(engine) as db:
-        row = await repository.get_session_by_pk(db, pk)
-        assert row is not None and repository.erasing(row)
+        row = await sessions_store.get_session_by_pk(db, pk)
+        assert row is not None and sessions_store.erasing(row)
         stored = Counters(row.c1_tokens, row.c1_turns, row.turn_count, row.chunk_count)
-        counted = await repository.recount(db, pk, active_chunk_count)
+        counted = await sessions_store.recount(db, pk, active_chunk_count)
         assert stored != counted  # what the sweep took for drift
-        drifted = await repository.sessions_with_drift(
+        drifted = await sessions_store.sessions_with_drift(
             db,
             settings.session_defaults,
             active_chunk_count,
             changed_since=datetime.now(UTC) - timedelta(hours=1),
         )
         assert pk not in drifted
-        assert pk not in await repository.sessions_over_watermark(db, settings.session_defaults)
+        assert pk not in await sessions_store.sessions_over_watermark(db, settings.session_defaults)
         assert await repair_counters(db, settings, cache, pk) is None

@@ -25,7 +25,7 @@ from app.notes.service import (
     write_notes,
 )
 from app.offload.service import offload_session
-from app.sessions import repository as sessions_repository
+from app.store import sessions as sessions_store
 from app.store.models import Session
 from tests.offload.test_offload_service import session_pk
 from tests.support.factories import append, configure, new_caller, transaction
@@ -200,7 +200,7 @@ async def test_racing_drafts_from_one_base_write_one_version_and_count_the_loser
     drafts = []
     for _ in range(2):
         async with transaction(engine) as db:
-            session = await sessions_repository.get_session_by_pk(db, pk)
+            session = await sessions_store.get_session_by_pk(db, pk)
             assert session is not None
             drafts.append(await compute_notes(db, settings, session))
     assert [d.base_version for d in drafts] == [1, 1]
@@ -380,13 +380,13 @@ async def test_current_notes_never_serves_an_older_version_after_a_write(
 
     async def row() -> Session:
         async with transaction(engine) as db:
-            session = await sessions_repository.get_session_by_pk(db, pk)
+            session = await sessions_store.get_session_by_pk(db, pk)
             assert session is not None
             return session
 
     async def read() -> Any:
         async with transaction(engine) as db:
-            session = await sessions_repository.get_session_by_pk(db, pk)
+            session = await sessions_store.get_session_by_pk(db, pk)
             assert session is not None
             return await current_notes(db, cache, session)
 

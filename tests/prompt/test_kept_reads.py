@@ -15,8 +15,8 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import create_reader_pool, read_once
 from app.domain.records import TurnRecord
-from app.sessions.repository import SessionWindow, offloaded_tail, session_with_window
 from app.store.models import Session
+from app.store.turns import SessionWindow, offloaded_tail, session_with_window
 from tests.notes.test_notes_service import CHINESE, ENGLISH, as_turns, offloaded_session, refresh
 from tests.support.factories import new_caller
 

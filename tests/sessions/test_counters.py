@@ -14,9 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core.config import Settings
 from app.jobs.queue import TaskName, enqueue
 from app.offload.repository import active_chunk_count
-from app.sessions import repository
-from app.sessions.repository import Counters
+from app.store import sessions as sessions_store
 from app.store.models import Session
+from app.store.sessions import Counters
 from tests.support.factories import session_of_key, transaction
 from tests.support.server import run_server
 from tests.support.waiting import wait_for
@@ -33,10 +33,10 @@ SMALL_WINDOW = {
 
 async def stored_and_counted(engine: AsyncEngine, pk: uuid.UUID) -> tuple[Counters, Counters]:
     async with transaction(engine) as db:
-        row = await repository.get_session_by_pk(db, pk)
+        row = await sessions_store.get_session_by_pk(db, pk)
         assert row is not None
         stored = Counters(row.c1_tokens, row.c1_turns, row.turn_count, row.chunk_count)
-        return stored, await repository.recount(db, pk, active_chunk_count)
+        return stored, await sessions_store.recount(db, pk, active_chunk_count)
 
 
 def turn(writer: int, i: int) -> dict[str, Any]:

@@ -8,8 +8,8 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings
-from app.sessions import repository
 from app.sessions.service import session_budget
+from app.store import sessions as sessions_store
 from app.store.models import Session
 from tests.support.factories import new_caller, transaction
 
@@ -32,7 +32,7 @@ async def sessions(engine: AsyncEngine, settings: Settings) -> list[Session]:
     ids = []
     async with transaction(engine) as db:
         for i, (config, c0, c1, c2) in enumerate(CASES):
-            row = await repository.lock_or_create_session(db, caller.tenant_id, f"s{i}")
+            row = await sessions_store.lock_or_create_session(db, caller.tenant_id, f"s{i}")
             await db.execute(
                 update(Session)
                 .where(Session.id == row.id)
@@ -51,7 +51,7 @@ async def test_sql_ratio_equals_the_kernel_ratio(
     defaults = settings.session_defaults
     async with transaction(engine) as db:
         rows = await db.execute(
-            select(Session.id, repository.usage_ratio_sql(defaults)).where(
+            select(Session.id, sessions_store.usage_ratio_sql(defaults)).where(
                 Session.id.in_([s.id for s in sessions])
             )
         )
@@ -65,7 +65,9 @@ async def test_sweep_selects_exactly_the_sessions_the_kernel_puts_over_trigger(
 ) -> None:
     async with transaction(engine) as db:
         over = set(
-            await repository.sessions_over_watermark(db, settings.session_defaults, limit=100_000)
+            await sessions_store.sessions_over_watermark(
+                db, settings.session_defaults, limit=100_000
+            )
         )
     expected = {s.id for s in sessions if session_budget(settings, s).level() != "normal"}
     assert {s.id for s in sessions} & over == expected

@@ -1,0 +1,291 @@
+"""SQL for sessions: lock and create, list, configure, delete, the sweep's watermark and
+counter queries. The lock order every transaction follows is in `app.store`."""
+
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Float,
+    String,
+    cast,
+    column,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    table,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.domain.budget import REPLY_PRIMING_TOKENS, BudgetConfig
+from app.domain.ids import SESSION_ID_PATTERN
+from app.store.models import Session, Turn
+
+# A deleted session is renamed to this prefix and its primary key at once, then erased by a job:
+# outside SESSION_ID_PATTERN, so no request can name it.
+TOMBSTONE_PREFIX = "~erasing~"
+
+
+def erasing(session: Session) -> bool:
+    """Whether the session is tombstoned, its rows waiting for the erase job."""
+    return session.external_id.startswith(TOMBSTONE_PREFIX)
+
+
+def _not_erasing() -> ColumnElement[bool]:
+    """Sessions not waiting for their erase job: their counters are left as they were when the
+    session was tombstoned (its turns forgotten, its chunks tombstoned), so the sweep, which
+    recounts and offloads, leaves them alone."""
+    return ~Session.external_id.startswith(TOMBSTONE_PREFIX, autoescape=True)
+
+
+# procrastinate's job table (its schema is procrastinate's, not ours): what the sweep checks.
+JOBS = table("procrastinate_jobs", column("queueing_lock"), column("status"))
+
+
+async def get_session(
+    db: AsyncSession, tenant_id: uuid.UUID, external_id: str, *, for_update: bool = False
+) -> Session | None:
+    query = select(Session).where(
+        Session.tenant_id == tenant_id, Session.external_id == external_id
+    )
+    if for_update:
+        # Refresh a copy this unit of work already loaded: values read before the lock may be
+        # stale, and counters written from them would drift.
+        query = query.with_for_update().execution_options(populate_existing=True)
+    return (await db.execute(query)).scalar_one_or_none()
+
+
+async def lock_or_create_session(
+    db: AsyncSession, tenant_id: uuid.UUID, external_id: str
+) -> Session:
+    """The session row, locked for this transaction; created on first use.
+
+    The row lock serialises writers of one session, which is what makes `seq` gap-free.
+    """
+    found = await get_session(db, tenant_id, external_id, for_update=True)
+    if found is not None:
+        return found
+    await db.execute(
+        insert(Session)
+        .values(tenant_id=tenant_id, external_id=external_id)
+        .on_conflict_do_nothing(index_elements=["tenant_id", "external_id"])
+    )
+    created = await get_session(db, tenant_id, external_id, for_update=True)
+    assert created is not None
+    return created
+
+
+async def lock_sessions(db: AsyncSession, session_pks: Iterable[uuid.UUID]) -> list[Session]:
+    """Several session rows locked in one statement, in primary-key order (the lock order);
+    those deleted meanwhile are missing from the answer."""
+    query = (
+        select(Session)
+        .where(Session.id.in_(set(session_pks)))
+        .order_by(Session.id)
+        .with_for_update()
+        .execution_options(populate_existing=True)  # see `get_session`
+    )
+    return list((await db.execute(query)).scalars().all())
+
+
+async def lock_session_by_pk(db: AsyncSession, session_pk: uuid.UUID) -> Session | None:
+    query = (
+        select(Session)
+        .where(Session.id == session_pk)
+        .with_for_update()
+        .execution_options(populate_existing=True)  # see `get_session`
+    )
+    return (await db.execute(query)).scalar_one_or_none()
+
+
+async def user_session_ids(
+    db: AsyncSession, tenant_id: uuid.UUID, user_id: str, limit: int
+) -> list[uuid.UUID]:
+    """A user's sessions, most recently changed first."""
+    rows = await db.execute(
+        select(Session.id)
+        .where(Session.tenant_id == tenant_id, Session.user_id == user_id)
+        .order_by(Session.updated_at.desc())
+        .limit(limit)
+    )
+    return list(rows.scalars())
+
+
+async def update_session(db: AsyncSession, session_pk: uuid.UUID, **values: Any) -> int:
+    """Update the row and bump its version; returns the new version (for cache invalidation)."""
+    result = await db.execute(
+        update(Session)
+        .where(Session.id == session_pk)
+        .values(version=Session.version + 1, **values)
+        .returning(Session.version)
+    )
+    return int(result.scalar_one())
+
+
+async def delete_session(db: AsyncSession, session_pk: uuid.UUID) -> None:
+    await db.execute(delete(Session).where(Session.id == session_pk))
+
+
+async def get_session_by_pk(db: AsyncSession, session_pk: uuid.UUID) -> Session | None:
+    return await db.get(Session, session_pk, populate_existing=True)
+
+
+def _configured(name: str, default: float, as_type: type[BigInteger] | type[Float[float]]) -> Any:
+    """A budget field of the session's own configuration, else the deployment default."""
+    return func.coalesce(Session.config[name].astext.cast(as_type()), default)
+
+
+def usage_ratio_sql(defaults: BudgetConfig) -> ColumnElement[float]:
+    """`app.domain.budget.Budget.ratio` of each session row, in SQL (a test pins the two
+    together): (c0 + c1 + c2 + reply priming) / (C - r)."""
+    c0 = func.coalesce(Session.c0_tokens, _configured("c0_tokens", defaults.c0_tokens, BigInteger))
+    usage = c0 + Session.c1_tokens + Session.c2_tokens + REPLY_PRIMING_TOKENS
+    available = _configured("context_limit", defaults.context_limit, BigInteger) - _configured(
+        "reserve_tokens", defaults.reserve_tokens, BigInteger
+    )
+    return usage.cast(Float()) / func.greatest(available, 1)
+
+
+def _over_trigger(defaults: BudgetConfig) -> ColumnElement[bool]:
+    trigger: ColumnElement[float] = _configured("trigger_ratio", defaults.trigger_ratio, Float)
+    return usage_ratio_sql(defaults) >= trigger
+
+
+async def sessions_over_watermark(
+    db: AsyncSession, defaults: BudgetConfig, limit: int = 500
+) -> list[uuid.UUID]:
+    """Sessions at or over their trigger ratio, changed since their last offload, with no offload
+    job pending: the safety net for a job that failed for good. The offload re-checks before
+    moving anything."""
+    pending_offload = exists().where(
+        JOBS.c.queueing_lock == func.concat("offload:", cast(Session.id, String)),
+        cast(JOBS.c.status, String).in_(["todo", "doing"]),
+    )
+    query = (
+        select(Session.id)
+        .where(
+            _not_erasing(),
+            Session.c1_turns > 0,
+            Session.last_offload_at.is_(None) | (Session.updated_at > Session.last_offload_at),
+            _over_trigger(defaults),
+            ~pending_offload,
+        )
+        .limit(limit)
+    )
+    return list((await db.execute(query)).scalars())
+
+
+def _listed(tenant_id: uuid.UUID, user_id: str | None = None) -> ColumnElement[bool]:
+    """A tenant's sessions (a user's, with `user_id`), but for those being erased, whose ids no
+    client can name."""
+    listed = (Session.tenant_id == tenant_id) & Session.external_id.regexp_match(SESSION_ID_PATTERN)
+    return listed if user_id is None else listed & (Session.user_id == user_id)
+
+
+async def list_sessions(
+    db: AsyncSession, tenant_id: uuid.UUID, *, limit: int, offset: int
+) -> list[Session]:
+    """A tenant's sessions, most recently changed first (the inspector's pages)."""
+    query = (
+        select(Session)
+        .where(_listed(tenant_id))
+        .order_by(Session.updated_at.desc(), Session.id)
+        .limit(limit)
+        .offset(offset)
+    )
+    return list((await db.execute(query)).scalars().all())
+
+
+async def sessions_page(
+    db: AsyncSession,
+    tenant_id: uuid.UUID,
+    *,
+    user_id: str | None,
+    after: tuple[datetime, uuid.UUID] | None,
+    limit: int,
+) -> list[Session]:
+    """A tenant's sessions (a user's, with `user_id`), newest first, from the one after the
+    (created_at, id) `after`: a keyset that no later change of a session moves."""
+    query = select(Session).where(_listed(tenant_id, user_id))
+    if after is not None:
+        query = query.where(tuple_(Session.created_at, Session.id) < tuple_(*after))
+    query = query.order_by(Session.created_at.desc(), Session.id.desc()).limit(limit)
+    return list((await db.execute(query)).scalars().all())
+
+
+async def count_sessions(db: AsyncSession, tenant_id: uuid.UUID, user_id: str) -> int:
+    """A user's sessions a client can name."""
+    query = select(func.count()).where(_listed(tenant_id, user_id))
+    return int((await db.execute(query)).scalar_one())
+
+
+# --- counters ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Counters:
+    """The counters a session row keeps so that no request re-reads its history."""
+
+    c1_tokens: int
+    c1_turns: int
+    turn_count: int
+    chunk_count: int
+
+
+# `app.offload.repository.active_chunk_count`: chunks are counted where they are queried.
+ChunkCount = Callable[[Any], Any]
+
+
+def _counted(chunk_count: ChunkCount) -> tuple[Any, Any, Any, Any]:
+    """Correlated subqueries recounting each counter of the outer `Session` row from the rows."""
+    window = (Turn.session_id == Session.id) & Turn.chunk_id.is_(None) & Turn.forgotten_at.is_(None)
+    return (
+        select(func.coalesce(func.sum(Turn.token_count), 0)).where(window).scalar_subquery(),
+        select(func.count()).where(window).scalar_subquery(),
+        select(func.count()).where(Turn.session_id == Session.id).scalar_subquery(),
+        chunk_count(Session.id),
+    )
+
+
+async def sessions_with_drift(
+    db: AsyncSession,
+    defaults: BudgetConfig,
+    chunk_count: ChunkCount,
+    *,
+    changed_since: datetime,
+    limit: int = 500,
+) -> list[uuid.UUID]:
+    """Sessions changed since `changed_since`, or over their trigger, whose stored counters
+    differ from a recount of their rows (read without locks: the caller re-checks under one)."""
+    c1_tokens, c1_turns, turn_count, chunks = _counted(chunk_count)
+    query = (
+        select(Session.id)
+        .where(
+            _not_erasing(),
+            (Session.updated_at >= changed_since) | _over_trigger(defaults),
+            or_(
+                Session.c1_tokens != c1_tokens,
+                Session.c1_turns != c1_turns,
+                Session.turn_count != turn_count,
+                Session.chunk_count != chunks,
+            ),
+        )
+        .order_by(Session.updated_at.desc())
+        .limit(limit)
+    )
+    return list((await db.execute(query)).scalars())
+
+
+async def recount(db: AsyncSession, session_pk: uuid.UUID, chunk_count: ChunkCount) -> Counters:
+    """The counters of one session, recounted from its turn and chunk rows."""
+    row = (await db.execute(select(*_counted(chunk_count)).where(Session.id == session_pk))).one()
+    return Counters(*(int(v) for v in row))
