@@ -37,10 +37,10 @@ from app.notes.policy import render_notes_block
 from app.notes.service import current_notes
 from app.prompt.assembly import AssemblyInput, assemble_prompt
 from app.recall.service import RecallHit, recall, recalled_item, show_best_turns
-from app.sessions.service import session_budget
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
 from app.store.models import Session
+from app.store.sessions import session_budget
 
 BUDGETS = (250, 500, 1000, 2000)
 KS = (5, 10)

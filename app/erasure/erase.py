@@ -35,7 +35,6 @@ from app.core.db import commit, retrying_transaction
 from app.erasure.service import drop_from_notes
 from app.notes.service import refresh_notes
 from app.offload import repository as chunks_repository
-from app.sessions.service import session_cache_key
 from app.store import builds as builds_store
 from app.store import memories as memories_store
 from app.store import receipts as receipts_store
@@ -43,6 +42,7 @@ from app.store import scratchpads as scratchpads_store
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
 from app.store.models import Session
+from app.store.sessions import session_cache_key
 
 NEEDLE_CHARS = 40
 MAX_NEEDLES = 2_000

@@ -49,19 +49,14 @@ from app.notes.service import NotesDraft, memory_items, write_notes
 from app.offload import repository as chunks_repository
 from app.offload.policy import atomic_units
 from app.offload.service import write_chunks
-from app.sessions.service import (
-    require_session,
-    session_budget,
-    session_cache_key,
-    to_record,
-    write_session,
-)
 from app.store import memories as memories_store
 from app.store import receipts as receipts_store
 from app.store import scratchpads as scratchpads_store
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
 from app.store.models import EraseReceipt, Session, Turn
+from app.store.sessions import require_session, session_budget, session_cache_key, write_session
+from app.store.turns import to_record
 
 NOTES_WRITE_ATTEMPTS = 3  # a notes job may commit a new version between our read and our write
 USER_SESSIONS_UPDATED = 50  # notes of at most this many of a user's sessions updated per forget

@@ -30,19 +30,15 @@ from app.notes.schemas import Notes
 from app.offload import repository as offload_repository
 from app.prompt.clearing import History, ToolClearing
 from app.sessions.schemas import SessionOut
-from app.sessions.service import (
-    effective_config,
-    require_session,
-    session_budget,
-    session_view,
-    to_record,
-)
+from app.sessions.service import session_view
 from app.store import builds as builds_store
 from app.store import receipts as receipts_store
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
 from app.store.models import Chunk, OffloadEvent, PromptBuild, Session
 from app.store.scratchpads import get_scratchpad
+from app.store.sessions import effective_config, require_session, session_budget
+from app.store.turns import to_record
 
 SESSIONS_PER_PAGE = 50
 CHART_TURN_POINTS = 600

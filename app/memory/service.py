@@ -37,13 +37,13 @@ from app.recall.rerank import RerankCandidate, RerankFeatures, ScoredCandidate
 from app.recall.rerank import select_within_budget as select
 from app.recall.service import MEMORY_PREFIX, recall, recalled_item
 from app.sessions.schemas import Usage, Watermark
-from app.sessions.service import effective_config, require_session, session_budget
 from app.store import keys as keys_store
 from app.store import memories as memories_store
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
 from app.store.models import Memory, Session
 from app.store.scratchpads import get_scratchpad
+from app.store.sessions import effective_config, require_session, session_budget
 
 USER_SESSIONS_REFRESHED = 50  # notes of at most this many of a user's sessions refreshed per write
 

@@ -9,8 +9,8 @@ from app.http.errors import COMMON_ERRORS, error_responses
 from app.http.params import SessionIdPath
 from app.jobs.queue import TaskName, enqueue, session_lock
 from app.notes.schemas import DroppedNote, Notes
-from app.sessions.service import require_session
 from app.store.scratchpads import get_scratchpad
+from app.store.sessions import require_session
 
 router = APIRouter(prefix="/v1/sessions", tags=["notes"], responses=error_responses(*COMMON_ERRORS))
 

@@ -20,12 +20,13 @@ from app.notes.llm import NotesGenerationError, llm_extract
 from app.notes.policy import cap, merge, render_notes_block
 from app.notes.rules import extract
 from app.notes.schemas import DroppedNote, NoteItem, Notes, NotesResult
-from app.sessions.service import to_record, write_session
 from app.store import memories as memories_store
 from app.store import scratchpads as scratchpads_store
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
 from app.store.models import Memory, Session
+from app.store.sessions import write_session
+from app.store.turns import to_record
 
 # What a refresh did: "written" (v+1 stored), "stale" (lost the version race, discarded),
 # "failed" (generation failed, rebuild flagged), "gone" (the session was deleted, or is being).

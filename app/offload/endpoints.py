@@ -14,7 +14,7 @@ from app.http.params import SessionIdPath
 from app.offload import repository
 from app.offload.chunking import joined_pieces
 from app.offload.schemas import ChunkDetail, ChunkOut, ChunkPage, TurnText
-from app.sessions.service import require_session
+from app.store.sessions import require_session
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["episodic store"], responses=error_responses(*COMMON_ERRORS)

@@ -31,10 +31,11 @@ from app.offload.chunking import ChunkDraft, chunk_row, chunking_config, iter_ch
 from app.offload.policy import OffloadPlan, select_offload
 from app.sessions import service as sessions_service
 from app.sessions.schemas import AppendTurnsRequest
-from app.sessions.service import AppendOutcome, session_budget, write_session
+from app.sessions.service import AppendOutcome
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
 from app.store.models import Session
+from app.store.sessions import session_budget, write_session
 
 logger = logging.getLogger("contextd.offload")
 

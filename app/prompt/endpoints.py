@@ -29,8 +29,8 @@ from app.http.params import SessionIdPath
 from app.prompt.schemas import BuildPromptRequest, BuildPromptResponse
 from app.prompt.service import build_prompt as build_prompt_service
 from app.prompt.snapshot import Prefetched, read_snapshot
-from app.sessions.service import require_session
 from app.store import builds as builds_store
+from app.store.sessions import require_session
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["prompt"], responses=error_responses(*COMMON_ERRORS)

@@ -36,9 +36,9 @@ from app.recall.service import (
     recalled_item,
     show_best_turns,
 )
-from app.sessions.service import effective_config
 from app.store import turns as turns_store
 from app.store.models import Session
+from app.store.sessions import effective_config
 
 logger = logging.getLogger("contextd.prompt")
 EMERGENCY_TOP_K = 2  # at the emergency ratio recall is tightened to this many items

@@ -27,10 +27,11 @@ from app.prompt.schemas import BuildPromptRequest
 from app.prompt.snapshot import Prefetched, attached, resolve_session
 from app.recall.service import QueryVectors, early_query_text
 from app.sessions.schemas import AppendTurnsRequest, TurnIn
-from app.sessions.service import append_turns, observe_watermark, session_budget, write_session
+from app.sessions.service import append_turns, observe_watermark
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
 from app.store.models import Session
+from app.store.sessions import session_budget, write_session
 
 logger = logging.getLogger("contextd.prompt")
 

@@ -42,8 +42,8 @@ from app.prompt.schemas import (
 from app.prompt.snapshot import KeptWindow, Prefetched, kept_window, read_window
 from app.recall.service import QueryVectors
 from app.sessions.schemas import Usage, Watermark
-from app.sessions.service import session_budget
 from app.store import builds as builds_store
+from app.store.sessions import session_budget
 
 logger = logging.getLogger("contextd.prompt")
 

@@ -16,14 +16,12 @@ from app.auth.schemas import Caller
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.cpu import off_loop
-from app.core.db import after_commit
 from app.core.errors import (
     Conflict,
     DuplicateToolCallId,
     DuplicateToolResult,
     InvalidInput,
     MissingToolCallId,
-    NotFound,
     PayloadTooLarge,
     UnknownToolCall,
 )
@@ -34,7 +32,6 @@ from app.domain.budget import (
     Observation,
     config_error_field,
 )
-from app.domain.records import TurnRecord
 from app.http.input import json_size
 from app.http.pagination import Page, created_after, created_cursor, encode_cursor, page_of
 from app.jobs.queue import enqueue_offload
@@ -59,34 +56,18 @@ from app.sessions.schemas import (
 from app.store import memories as memories_store
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
-from app.store.models import Session, Turn
-from app.store.sessions import Counters
+from app.store.models import Session
+from app.store.sessions import (
+    Counters,
+    require_session,
+    session_budget,
+    session_cache_key,
+    write_session,
+)
 from app.store.turns import ToolCallTally
 
 CONFIG_FIELDS = frozenset(BudgetConfig.model_fields)
 logger = logging.getLogger("contextd.sessions")
-
-
-def effective_config(settings: Settings, session: Session) -> BudgetConfig:
-    """The deployment's defaults overlaid with the values set on the session."""
-    try:
-        return settings.session_defaults.overlay(session.config)
-    except ValidationError:
-        # Valid when stored, but the deployment's defaults changed since: serve the defaults
-        # rather than fail every request of the session; a PUT repairs it.
-        logger.warning(
-            "session configuration no longer valid; using the defaults",
-            extra={"session": session.external_id},
-        )
-        return settings.session_defaults
-
-
-def session_budget(settings: Settings, session: Session) -> Budget:
-    """The session's budget from its stored counters. Until build-prompt has reported the
-    system prompt's size, c0 is the configured assumption."""
-    config = effective_config(settings, session)
-    c0 = config.c0_tokens if session.c0_tokens is None else session.c0_tokens
-    return Budget(config, c0=c0, c1=session.c1_tokens, c2=session.c2_tokens)
 
 
 async def observe_watermark(db: AsyncSession, budget: Budget, session: Session) -> Observation:
@@ -96,20 +77,6 @@ async def observe_watermark(db: AsyncSession, budget: Budget, session: Session) 
     if observation.fired:
         await enqueue_offload(db, session.id, trigger="watermark")
     return observation
-
-
-def to_record(turn: Turn) -> TurnRecord:
-    return TurnRecord(
-        seq=turn.seq,
-        role=turn.role,
-        content=turn.content,
-        token_count=turn.token_count,
-        created_at=turn.created_at,
-        name=turn.name,
-        tool_calls=turn.tool_calls,
-        tool_call_id=turn.tool_call_id,
-        metadata=turn.metadata_,
-    )
 
 
 def check_metadata_size(metadata: dict[str, Any] | None, field: str, settings: Settings) -> int:
@@ -372,32 +339,6 @@ async def append_turns(
             db, caller.tenant_id, session.id, idempotency_key, 201, response.model_dump(mode="json")
         )
     return AppendOutcome(response, False, session.id)
-
-
-def session_cache_key(cache: Cache, tenant_id: uuid.UUID, session_id: str) -> str:
-    return cache.key("session", tenant_id, session_id)
-
-
-async def write_session(db: AsyncSession, cache: Cache, session: Session, **values: Any) -> int:
-    """Update the session row (bumping its version) and, once committed, retire cached copies.
-
-    Every change of a session goes through here, so the cached view is never older than the
-    committed row (see `Cache.set_versioned`)."""
-    version = await sessions_store.update_session(db, session.id, **values)
-    key = session_cache_key(cache, session.tenant_id, session.external_id)
-
-    async def _invalidate() -> None:
-        await cache.invalidate_versioned(key, version)
-
-    after_commit(db, _invalidate)
-    return version
-
-
-async def require_session(db: AsyncSession, caller: Caller, session_id: str) -> Session:
-    session = await sessions_store.get_session(db, caller.tenant_id, session_id)
-    if session is None:
-        raise NotFound(f"session {session_id!r} not found", field="session_id")
-    return session
 
 
 async def list_turns(

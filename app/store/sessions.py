@@ -1,12 +1,14 @@
 """SQL for sessions: lock and create, list, configure, delete, the sweep's watermark and
 counter queries. The lock order every transaction follows is in `app.store`."""
 
+import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
@@ -26,9 +28,17 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.domain.budget import REPLY_PRIMING_TOKENS, BudgetConfig
+from app.auth.schemas import Caller
+from app.core.cache import Cache
+from app.core.config import Settings
+from app.core.db import after_commit
+from app.core.errors import NotFound
+from app.domain.budget import REPLY_PRIMING_TOKENS, Budget, BudgetConfig
 from app.domain.ids import SESSION_ID_PATTERN
 from app.store.models import Session, Turn
+
+# The session-state helpers log as the sessions service they came from.
+logger = logging.getLogger("contextd.sessions")
 
 # A deleted session is renamed to this prefix and its primary key at once, then erased by a job:
 # outside SESSION_ID_PATTERN, so no request can name it.
@@ -289,3 +299,51 @@ async def recount(db: AsyncSession, session_pk: uuid.UUID, chunk_count: ChunkCou
     """The counters of one session, recounted from its turn and chunk rows."""
     row = (await db.execute(select(*_counted(chunk_count)).where(Session.id == session_pk))).one()
     return Counters(*(int(v) for v in row))
+
+
+def effective_config(settings: Settings, session: Session) -> BudgetConfig:
+    """The deployment's defaults overlaid with the values set on the session."""
+    try:
+        return settings.session_defaults.overlay(session.config)
+    except ValidationError:
+        # Valid when stored, but the deployment's defaults changed since: serve the defaults
+        # rather than fail every request of the session; a PUT repairs it.
+        logger.warning(
+            "session configuration no longer valid; using the defaults",
+            extra={"session": session.external_id},
+        )
+        return settings.session_defaults
+
+
+def session_budget(settings: Settings, session: Session) -> Budget:
+    """The session's budget from its stored counters. Until build-prompt has reported the
+    system prompt's size, c0 is the configured assumption."""
+    config = effective_config(settings, session)
+    c0 = config.c0_tokens if session.c0_tokens is None else session.c0_tokens
+    return Budget(config, c0=c0, c1=session.c1_tokens, c2=session.c2_tokens)
+
+
+def session_cache_key(cache: Cache, tenant_id: uuid.UUID, session_id: str) -> str:
+    return cache.key("session", tenant_id, session_id)
+
+
+async def write_session(db: AsyncSession, cache: Cache, session: Session, **values: Any) -> int:
+    """Update the session row (bumping its version) and, once committed, retire cached copies.
+
+    Every change of a session goes through here, so the cached view is never older than the
+    committed row (see `Cache.set_versioned`)."""
+    version = await update_session(db, session.id, **values)
+    key = session_cache_key(cache, session.tenant_id, session.external_id)
+
+    async def _invalidate() -> None:
+        await cache.invalidate_versioned(key, version)
+
+    after_commit(db, _invalidate)
+    return version
+
+
+async def require_session(db: AsyncSession, caller: Caller, session_id: str) -> Session:
+    session = await get_session(db, caller.tenant_id, session_id)
+    if session is None:
+        raise NotFound(f"session {session_id!r} not found", field="session_id")
+    return session

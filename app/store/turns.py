@@ -392,3 +392,17 @@ async def session_text_bytes(db: AsyncSession, session_pk: uuid.UUID) -> int:
         )
     )
     return int(total or 0)
+
+
+def to_record(turn: Turn) -> TurnRecord:
+    return TurnRecord(
+        seq=turn.seq,
+        role=turn.role,
+        content=turn.content,
+        token_count=turn.token_count,
+        created_at=turn.created_at,
+        name=turn.name,
+        tool_calls=turn.tool_calls,
+        tool_call_id=turn.tool_call_id,
+        metadata=turn.metadata_,
+    )

@@ -19,8 +19,8 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.ratelimit import RateLimiter
 from app.notes.service import notes_cache_key
-from app.sessions.service import session_cache_key
 from app.store.models import Session
+from app.store.sessions import session_cache_key
 from tests.conftest import new_key
 from tests.support.server import run_server
 from tests.support.valkey_cluster import ValkeyCluster, valkey_cluster

@@ -8,9 +8,9 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings
-from app.sessions.service import session_budget
 from app.store import sessions as sessions_store
 from app.store.models import Session
+from app.store.sessions import session_budget
 from tests.support.factories import new_caller, transaction
 
 # (stored config, c0 or None, c1, c2): around the trigger, with and without overrides.
