@@ -48,6 +48,7 @@ PURE = (
     "app.core.breaker",
     "app.offload.policy",
     "app.offload.chunking",
+    "app.offload.cuts",
     "app.notes.policy",
     "app.notes.rules",
     "app.notes.sentences",
@@ -118,7 +119,6 @@ LONG_FUNCTIONS_KNOWN: frozenset[str] = frozenset(
 )
 LONG_FILES_KNOWN: frozenset[str] = frozenset(
     {
-        "app.offload.chunking",
         "app.offload.repository",
         "app.recall.service",
     }
