@@ -48,8 +48,14 @@ PURE = (
     "app.core.breaker",
     "app.offload.policy",
     "app.offload.chunking",
+    "app.offload.cuts",
     "app.notes.policy",
     "app.notes.rules",
+    "app.notes.sentences",
+    "app.notes.notebook",
+    "app.notes.constraints",
+    "app.notes.decisions",
+    "app.notes.facts",
     "app.notes.values",
     "app.notes.layering",
     "app.recall.adapter",
@@ -109,8 +115,6 @@ LONG_FUNCTIONS_KNOWN: frozenset[str] = frozenset(
 )
 LONG_FILES_KNOWN: frozenset[str] = frozenset(
     {
-        "app.notes.rules",
-        "app.offload.chunking",
         "app.offload.repository",
         "app.recall.service",
     }

@@ -7,8 +7,9 @@ import pytest
 from app.core.tokens import message_tokens
 from app.domain.records import TurnRecord
 from app.notes.policy import merge, render_notes_block
-from app.notes.rules import extract, sentences
+from app.notes.rules import extract
 from app.notes.schemas import NoteItem, Notes
+from app.notes.sentences import sentences
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
