@@ -101,9 +101,6 @@ KNOWN: frozenset[tuple[str, str]] = frozenset(
         ("app.memory.service", "app.recall.rerank"),
         ("app.memory.service", "app.recall.service"),
         ("app.memory.service", "app.sessions.schemas"),
-        ("app.offload.service", "app.sessions.schemas"),
-        ("app.offload.service", "app.sessions.service"),
-        ("app.offload.tasks", "app.sessions.service"),
         ("app.recall.service", "app.offload.chunking"),
     }
 )

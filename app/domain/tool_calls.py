@@ -2,6 +2,7 @@
 prompt, in what an offload moves together and in what a forget widens to."""
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from app.domain.records import TurnRecord
 
@@ -22,3 +23,11 @@ def tool_pairs(turns: Sequence[TurnRecord]) -> dict[int, tuple[int, int]]:
             if calls:
                 pairs[i] = calls.pop()
     return pairs
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallTally:
+    """How often the session's live turns issued a tool call id, and answered it."""
+
+    calls: int = 0
+    results: int = 0

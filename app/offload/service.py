@@ -16,12 +16,10 @@ from datetime import UTC, datetime
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.schemas import Caller
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.cpu import batches_off_loop
-from app.core.db import after_commit, local_time_limits, release
-from app.core.observability import Metrics
+from app.core.db import local_time_limits
 from app.core.tokens import message_tokens
 from app.domain.budget import Budget
 from app.domain.records import TurnRecord
@@ -29,9 +27,6 @@ from app.jobs.queue import TaskName, embedding_lock, enqueue, session_lock
 from app.offload import repository
 from app.offload.chunking import ChunkDraft, chunk_row, chunking_config, iter_chunks
 from app.offload.policy import OffloadPlan, select_offload
-from app.sessions import service as sessions_service
-from app.sessions.schemas import AppendTurnsRequest
-from app.sessions.service import AppendOutcome
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
 from app.store.models import Session
@@ -241,35 +236,3 @@ async def inline_offload(
         logger.warning("inline offload failed: %s", type(exc).__name__, extra={"trigger": trigger})
         return None
     return result.tokens_freed if result is not None else 0
-
-
-async def append_turns_and_offload(
-    db: AsyncSession,
-    caller: Caller,
-    settings: Settings,
-    cache: Cache,
-    metrics: Metrics,
-    session_id: str,
-    request: AppendTurnsRequest,
-    idempotency_key: str | None,
-) -> AppendOutcome:
-    """An append (`app.sessions.service.append_turns`) and, when its turns took the window to
-    the emergency ratio, the offload too, before the answer: the worker's job, enqueued with the
-    turns, would come after the build that usually follows at once, and that build would
-    offload inline itself. The turns commit first, on their own: an offload that fails or times
-    out loses none of them (the job moves them later), and the answer, stored for a replay of
-    its `Idempotency-Key` with the turns, says what the turns did to the window."""
-    outcome = await sessions_service.append_turns(
-        db, caller, settings, cache, session_id, request, idempotency_key
-    )
-    if outcome.replayed or outcome.response.watermark.level != "emergency":
-        return outcome
-    await release(db)
-    freed = await inline_offload(db, settings, cache, outcome.session_pk, trigger="append")
-    if freed:
-
-        async def count() -> None:
-            metrics.observe_offload("append", freed)
-
-        after_commit(db, count)
-    return outcome

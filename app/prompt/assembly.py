@@ -239,7 +239,7 @@ def mandatory_costs(
     return costs
 
 
-# Turn seqs count from 1 in every session (`sessions.service.append_turns`): a history whose
+# Turn seqs count from 1 in every session (`sessions.append.append_turns`): a history whose
 # first turn has it holds the whole session.
 FIRST_SEQ = 1
 

@@ -22,12 +22,13 @@ from app.core.db import local_time_limits
 from app.core.errors import BudgetExceeded, InvalidInput
 from app.core.tokens import message_tokens
 from app.domain.budget import Budget, BudgetConfig, config_error_field
+from app.offload.watermark import observe_watermark
 from app.prompt.assembly import PromptTooLarge, mandatory_costs, tools_tokens
 from app.prompt.schemas import BuildPromptRequest
 from app.prompt.snapshot import Prefetched, attached, resolve_session
 from app.recall.service import QueryVectors, early_query_text
+from app.sessions.append import append_turns
 from app.sessions.schemas import AppendTurnsRequest, TurnIn
-from app.sessions.service import append_turns, observe_watermark
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
 from app.store.models import Session

@@ -20,8 +20,8 @@ from app.http.errors import COMMON_ERRORS, Rule, error_responses, with_rules
 from app.http.input import BODY_RULES, PARAMETER_RULE, StorableText
 from app.http.pagination import BIGINT_KEY, CURSOR_VALUE_MAX, UUID_KEY, Page, page_params
 from app.http.params import SessionIdPath
-from app.offload.service import append_turns_and_offload
 from app.sessions import service
+from app.sessions.append import append_turns_and_offload
 from app.sessions.schemas import (
     AppendTurnsRequest,
     AppendTurnsResponse,

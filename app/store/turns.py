@@ -15,20 +15,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.db import driver_connection
 from app.domain.records import TurnRecord
+from app.domain.tool_calls import ToolCallTally
 from app.store.models import IdempotencyRecord, Session, Turn
 
 
 async def insert_turns(db: AsyncSession, rows: Sequence[dict[str, Any]]) -> list[Turn]:
     result = await db.execute(insert(Turn).returning(Turn), list(rows))
     return list(result.scalars().all())
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallTally:
-    """How often the session's live turns issued a tool call id, and answered it."""
-
-    calls: int = 0
-    results: int = 0
 
 
 async def tool_call_tallies(

@@ -13,6 +13,7 @@ from app.auth.service import hash_key
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import create_sessionmaker, unit_of_work
+from app.sessions import append as append_sessions
 from app.sessions import service as sessions
 from app.sessions.schemas import AppendTurnsRequest, SessionConfigUpdate
 
@@ -49,7 +50,7 @@ async def append(
     turns: Sequence[dict[str, Any]],
 ) -> dict[str, Any]:
     async with transaction(engine) as db:
-        outcome = await sessions.append_turns(
+        outcome = await append_sessions.append_turns(
             db,
             caller,
             settings,
