@@ -25,7 +25,7 @@ from app.domain.budget import Budget, BudgetConfig, config_error_field
 from app.prompt.assembly import PromptTooLarge, mandatory_costs, tools_tokens
 from app.prompt.schemas import BuildPromptRequest
 from app.prompt.snapshot import Prefetched, attached, resolve_session
-from app.recall.service import QueryVectors, early_query_text
+from app.recall.query_vectors import QueryVectors, early_query_text
 from app.sessions.schemas import AppendTurnsRequest, TurnIn
 from app.sessions.service import append_turns, observe_watermark
 from app.store import sessions as sessions_store
