@@ -27,7 +27,7 @@ from sqlalchemy import text
 from app.embeddings.base import l2_normalise
 from app.eval.locomo import SCORED_CATEGORIES, dia_ids_of_range, load_locomo
 from app.recall.adapter import ADAPTER_FILE, QueryAdapter
-from app.recall.service import query_views
+from app.recall.query import query_views
 from benchmarks.locomo_inprocess import (
     TUNE_CONVERSATIONS,
     dev_context,

@@ -36,7 +36,9 @@ from app.eval.locomo import CATEGORIES, SCORED_CATEGORIES, coverage, dia_ids_of_
 from app.notes.policy import render_notes_block
 from app.notes.service import current_notes
 from app.prompt.assembly import AssemblyInput, assemble_prompt
-from app.recall.service import RecallHit, recall, recalled_item, show_best_turns
+from app.recall.hits import RecallHit, recalled_item
+from app.recall.service import recall
+from app.recall.shown import show_best_turns
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
 from app.store.models import Session

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from app.eval.locomo import dia_ids_of_range
+from app.recall.hits import RecallHit
 from app.recall.rerank import RECENCY_WEIGHT
-from app.recall.service import RecallHit
 from benchmarks.locomo_inprocess import TUNE_CONVERSATIONS, Asked, ask, score_one, table
 
 FITTED = ("fused", "rank", "adjacent", "coverage", "entity")

@@ -44,15 +44,15 @@ import numpy as np
 from sqlalchemy import text
 
 import app.offload.repository as offload_repository
-import app.recall.service as recall_service
+import app.recall.ranking as recall_ranking
 from app.core.config import Settings
 from app.core.context import AppContext
 from app.core.db import read_once
 from app.eval.locomo import coverage, dia_ids_of_range, load_locomo
 from app.offload.chunking import render_turn
 from app.recall.fusion import FusedCandidate
+from app.recall.hits import RecallHit
 from app.recall.rerank import ScoredCandidate
-from app.recall.service import RecallHit
 from app.store import turns as turns_store
 from benchmarks.locomo_inprocess import (
     TUNE_CONVERSATIONS,
@@ -206,11 +206,11 @@ class Patched:
         self.session: uuid.UUID | None = None
         self.evidence_ranks: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
         self._nearest = offload_repository.nearest_and_shown
-        self._fuse = recall_service.fuse_arms
-        self._rerank = recall_service.feature_rerank
+        self._fuse = recall_ranking.fuse_arms
+        self._rerank = recall_ranking.feature_rerank
         offload_repository.nearest_and_shown = self.nearest_and_shown  # type: ignore[assignment]
-        recall_service.fuse_arms = self.fuse_arms  # type: ignore[assignment]
-        recall_service.feature_rerank = self.feature_rerank  # type: ignore[assignment]
+        recall_ranking.fuse_arms = self.fuse_arms  # type: ignore[assignment]
+        recall_ranking.feature_rerank = self.feature_rerank  # type: ignore[assignment]
 
     async def nearest_and_shown(
         self,

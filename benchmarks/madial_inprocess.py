@@ -43,17 +43,14 @@ from app.eval.madial import (
     split_of,
 )
 from app.memory.policy import embedding_text, is_match, near_duplicate
+from app.recall.arms import lexical_arm
 from app.recall.bm25 import BM25Index
 from app.recall.fusion import ArmWeights, fuse_arms
+from app.recall.hits import MEMORY_PREFIX
 from app.recall.languages import calibrated
+from app.recall.query import query_views, weighted_terms
 from app.recall.rerank import RerankCandidate, feature_rerank
 from app.recall.rewrite import rewrite_query
-from app.recall.service import (
-    MEMORY_PREFIX,
-    lexical_arm,
-    query_views,
-    weighted_terms,
-)
 from app.recall.stem import by_stem
 
 KS = (5, 10)

@@ -64,6 +64,7 @@ PURE = (
     "app.recall.rerank",
     "app.recall.rewrite",
     "app.recall.query",
+    "app.recall.hits",
     "app.prompt.assembly",
     "app.prompt.blocks",
     "app.prompt.choosing",
@@ -98,22 +99,17 @@ KNOWN: frozenset[tuple[str, str]] = frozenset(
         ("app.memory.service", "app.memory.tool"),
         ("app.memory.service", "app.offload.service"),
         ("app.memory.service", "app.prompt.blocks"),
+        ("app.memory.service", "app.recall.hits"),
         ("app.memory.service", "app.recall.rerank"),
         ("app.memory.service", "app.recall.service"),
         ("app.memory.service", "app.sessions.schemas"),
-        ("app.recall.service", "app.offload.chunking"),
+        ("app.recall.shown", "app.offload.chunking"),
     }
 )
-LONG_FUNCTIONS_KNOWN: frozenset[str] = frozenset(
-    {
-        "app.recall.rerank.select_within_budget",
-        "app.recall.service.recall",
-    }
-)
+LONG_FUNCTIONS_KNOWN: frozenset[str] = frozenset()
 LONG_FILES_KNOWN: frozenset[str] = frozenset(
     {
         "app.offload.repository",
-        "app.recall.service",
     }
 )
 

@@ -2,12 +2,14 @@
 
 Shared by the optional LLM notes generator and the optional LLM query rewrite: same URL rule,
 timeout (enforced as a total with `asyncio.timeout`), reply decoding and error wording; callers
-validate the decoded object against their own schema.
+validate the decoded object against their own schema, and get a failure as their own exception
+(`ask_json`).
 """
 
 import asyncio
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -15,6 +17,16 @@ import httpx
 
 class ChatUnavailable(Exception):
     """The chat endpoint could not give a JSON reply (timeout, connection, HTTP error, bad body)."""
+
+
+@dataclass(frozen=True)
+class ChatEndpoint:
+    """One chat model: where it answers, its name, its bearer key, the budget of a call."""
+
+    base_url: str
+    model: str
+    api_key: str | None
+    timeout_s: float
 
 
 def chat_completions_url(base_url: str) -> str:
@@ -62,6 +74,30 @@ async def chat_json(
     except ValueError as exc:
         raise ChatUnavailable(f"{purpose} at {url} returned a non-JSON body") from exc
     return decode_reply(body)
+
+
+async def ask_json(
+    client: httpx.AsyncClient,
+    endpoint: ChatEndpoint,
+    messages: list[dict[str, str]],
+    *,
+    purpose: str,
+    failure: type[Exception],
+) -> Any:
+    """`chat_json` at `endpoint`, its failure raised as the caller's own `failure` (same
+    message)."""
+    try:
+        return await chat_json(
+            client,
+            endpoint.base_url,
+            endpoint.model,
+            endpoint.api_key,
+            messages,
+            endpoint.timeout_s,
+            purpose=purpose,
+        )
+    except ChatUnavailable as exc:
+        raise failure(str(exc)) from exc
 
 
 def decode_reply(body: Any) -> Any:

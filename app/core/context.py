@@ -30,7 +30,7 @@ class AppContext:
     sessionmaker: async_sessionmaker[AsyncSession]
     cache: Cache
     http: httpx.AsyncClient  # outbound calls: LLM notes, rerank, query rewrite
-    # Recall's per-session BM25 indexes and shown chunks' turns (`app.recall.service`) here.
+    # Recall's per-session BM25 indexes and shown chunks' turns (`app.recall.session_chunks`) here.
     lexical_indexes: VersionedLRU[Any]
     # What build-prompt read of a session, kept by version: its window by the session row's
     # version (`app.prompt.snapshot`), its notes by the notes version (`app.prompt.gather`).

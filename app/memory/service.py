@@ -33,9 +33,10 @@ from app.memory.schemas import MemoryAnswer, MemoryList, MemoryOut, MemoryReques
 from app.memory.tool import help_text, tool_definition
 from app.offload.service import offload_session
 from app.prompt.blocks import neutralise_quoted, render_item
+from app.recall.hits import MEMORY_PREFIX, recalled_item
 from app.recall.rerank import RerankCandidate, RerankFeatures, ScoredCandidate
 from app.recall.rerank import select_within_budget as select
-from app.recall.service import MEMORY_PREFIX, recall, recalled_item
+from app.recall.service import recall
 from app.sessions.schemas import Usage, Watermark
 from app.store import keys as keys_store
 from app.store import memories as memories_store

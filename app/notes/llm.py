@@ -16,7 +16,7 @@ from typing import Any, cast
 import httpx
 from pydantic import ValidationError
 
-from app.core.chat import ChatUnavailable, chat_json
+from app.core.chat import ChatEndpoint, ask_json
 from app.domain.records import TurnRecord
 from app.notes.schemas import SECTION_NAMES, NoteItem, Notes, Source
 
@@ -114,17 +114,12 @@ async def llm_extract(
     timeout_s: float,
 ) -> Notes:
     """Updated notes from the LLM, or `NotesGenerationError` — never partial notes."""
-    try:
-        data = await chat_json(
-            client,
-            base_url,
-            model,
-            api_key,
-            build_messages(previous, turns),
-            timeout_s,
-            purpose="notes LLM",
-        )
-    except ChatUnavailable as exc:
-        raise NotesGenerationError(str(exc)) from exc
+    data = await ask_json(
+        client,
+        ChatEndpoint(base_url, model, api_key, timeout_s),
+        build_messages(previous, turns),
+        purpose="notes LLM",
+        failure=NotesGenerationError,
+    )
     notes = _parse_notes(data)
     return _enforce_provenance(notes, previous, turns)

@@ -392,6 +392,22 @@ class ShownChunk(NamedTuple):
     trusted: bool
     token_count: int  # count_tokens(raw_text)
 
+    @classmethod
+    def of(cls, chunk: Chunk) -> "ShownChunk":
+        """A stored chunk as recall shows it."""
+        return cls(
+            str(chunk.id),
+            chunk.status,
+            chunk.turn_first,
+            chunk.turn_last,
+            chunk.part,
+            chunk.parts,
+            chunk.ts_last,
+            chunk.raw_text,
+            chunk.trusted,
+            chunk.token_count,
+        )
+
 
 _SHOWN = (
     "c.id, c.status, c.turn_first, c.turn_last, c.part, c.parts, c.ts_last, c.raw_text, c.trusted, "

@@ -26,16 +26,12 @@ from app.prompt.clearing import ToolClearing
 from app.prompt.prepare import BuildState, elapsed_ms, has_history
 from app.prompt.schemas import BuildPromptRequest, ManifestItem, ToolResultsOptions
 from app.prompt.snapshot import KeptWindow, attached
+from app.recall.hits import MEMORY_PREFIX, RecallOutcome, recalled_item
+from app.recall.memory_arms import rank_user_memories
+from app.recall.query_vectors import QueryVectors
 from app.recall.rewrite import window_query
-from app.recall.service import (
-    MEMORY_PREFIX,
-    QueryVectors,
-    RecallOutcome,
-    rank_user_memories,
-    recall,
-    recalled_item,
-    show_best_turns,
-)
+from app.recall.service import recall
+from app.recall.shown import show_best_turns
 from app.store import turns as turns_store
 from app.store.models import Session
 from app.store.sessions import effective_config

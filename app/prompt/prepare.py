@@ -26,7 +26,7 @@ from app.offload.watermark import observe_watermark
 from app.prompt.assembly import PromptTooLarge, mandatory_costs, tools_tokens
 from app.prompt.schemas import BuildPromptRequest
 from app.prompt.snapshot import Prefetched, attached, resolve_session
-from app.recall.service import QueryVectors, early_query_text
+from app.recall.query_vectors import QueryVectors, early_query_text
 from app.sessions.append import append_turns
 from app.sessions.schemas import AppendTurnsRequest, TurnIn
 from app.store import sessions as sessions_store

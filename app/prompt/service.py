@@ -40,7 +40,7 @@ from app.prompt.schemas import (
     RecallReport,
 )
 from app.prompt.snapshot import KeptWindow, Prefetched, kept_window, read_window
-from app.recall.service import QueryVectors
+from app.recall.query_vectors import QueryVectors
 from app.sessions.schemas import Usage, Watermark
 from app.store import builds as builds_store
 from app.store.sessions import session_budget

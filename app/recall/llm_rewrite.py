@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from app.core.chat import ChatUnavailable, chat_json
+from app.core.chat import ChatEndpoint, ask_json
 
 MAX_TURN_CHARS = 2_000
 # A rewrite may add the context it resolves, not an essay: longer than this it is rejected.
@@ -70,16 +70,11 @@ async def llm_rewrite(
     timeout_s: float,
 ) -> str:
     """`query` rewritten to stand alone, or `QueryRewriteUnavailable` within `timeout_s`."""
-    try:
-        data = await chat_json(
-            client,
-            base_url,
-            model,
-            api_key,
-            build_messages(query, recent_turns),
-            timeout_s,
-            purpose="rewrite LLM",
-        )
-    except ChatUnavailable as exc:
-        raise QueryRewriteUnavailable(str(exc)) from exc
+    data = await ask_json(
+        client,
+        ChatEndpoint(base_url, model, api_key, timeout_s),
+        build_messages(query, recent_turns),
+        purpose="rewrite LLM",
+        failure=QueryRewriteUnavailable,
+    )
     return parse_reply(data, query)

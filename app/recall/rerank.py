@@ -328,6 +328,52 @@ def repeats(
     return False
 
 
+@dataclass
+class _Kept:
+    """What the candidates `select_within_budget` kept so far cover."""
+
+    groups: set[str] = field(default_factory=set)
+    texts: set[str] = field(default_factory=set)
+    # For each turn a kept candidate covers, the furthest last turn of the kept ranges holding it:
+    # a range lies inside a kept one exactly when the kept ranges holding its first turn reach
+    # its last (one lookup instead of a pass over every kept range).
+    reach: dict[int, int] = field(default_factory=dict)
+    words: list[frozenset[str]] = field(default_factory=list)
+    union: frozenset[str] = frozenset()
+
+    def duplicates(
+        self, turns: tuple[int, int], group: str | None, ranged: bool, key: str, keyed: bool
+    ) -> bool:
+        """Whether a kept candidate covers the content of a candidate of `turns` (first, last):
+        its `group`'s, its range (when `ranged`), its text (`key`); a `keyed` piece of a split
+        turn only by its text."""
+        first, last = turns
+        # Pieces of one split turn (grouped) share a turn range but hold different text: they are
+        # deduplicated by group, not by range. Candidates without turns (remembered items) skip it.
+        range_dup = group is None and ranged and self.reach.get(first, first - 1) >= last
+        same_turn = (group is not None and group in self.groups) or range_dup
+        return (same_turn and not keyed) or key in self.texts
+
+    def repeated(self, text: str) -> bool:
+        """Whether `text` `repeats` a kept candidate; if not, its words count as kept."""
+        words = word_set(text)
+        if repeats(words, self.words, self.union):
+            return True
+        self.words.append(words)
+        self.union |= words
+        return False
+
+    def add(self, turns: tuple[int, int], group: str | None, ranged: bool, key: str) -> None:
+        self.texts.add(key)
+        if group is None and ranged:
+            first, last = turns
+            for seq in range(first, last + 1):
+                if self.reach.get(seq, last - 1) < last:
+                    self.reach[seq] = last
+        if group is not None:
+            self.groups.add(group)
+
+
 def select_within_budget(
     scored: Sequence[ScoredCandidate],
     k: int = DEFAULT_TOP_K,
@@ -364,29 +410,17 @@ def select_within_budget(
     selected: list[ScoredCandidate] = []
     dropped: list[tuple[ScoredCandidate, DropReason]] = []
     used = 0
-    kept_groups: set[str] = set()
-    kept_texts: set[str] = set()
-    # For each turn a kept candidate covers, the furthest last turn of the kept ranges holding it:
-    # a range lies inside a kept one exactly when the kept ranges holding its first turn reach
-    # its last (one lookup instead of a pass over every kept range).
-    reach: dict[int, int] = {}
-    kept_words: list[frozenset[str]] = []
-    kept_union: frozenset[str] = frozenset()
+    kept = _Kept()
     for item in scored:
         cand = item.candidate
-        first, last = cand.turn_range
+        turns = cand.turn_range
         group = groups.get(cand.id)
-        if cand.id not in rangeless and _in_window((first, last), window_seqs):
+        ranged = cand.id not in rangeless
+        if ranged and _in_window(turns, window_seqs):
             dropped.append((item, "in_window"))
             continue
         duplicate_key = keys.get(cand.id) or text_key(cand.text)
-        # Pieces of one split turn (grouped) share a turn range but hold different text: they are
-        # deduplicated by group, not by range. Candidates without turns (remembered items) skip it.
-        range_dup = (
-            group is None and cand.id not in rangeless and reach.get(first, first - 1) >= last
-        )
-        same_turn = (group is not None and group in kept_groups) or range_dup
-        if (same_turn and cand.id not in keyed_pieces) or duplicate_key in kept_texts:
+        if kept.duplicates(turns, group, ranged, duplicate_key, cand.id in keyed_pieces):
             dropped.append((item, "duplicate"))
             continue
         if len(selected) >= k:
@@ -399,20 +433,10 @@ def select_within_budget(
             if used + cost > budget_tokens:
                 dropped.append((item, "over_budget"))
                 continue
-        if near_duplicates:
-            words = word_set(cand.text)
-            if repeats(words, kept_words, kept_union):
-                dropped.append((item, "near_duplicate"))
-                continue
-            kept_words.append(words)
-            kept_union |= words
+        if near_duplicates and kept.repeated(cand.text):
+            dropped.append((item, "near_duplicate"))
+            continue
         selected.append(item)
         used += cost
-        kept_texts.add(duplicate_key)
-        if group is None and cand.id not in rangeless:
-            for seq in range(first, last + 1):
-                if reach.get(seq, last - 1) < last:
-                    reach[seq] = last
-        if group is not None:
-            kept_groups.add(group)
+        kept.add(turns, group, ranged, duplicate_key)
     return Selection(selected=selected, dropped=dropped, tokens=used)

@@ -6,7 +6,7 @@ anything else could go on, and grew with the table around the session (its rows 
 the session index). Here the same scan is one matrix-vector product (~0.05 ms at 1,000 chunks of
 384 dimensions). A chunk's vector of a given model never changes once written, so the vectors
 this process read are valid in any later build; which chunks are active comes from the
-session's `chunks_version` (the BM25 index of that version, `app.recall.service`).
+session's `chunks_version` (the BM25 index of that version, `app.recall.session_chunks`).
 """
 
 from collections.abc import Collection, Mapping, Sequence

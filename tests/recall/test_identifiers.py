@@ -13,7 +13,7 @@ from app.offload.repository import ShownChunk
 from app.recall.fusion import FusedCandidate
 from app.recall.rerank import RerankCandidate, feature_rerank, select_within_budget
 from app.recall.rewrite import code_identifiers, rewrite_query, window_query
-from app.recall.service import CallChunk, ResultOfCall, calls_at_end, with_results_of_calls
+from app.recall.tool_results import CallChunk, ResultOfCall, calls_at_end, with_results_of_calls
 
 SHAPES = [
     ("snake_case", "snake_case"),

@@ -1,7 +1,8 @@
-"""The rows of the vector arm's chunks are kept per process (`app.recall.service._SessionChunks`):
-a build whose nearest chunks' rows are kept (the vector statement then returns ids and distances
-only) builds what a first read builds, and a forgotten turn never comes back through them, in
-English and Chinese, with a real embedder over HTTP and the worker embedding the chunks."""
+"""The rows of the vector arm's chunks are kept per process
+(`app.recall.session_chunks.SessionChunks`): a build whose nearest chunks' rows are kept (the
+vector statement then returns ids and distances only) builds what a first read builds, and a
+forgotten turn never comes back through them, in English and Chinese, with a real embedder over
+HTTP and the worker embedding the chunks."""
 
 import hashlib
 import math

@@ -1,8 +1,8 @@
 from collections import Counter
 
 from app.core.text import terms
+from app.recall.arms import CJK_CHARACTER_WEIGHT, lexical_arm
 from app.recall.bm25 import BM25Index
-from app.recall.service import CJK_CHARACTER_WEIGHT, lexical_arm
 
 DOCS = {
     "remember": "好的，我会记住花生过敏。",

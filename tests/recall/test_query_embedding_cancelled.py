@@ -9,7 +9,7 @@ from typing import Any
 
 from app.core.config import Settings
 from app.core.context import AppContext
-from app.recall.service import _query_vector
+from app.recall.query_vectors import _query_vector
 from tests.support.loopback import loopback_server
 
 DIM = 8

@@ -1,4 +1,4 @@
-from app.recall.service import asker_view, query_view, query_views
+from app.recall.query import asker_view, query_view, query_views
 
 
 def test_a_long_query_is_embedded_by_its_last_lines_only() -> None:

@@ -1,6 +1,6 @@
-"""The turns of shown chunks are kept per process (`app.recall.service._SessionChunks`): a build
-that shows a chunk again builds what a first read builds, and a forgotten turn never comes back
-through them, in English and Chinese."""
+"""The turns of shown chunks are kept per process (`app.recall.session_chunks.SessionChunks`):
+a build that shows a chunk again builds what a first read builds, and a forgotten turn never
+comes back through them, in English and Chinese."""
 
 from typing import Any
 
