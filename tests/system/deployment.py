@@ -141,6 +141,34 @@ async def deployment(
         running.stop()
 
 
+async def settled(
+    engine: AsyncEngine, tenant: uuid.UUID, embedding: bool = False
+) -> tuple[int, int, int]:
+    """(jobs queued or running, the tenant's sessions whose notes do not yet cover their
+    offloaded turns, its chunks still waiting for a vector when `embedding`)."""
+    async with engine.connect() as conn:
+        busy = await conn.scalar(
+            text("SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')")
+        )
+        stale = await conn.scalar(
+            text(
+                "SELECT count(*) FROM sessions s LEFT JOIN scratchpads p ON p.session_id = s.id"
+                " WHERE s.tenant_id = :t"
+                " AND coalesce(p.covers_until_seq, 0) < s.offloaded_until_seq"
+            ),
+            {"t": tenant},
+        )
+        unembedded = (
+            await conn.scalar(
+                text("SELECT count(*) FROM chunks WHERE tenant_id = :t AND embedding IS NULL"),
+                {"t": tenant},
+            )
+            if embedding
+            else 0
+        )
+    return int(busy or 0), int(stale or 0), int(unembedded or 0)
+
+
 def client_turn(client: int, i: int) -> dict[str, Any]:
     return {
         "role": "user" if i % 2 == 0 else "assistant",

@@ -33,7 +33,14 @@ from tests.support.fake_notes_model import reply
 from tests.support.loopback import Handler, loopback_server
 from tests.support.valkey_cluster import ValkeyCluster, valkey_cluster
 from tests.support.waiting import wait_for
-from tests.system.deployment import SMALL_WINDOW, Deployment, Fleet, deployment, process_env
+from tests.system.deployment import (
+    SMALL_WINDOW,
+    Deployment,
+    Fleet,
+    deployment,
+    process_env,
+    settled,
+)
 
 OWN_DATABASE = True  # it runs workers: see tests/conftest.py
 
@@ -80,23 +87,6 @@ async def jobs_held_by(engine: AsyncEngine, job_workers: set[int]) -> list[int]:
             {"w": list(job_workers)},
         )
         return list(found.all())
-
-
-async def settled(engine: AsyncEngine, tenant: uuid.UUID) -> tuple[int, int]:
-    """(jobs queued or running, sessions whose notes do not yet cover their offloaded turns)."""
-    async with engine.connect() as conn:
-        busy = await conn.scalar(
-            text("SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')")
-        )
-        stale = await conn.scalar(
-            text(
-                "SELECT count(*) FROM sessions s LEFT JOIN scratchpads p ON p.session_id = s.id"
-                " WHERE s.tenant_id = :t"
-                " AND coalesce(p.covers_until_seq, 0) < s.offloaded_until_seq"
-            ),
-            {"t": tenant},
-        )
-    return int(busy or 0), int(stale or 0)
 
 
 @dataclass
@@ -265,7 +255,7 @@ async def scale_out(
             tenant = await tenant_id(engine, tenant_name)
             await wait_for(
                 lambda: settled(engine, tenant),
-                lambda state: state == (0, 0),
+                lambda state: state == (0, 0, 0),
                 timeout=90,
                 what="the queue to drain and the notes to cover every offload",
             )
