@@ -15,6 +15,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,7 @@ class Deployment:
             started.append(member)
         for member in started:
             await wait_for(
-                lambda m=member: answers(m.url), bool, timeout=120, what=f"{member.name} to answer"
+                partial(answers, member.url), bool, timeout=120, what=f"{member.name} to answer"
             )
 
     async def start_worker(self) -> Member:
@@ -220,7 +221,11 @@ class Fleet:
             await http.aclose()
 
     async def call(
-        self, method: str, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> httpx.Response:
         self._turn += 1
         deadline = time.monotonic() + self.deadline_seconds

@@ -90,6 +90,26 @@ async def jobs_held_by(engine: AsyncEngine, job_workers: set[int]) -> list[int]:
 
 
 @dataclass
+class PrimaryOutage:
+    """On the cluster: the primary killed mid-run, and the cache keys of the session views it
+    holds (by session)."""
+
+    cluster: ValkeyCluster
+    primary: int
+    views: dict[str, str]
+
+    async def refilled(self, fleet: Fleet) -> bool:
+        """Reads the views again; True once the restarted primary holds each of them."""
+        node = self.cluster.nodes[self.primary]
+        async with node.client() as client:
+            for sid, key in self.views.items():
+                assert (await fleet.call("GET", f"/v1/sessions/{sid}")).status_code == 200
+                if not await client.exists(key):
+                    return False
+        return True
+
+
+@dataclass
 class Kills:
     held_jobs: list[int]  # the jobs the killed worker was running
 
@@ -99,8 +119,7 @@ async def run_with_kills(
     fleet: Fleet,
     engine: AsyncEngine,
     gate: threading.Event,
-    cluster: ValkeyCluster | None,
-    primary: int,
+    outage: PrimaryOutage | None,
 ) -> Kills:
     sessions = [f"scale-{s}" for s in range(SESSIONS)]
     for sid in sessions:
@@ -127,12 +146,12 @@ async def run_with_kills(
         )
         victim.kill()
         running.apis[0].kill()
-        if cluster is not None:
-            cluster.kill(primary)
+        if outage is not None:
+            outage.cluster.kill(outage.primary)
         gate.set()
-        if cluster is not None:
+        if outage is not None:
             await turns_done(2 * TURNS // 3)
-            await cluster.restart(primary)  # back empty: the cache fills again from Postgres
+            await outage.cluster.restart(outage.primary)  # back empty
         return Kills(held)
 
     clients = [
@@ -234,8 +253,7 @@ async def scale_out(
     api_key: str,
     tenant_name: str,
     log_dir: Path,
-    cluster: ValkeyCluster | None = None,
-    primary: int = 0,
+    outage: PrimaryOutage | None = None,
 ) -> None:
     gate = threading.Event()
     gate.set()
@@ -249,16 +267,24 @@ async def scale_out(
         async with deployment(env, log_dir, engine, apis=2, workers=2) as running:
             fleet = Fleet([api.url for api in running.apis], api_key)
             try:
-                kills = await run_with_kills(running, fleet, engine, gate, cluster, primary)
+                kills = await run_with_kills(running, fleet, engine, gate, outage)
+                tenant = await tenant_id(engine, tenant_name)
+                await wait_for(
+                    lambda: settled(engine, tenant),
+                    lambda state: state == (0, 0, 0),
+                    timeout=90,
+                    what="the queue to drain and the notes to cover every offload",
+                )
+                if outage is not None:  # the cache is used again, filled from Postgres
+                    await wait_for(
+                        lambda: outage.refilled(fleet),
+                        bool,
+                        timeout=60,
+                        interval=0.5,
+                        what="the restarted primary to hold the views again",
+                    )
             finally:
                 await fleet.aclose()
-            tenant = await tenant_id(engine, tenant_name)
-            await wait_for(
-                lambda: settled(engine, tenant),
-                lambda state: state == (0, 0, 0),
-                timeout=90,
-                what="the queue to drain and the notes to cover every offload",
-            )
             assert running.workers[1].alive() and running.apis[1].alive()
     assert kills.held_jobs
     async with engine.connect() as conn:
@@ -291,15 +317,20 @@ async def test_the_same_on_a_valkey_cluster_with_a_primary_killed(
     cluster: ValkeyCluster,
 ) -> None:
     own = on_cluster(settings, cluster)
-    # The primary holding the most of the run's sessions.
     cache = Cache(cluster.url, own.cache)
     try:
         tenant = await tenant_id(engine, tenant_name)
-        slots = [
-            await cluster.keyslot(session_cache_key(cache, tenant, f"scale-{s}"))
-            for s in range(SESSIONS)
-        ]
+        views = {
+            f"scale-{s}": session_cache_key(cache, tenant, f"scale-{s}") for s in range(SESSIONS)
+        }
     finally:
         await cache.aclose()
-    primary, _ = Counter(cluster.node_of_slot(slot) for slot in slots).most_common(1)[0]
-    await scale_out(own, engine, api_key, tenant_name, tmp_path, cluster, primary)
+    primaries = {
+        sid: cluster.node_of_slot(await cluster.keyslot(key)) for sid, key in views.items()
+    }
+    # The primary holding the most of the run's sessions.
+    primary, _ = Counter(primaries.values()).most_common(1)[0]
+    on_primary = {sid: key for sid, key in views.items() if primaries[sid] == primary}
+    await scale_out(
+        own, engine, api_key, tenant_name, tmp_path, PrimaryOutage(cluster, primary, on_primary)
+    )
