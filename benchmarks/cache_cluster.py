@@ -55,7 +55,7 @@ async def latencies(cache: Cache, ops: int) -> dict[str, list[float]]:
 def show(setup: str, figures: dict[str, list[float]]) -> None:
     for op, values in figures.items():
         print(
-            f"| {setup} | {op} | {statistics.median(values):.3f} | {percentile(values, 95):.3f} |"
+            f"| {setup} | {op} | {statistics.median(values):.3f} | {percentile(values, 0.95):.3f} |"
         )
 
 

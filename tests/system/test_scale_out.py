@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.sessions.service import session_cache_key
+from app.store.sessions import session_cache_key
 from tests.core.test_cache_cluster import on_cluster
 from tests.sessions.test_counters import stored_and_counted
 from tests.support.fake_notes_model import reply
