@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 from sqlalchemy import text
 
-import app.offload.repository as offload_repository
 import app.recall.ranking as recall_ranking
+import app.store.chunks as offload_repository
 from app.core.config import Settings
 from app.core.context import AppContext
 from app.core.db import read_once

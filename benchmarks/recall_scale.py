@@ -66,7 +66,8 @@ from psycopg import sql
 
 from app.core.config import load_settings
 from app.core.text import lexical_document, terms
-from app.offload.repository import _NEAREST, _exact_statement, vector_index_name
+from app.store.chunks import _NEAREST, _exact_statement
+from app.store.vector_index import vector_index_name
 from benchmarks.build_prompt_latency import WORDS, percentile, turn_text
 from benchmarks.floor_compare import DevServer, contextd_dev
 
@@ -478,7 +479,7 @@ def index_plan(conn: psycopg.Connection, session: uuid.UUID, vector: str) -> str
 
 def explain_arms(conn: psycopg.Connection, sid: str, indexed: bool) -> dict[str, str]:
     """The plans and times of recall's database arms on session `sid`, with the statements of
-    `app.offload.repository`: the vector arm (ids and distances, as a build that keeps the
+    `app.store.chunks`: the vector arm (ids and distances, as a build that keeps the
     chunks' rows sends it; the HNSW search when the session has its index; none for a session
     whose vectors recall scans in process) and the exact hits of a query's ID that no chunk
     holds (as the benchmark's queries' IDs)."""

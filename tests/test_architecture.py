@@ -107,11 +107,7 @@ KNOWN: frozenset[tuple[str, str]] = frozenset(
     }
 )
 LONG_FUNCTIONS_KNOWN: frozenset[str] = frozenset()
-LONG_FILES_KNOWN: frozenset[str] = frozenset(
-    {
-        "app.offload.repository",
-    }
-)
+LONG_FILES_KNOWN: frozenset[str] = frozenset()
 
 
 def module_name(path: Path) -> str:
@@ -207,7 +203,6 @@ MOVING: dict[str, str] = {
     "app.memory": "app.memories",  # the remembered items; the tool's modules below
     "app.memory.endpoints": "app.agent",
     "app.memory.tool": "app.agent",
-    "app.offload.repository": "app.store",  # -> store/chunks, vector_index, offload_events, backlog
     "app.recall.stem": "app.domain",
 }
 

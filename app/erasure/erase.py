@@ -34,8 +34,8 @@ from app.core.config import Settings
 from app.core.db import commit, retrying_transaction
 from app.erasure.service import drop_from_notes
 from app.notes.service import refresh_notes
-from app.offload import repository as chunks_repository
 from app.store import builds as builds_store
+from app.store import chunks as chunks_store
 from app.store import memories as memories_store
 from app.store import receipts as receipts_store
 from app.store import scratchpads as scratchpads_store
@@ -224,7 +224,7 @@ async def _erase_targets(
 ) -> tuple[dict[str, Any], list[str]]:
     """Erase a forget's targets; returns the receipt's stores and every erased text."""
     turns, turn_texts = await turns_store.erase_turns(db, session_pk)
-    chunks, embeddings, chunk_texts = await chunks_repository.erase_chunks(db, session_pk)
+    chunks, embeddings, chunk_texts = await chunks_store.erase_chunks(db, session_pk)
     memories, memory_texts = await memories_store.erase_memories(db, memory_ids)
     texts = [*turn_texts, *chunk_texts, *memory_texts]
     ids = [*target.get("chunk_ids", []), *target.get("memory_ids", [])]
@@ -251,7 +251,7 @@ async def _delete_session_rows(
     if not present:  # a retry after the delete committed
         return {"session": _stamp({"deleted": True, "already": True})}, []
     turns, turn_texts = await turns_store.session_turn_texts(db, session_pk)
-    chunks, embeddings, chunk_texts = await chunks_repository.session_chunk_texts(db, session_pk)
+    chunks, embeddings, chunk_texts = await chunks_store.session_chunk_texts(db, session_pk)
     # Turns, chunks, notes, memories and metrics go with the row (ON DELETE CASCADE).
     await sessions_store.delete_session(db, session_pk)
     stores = {

@@ -46,9 +46,9 @@ from app.memory.schemas import MemoryRequest
 from app.notes.policy import cap, remove_sources
 from app.notes.schemas import Notes
 from app.notes.service import NotesDraft, memory_items, write_notes
-from app.offload import repository as chunks_repository
 from app.offload.policy import atomic_units
 from app.offload.service import write_chunks
+from app.store import chunks as chunks_store
 from app.store import memories as memories_store
 from app.store import receipts as receipts_store
 from app.store import scratchpads as scratchpads_store
@@ -124,11 +124,11 @@ async def _forget(
     if request.chunk_id is not None:
         chunk_pk = resolve_ref(
             request.chunk_id,
-            await chunks_repository.active_chunk_ids(db, session.id),
+            await chunks_store.active_chunk_ids(db, session.id),
             "chunk_id",
             "chunk",
         )
-        chunk = await chunks_repository.get_chunk(db, session.id, chunk_pk)
+        chunk = await chunks_store.get_chunk(db, session.id, chunk_pk)
         if chunk is None:
             raise NotFound(f"chunk {request.chunk_id!r} not found", field="chunk_id")
         first, last = chunk.turn_first, chunk.turn_last
@@ -170,10 +170,10 @@ async def _forget_turns(
     now = datetime.now(UTC)
     seqs = {t.seq for t in turns}
     first, last = min(seqs), max(seqs)
-    chunks = await chunks_repository.chunks_overlapping(db, session.id, first, last)
+    chunks = await chunks_store.chunks_overlapping(db, session.id, first, last)
     dead = [c.id for c in chunks]
     await turns_store.forget_turns(db, [t.id for t in turns], now)
-    await chunks_repository.tombstone_chunks(db, dead)
+    await chunks_store.tombstone_chunks(db, dead)
 
     # Re-chunk what the tombstoned chunks held besides the forgotten turns.
     new_ids: list[uuid.UUID] = []
@@ -540,7 +540,7 @@ async def _erase_session(
     session_id, tenant_id = session.external_id, session.tenant_id
     now = datetime.now(UTC)
     await turns_store.forget_session_turns(db, session.id, now)
-    await chunks_repository.tombstone_session_chunks(db, session.id)
+    await chunks_store.tombstone_session_chunks(db, session.id)
     await memories_store.tombstone_session_memories(db, session.id)
     await _drop_from_others_notes(db, settings, cache, locked, session_pk)
     key = session_cache_key(cache, tenant_id, session_id)

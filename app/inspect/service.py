@@ -27,11 +27,12 @@ from app.inspect.charts import (
 from app.memory.schemas import MemoryOut
 from app.memory.service import list_memories
 from app.notes.schemas import Notes
-from app.offload import repository as offload_repository
 from app.prompt.clearing import History, ToolClearing
 from app.sessions.schemas import SessionOut
 from app.sessions.service import session_view
 from app.store import builds as builds_store
+from app.store import chunks as chunks_store
+from app.store import offload_events as offload_events_store
 from app.store import receipts as receipts_store
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
@@ -114,7 +115,7 @@ async def session_page(
     view = await session_view(db, caller, settings, context.cache, session_id)
     session = await require_session(db, caller, session_id)
     config = effective_config(settings, session)
-    events = await offload_repository.offload_events(db, session.id, OFFLOADS_SHOWN)
+    events = await offload_events_store.offload_events(db, session.id, OFFLOADS_SHOWN)
     marks = [
         OffloadMark(
             e.created_at,
@@ -143,7 +144,7 @@ async def session_page(
     )
     pad = await get_scratchpad(db, session.id)
     covers = pad.covers_until_seq if pad else 0
-    chunks = await offload_repository.list_chunks(db, session.id, (0, 0), CHUNKS_SHOWN + 1)
+    chunks = await chunks_store.list_chunks(db, session.id, (0, 0), CHUNKS_SHOWN + 1)
     window = (await turns_store.window_turns(db, session.id))[-WINDOW_TURNS_SHOWN:]
     chunks, more_chunks = cut(chunks, CHUNKS_SHOWN)
     builds = await _build_views(
@@ -212,7 +213,7 @@ async def _build_views(
                     chunk_ids.add(uuid.UUID(entry["id"]))
                 except ValueError:
                     continue
-    spans = await offload_repository.chunk_spans(db, session_pk, chunk_ids)
+    spans = await chunks_store.chunk_spans(db, session_pk, chunk_ids)
     return [
         build_view(str(b.id), b.created_at, b.record, chunk_turns=spans, anchors=anchors)
         for b in builds

@@ -464,7 +464,7 @@ def _date_terms(first: datetime, last: datetime) -> tuple[str, ...]:
 
 
 def chunk_row(draft: ChunkDraft, chunk_id: uuid.UUID) -> dict[str, object]:
-    """The row `app.offload.repository.insert_chunks` stores for `draft`: ids and times as
+    """The row `app.store.chunks.insert_chunks` stores for `draft`: ids and times as
     strings, which is how JSON carries them to PostgreSQL."""
     counts = Counter(draft.terms)
     # The tsvector holds each term once: it only serves matches (`@@`), which positions and

@@ -11,9 +11,9 @@ from app.http.deps import DbDep
 from app.http.errors import COMMON_ERRORS, error_responses
 from app.http.pagination import BIGINT_KEY, INT_KEY, Page, encode_cursor, page_of, page_params
 from app.http.params import SessionIdPath
-from app.offload import repository
 from app.offload.chunking import joined_pieces
 from app.offload.schemas import ChunkDetail, ChunkOut, ChunkPage, TurnText
+from app.store import chunks as chunks_store
 from app.store.sessions import require_session
 
 router = APIRouter(
@@ -35,7 +35,7 @@ async def list_chunks(
 ) -> ChunkPage:
     session = await require_session(db, caller, session_id)
     after = page.after() or (0, 0)
-    chunks = await repository.list_chunks(db, session.id, (after[0], after[1]), page.fetch)
+    chunks = await chunks_store.list_chunks(db, session.id, (after[0], after[1]), page.fetch)
     shown, next_cursor = page_of(chunks, page, lambda c: encode_cursor(c.turn_first, c.part))
     return ChunkPage(chunks=[ChunkOut.of(c) for c in shown], next_cursor=next_cursor)
 
@@ -54,7 +54,7 @@ async def get_chunk(
     db: DbDep,
 ) -> ChunkDetail:
     session = await require_session(db, caller, session_id)
-    chunk = await repository.get_chunk(db, session.id, chunk_id)
+    chunk = await chunks_store.get_chunk(db, session.id, chunk_id)
     if chunk is None:
         raise NotFound(f"chunk {chunk_id} not found", field="chunk_id")
     return ChunkDetail.of(chunk)
@@ -76,7 +76,7 @@ async def get_turn_text(
     db: DbDep,
 ) -> TurnText:
     session = await require_session(db, caller, session_id)
-    pieces = await repository.turn_pieces(db, session.id, seq)
+    pieces = await chunks_store.turn_pieces(db, session.id, seq)
     if not pieces:
         raise NotFound(f"turn {seq} is not stored in pieces", field="seq")
     overlaps = [0 if p.overlap_tokens == 0 else p.overlap_chars for p in pieces]

@@ -24,9 +24,10 @@ from app.core.tokens import message_tokens
 from app.domain.budget import Budget
 from app.domain.records import TurnRecord
 from app.jobs.queue import TaskName, embedding_lock, enqueue, session_lock
-from app.offload import repository
 from app.offload.chunking import ChunkDraft, chunk_row, chunking_config, iter_chunks
 from app.offload.policy import OffloadPlan, select_offload
+from app.store import chunks as chunks_store
+from app.store import offload_events as offload_events_store
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
 from app.store.models import Session
@@ -69,7 +70,7 @@ async def write_chunks(
     chunk_ids: list[uuid.UUID] = []
     marked = 0
     async for batch in batches_off_loop(map(chunk, drafts), WRITE_BATCH, chars=chars):
-        await repository.insert_chunks(
+        await chunks_store.insert_chunks(
             db, session.tenant_id, session.id, [row for _, _, row in batch]
         )
         chunk_ids.extend(chunk_id for _, chunk_id, _ in batch)
@@ -185,7 +186,7 @@ async def _follow_up(
         lock=session_lock(session.id),
         queueing_lock=f"notes:{session.id}",
     )
-    await repository.add_offload_event(
+    await offload_events_store.add_offload_event(
         db,
         tenant_id=session.tenant_id,
         session_id=session.id,

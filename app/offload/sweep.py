@@ -16,10 +16,12 @@ from app.core.config import Settings
 from app.core.context import AppContext
 from app.core.db import unit_of_work
 from app.jobs.queue import TaskName, app_context, embedding_lock, enqueue, enqueue_offload
-from app.offload import repository
-from app.offload.repository import active_chunk_count
 from app.offload.watermark import observe_watermark
+from app.store import chunks as chunks_store
+from app.store import embedding_backlog as embedding_backlog_store
 from app.store import sessions as sessions_store
+from app.store import vector_index as vector_index_store
+from app.store.chunks import active_chunk_count
 from app.store.sessions import Counters, session_budget, write_session
 
 logger = logging.getLogger("contextd.offload")
@@ -42,7 +44,11 @@ async def sweep(job_context: JobContext, timestamp: int) -> dict[str, int]:
         for session_pk in over:
             await enqueue_offload(db, session_pk, trigger="sweeper")
         embedder = context.embedder
-        missing = await repository.chunks_to_embed(db, None, embedder.name, 512) if embedder else []
+        missing = (
+            await embedding_backlog_store.chunks_to_embed(db, None, embedder.name, 512)
+            if embedder
+            else []
+        )
         by_session: dict[uuid.UUID, list[str]] = {}
         for chunk in missing:
             by_session.setdefault(chunk.session_id, []).append(str(chunk.id))
@@ -69,24 +75,24 @@ async def index_large_sessions(context: AppContext, at_most: int = 1) -> list[uu
     """Give the largest sessions without one an HNSW index of their vectors (at most `at_most`
     per call: a build of 10^5 vectors takes minutes), and drop the indexes of deleted sessions
     and of other models. Recall searches a session through its index once it has
-    `recall.vector_index_min_chunks` chunks (`app.offload.repository.nearest_through_index`)."""
+    `recall.vector_index_min_chunks` chunks (`app.store.vector_index.nearest_through_index`)."""
     embedder = context.embedder
     if embedder is None:
         return []
     settings = context.settings.recall
     async with unit_of_work(context.sessionmaker) as db:
-        wanted = await repository.sessions_needing_vector_index(
+        wanted = await vector_index_store.sessions_needing_vector_index(
             db, embedder.name, settings.vector_index_min_chunks
         )
     built: list[uuid.UUID] = []
     async with context.engine.connect() as conn:
         autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        dropped = await repository.drop_stale_vector_indexes(autocommit, embedder.name)
+        dropped = await vector_index_store.drop_stale_vector_indexes(autocommit, embedder.name)
         if dropped:
             logger.info("dropped %d stale vector indexes", len(dropped))
         for session_pk in wanted[:at_most]:
             started = time.monotonic()
-            if await repository.ensure_vector_index(
+            if await vector_index_store.ensure_vector_index(
                 autocommit,
                 session_pk,
                 embedder.name,
@@ -109,7 +115,7 @@ async def recount_sessions(context: AppContext, changed_since: datetime) -> int:
         drifted = await sessions_store.sessions_with_drift(
             db,
             context.settings.session_defaults,
-            repository.active_chunk_count,
+            chunks_store.active_chunk_count,
             changed_since=changed_since,
         )
     repaired = 0

@@ -15,9 +15,9 @@ from app.jobs.queue import (
     app_context,
     enqueue,
 )
-from app.offload import repository
 from app.offload.service import offload_session
 from app.offload.sweep import sweep
+from app.store import embedding_backlog as embedding_backlog_store
 from app.store import sessions as sessions_store
 
 logger = logging.getLogger("contextd.offload")
@@ -56,12 +56,14 @@ async def embed_chunks(job_context: JobContext, chunk_ids: list[str]) -> int:
     done = await embed_pending(
         context.sessionmaker,
         embedder,
-        load=lambda db: repository.chunks_to_embed(db, ids, embedder.name, batch),
+        load=lambda db: embedding_backlog_store.chunks_to_embed(db, ids, embedder.name, batch),
         text_of=lambda chunk: chunk.raw_text,
-        store=lambda db, chunk, vector: repository.store_embedding(
+        store=lambda db, chunk, vector: embedding_backlog_store.store_embedding(
             db, chunk.id, vector, embedder.name
         ),
-        count_failure=lambda db, chunks: repository.count_embed_failure(db, [c.id for c in chunks]),
+        count_failure=lambda db, chunks: embedding_backlog_store.count_embed_failure(
+            db, [c.id for c in chunks]
+        ),
         lock_sessions=lambda db, chunks: sessions_store.lock_sessions(
             db, {c.session_id for c in chunks}
         ),

@@ -14,12 +14,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from app.core.context import AppContext
 from app.core.db import read_once
 from app.core.text import match_terms, mostly_cjk
-from app.offload import repository
 from app.recall.adapter import chunk_query_vector
 from app.recall.bm25 import BM25Index
 from app.recall.languages import ADAPTED_OFFSETS, RAW_OFFSETS, calibrated, in_other_language
 from app.recall.session_chunks import SessionChunks
 from app.recall.stem import by_stem
+from app.store import chunks as chunks_store
+from app.store import vector_index as vector_index_store
 from app.store.models import Session
 
 logger = logging.getLogger("contextd.recall")
@@ -29,12 +30,14 @@ logger = logging.getLogger("contextd.recall")
 INLINE_SCAN_BYTES = 4 * 2**20
 
 
-def _vector_index(context: AppContext, session: Session) -> repository.VectorIndexScan | None:
+def _vector_index(
+    context: AppContext, session: Session
+) -> vector_index_store.VectorIndexScan | None:
     """A large session is searched through its own HNSW index (once the worker built it)."""
     settings = context.settings.recall
     if context.embedder is None or session.chunk_count < settings.vector_index_min_chunks:
         return None
-    return repository.VectorIndexScan(context.embedder.dim, settings.vector_index_ef_search)
+    return vector_index_store.VectorIndexScan(context.embedder.dim, settings.vector_index_ef_search)
 
 
 def scans_in_process(context: AppContext, session: Session) -> bool:
@@ -65,7 +68,7 @@ def missing_vectors(
     return asyncio.ensure_future(
         read_once(
             context.reader,
-            lambda conn: repository.chunk_vectors(conn, session.id, model, unvectored),
+            lambda conn: chunks_store.chunk_vectors(conn, session.id, model, unvectored),
         )
     )
 
@@ -87,12 +90,12 @@ async def _scan_in_process(
 async def exact_arm(
     context: AppContext, session: Session, needles: Sequence[str], limit: int
 ) -> list[str]:
-    """The exact arm (`repository.exact_hits`, on the reader pool): only a query holding an ID or
+    """The exact arm (`chunks_store.exact_hits`, on the reader pool): only a query holding an ID or
     a quoted string reads anything."""
     if not needles:
         return []
     return await read_once(
-        context.reader, lambda conn: repository.exact_hits(conn, session.id, needles, limit)
+        context.reader, lambda conn: chunks_store.exact_hits(conn, session.id, needles, limit)
     )
 
 
@@ -109,11 +112,11 @@ async def vector_arm_and_rows(
     chunks: SessionChunks,
     qvec: Sequence[float] | None,
     limit: int,
-    others: "asyncio.Future[repository.RecallRows]",
+    others: "asyncio.Future[chunks_store.RecallRows]",
     vectors_read: "asyncio.Future[dict[str, np.ndarray]] | None",
     fallbacks: list[str],
     query: str,
-) -> repository.RecallRows:
+) -> chunks_store.RecallRows:
     """The vector arm (with a query vector) and the shown rows of its chunks, with `others` (the
     shown rows of the other arms' candidates, being read meanwhile). The arm is a scan in
     process when the session's is (`scans_in_process`: then `vectors_read` is the read of the
@@ -126,7 +129,7 @@ async def vector_arm_and_rows(
     scored as in its (`app.recall.languages`)."""
     embedder = context.embedder
     found: dict[str, float] = {}
-    near: dict[str, repository.ShownChunk] = {}
+    near: dict[str, chunks_store.ShownChunk] = {}
     offsets = RAW_OFFSETS
     try:
         if qvec is not None and embedder is not None:
@@ -141,7 +144,7 @@ async def vector_arm_and_rows(
                 elif index is None:
                     rows = await read_once(
                         context.reader,
-                        lambda conn: repository.nearest_and_shown(
+                        lambda conn: chunks_store.nearest_and_shown(
                             conn, session.id, embedder.name, qvec, limit, [], chunks.rows.keys()
                         ),
                     )
@@ -149,7 +152,7 @@ async def vector_arm_and_rows(
                 else:
                     rows = await read_once(
                         context.reader,
-                        lambda conn: repository.nearest_through_index(
+                        lambda conn: vector_index_store.nearest_through_index(
                             conn, session.id, embedder.name, qvec, limit, index
                         ),
                     )
@@ -169,7 +172,7 @@ async def vector_arm_and_rows(
     if missing:
         rows = await read_once(
             context.reader,
-            lambda conn: repository.nearest_and_shown(conn, session.id, "", None, limit, missing),
+            lambda conn: chunks_store.nearest_and_shown(conn, session.id, "", None, limit, missing),
         )
         near = {**near, **rows.shown}
     chunks.keep_rows(near.values())
@@ -182,7 +185,7 @@ async def vector_arm_and_rows(
         texts = {cid: shown[cid].raw_text for cid in found if cid in shown}
         if in_other_language(True, texts):
             found = calibrated({cid: found[cid] for cid in texts}, True, texts, len(texts), offsets)
-    return repository.RecallRows(found, shown)
+    return chunks_store.RecallRows(found, shown)
 
 
 # A single CJK character is half a word: beside a query's bigrams and words it weighs this much

@@ -8,7 +8,6 @@ from typing import Any
 
 from app.core.config import RecallSettings
 from app.core.context import AppContext
-from app.offload import repository
 from app.recall.cross_encoder import HttpReranker, RerankUnavailable
 from app.recall.fusion import ArmWeights, FusedCandidate, fuse_arms
 from app.recall.hits import MEMORY_PREFIX
@@ -24,6 +23,7 @@ from app.recall.rerank import (
 from app.recall.rewrite import RewrittenQuery
 from app.recall.session_chunks import SessionChunks
 from app.recall.tool_results import ResultOfCall
+from app.store import chunks as chunks_store
 from app.store.models import Memory
 
 logger = logging.getLogger("contextd.recall")
@@ -58,7 +58,7 @@ def fuse(
     )
 
 
-def chunk_fields(chunk: repository.ShownChunk) -> dict[str, Any]:
+def chunk_fields(chunk: chunks_store.ShownChunk) -> dict[str, Any]:
     """What a chunk is shown with (a recall hit's fields)."""
     return {
         "turn_first": chunk.turn_first,
@@ -75,7 +75,7 @@ def chunk_fields(chunk: repository.ShownChunk) -> dict[str, Any]:
 def candidate_fields(
     fused: Sequence[FusedCandidate],
     memories: Mapping[str, Memory],
-    chunks: Mapping[str, repository.ShownChunk],
+    chunks: Mapping[str, chunks_store.ShownChunk],
 ) -> dict[str, dict[str, Any]]:
     """What each fused candidate is shown with: a remembered item's, or an active chunk's
     (`chunks`: the rows read); a candidate with neither drops out."""

@@ -29,7 +29,6 @@ from app.core.context import AppContext
 from app.core.cpu import off_loop
 from app.core.db import read_once, release
 from app.embeddings.base import EmbedderUnavailable
-from app.offload import repository
 from app.recall.arms import (
     discard,
     exact_arm,
@@ -55,6 +54,7 @@ from app.recall.ranking import (
 from app.recall.rewrite import RewrittenQuery
 from app.recall.session_chunks import SessionChunks, kept_chunks
 from app.recall.tool_results import ResultOfCall, results_of_calls, with_results_of_calls
+from app.store import chunks as chunks_store
 from app.store import memories as memories_store
 from app.store.models import Memory, Session
 
@@ -80,7 +80,7 @@ class FirstArms:
     lexical: dict[str, float]
     # Reads started while the query embeds: the rows of the exact and lexical candidates, and
     # the vectors this process does not hold yet (None unless the vector arm scans in process).
-    others: "asyncio.Future[repository.RecallRows]"
+    others: "asyncio.Future[chunks_store.RecallRows]"
     vectors_read: "asyncio.Future[dict[str, np.ndarray]] | None"
     memories: dict[str, Memory]
     memory_lexical: dict[str, float]
@@ -211,7 +211,7 @@ async def _arms_before_vector(
     arm fails, the reads are discarded and the embedding is cancelled (unless the request owns
     it: `own_vectors` false)."""
     rewritten, query_terms = understood.rewritten, understood.terms
-    others: asyncio.Future[repository.RecallRows] | None = None
+    others: asyncio.Future[chunks_store.RecallRows] | None = None
     vectors_read: asyncio.Future[dict[str, np.ndarray]] | None = None
     try:
         exact = await exact_arm(context, session, [*rewritten.ids, *rewritten.quoted], candidates)
@@ -228,7 +228,7 @@ async def _arms_before_vector(
         others = asyncio.ensure_future(
             read_once(
                 context.reader,
-                lambda conn: repository.nearest_and_shown(
+                lambda conn: chunks_store.nearest_and_shown(
                     conn, session.id, "", None, candidates, wanted
                 ),
             )
@@ -264,7 +264,7 @@ async def _vector_arms(
     candidates: int,
     fallbacks: list[str],
     clock: Clock,
-) -> tuple[repository.RecallRows, dict[str, float]]:
+) -> tuple[chunks_store.RecallRows, dict[str, float]]:
     """The chunks' vector arm with the rows of every arm's candidates, and the remembered
     items' vector arm (in a savepoint: its failure leaves their lexical arm)."""
     qvec = first.qvec
@@ -321,7 +321,7 @@ async def _candidates(
     session: Session,
     fused: list[FusedCandidate],
     memories: dict[str, Memory],
-    rows: repository.RecallRows,
+    rows: chunks_store.RecallRows,
     clock: Clock,
 ) -> tuple[list[FusedCandidate], dict[str, dict[str, Any]], dict[str, ResultOfCall]]:
     """The fused candidates with their fields, and the chunks holding the results of the tool

@@ -12,11 +12,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppContext
 from app.core.db import release
-from app.offload import repository
 from app.recall.bm25 import BM25Index
 from app.recall.rerank import text_key
 from app.recall.stem import by_stem
 from app.recall.vectors import ChunkVectors
+from app.store import chunks as chunks_store
 from app.store.models import Session
 
 
@@ -52,7 +52,7 @@ class SessionChunks:
 
     index: BM25Index
     lines: dict[str, ChunkLines] = field(default_factory=dict)
-    rows: dict[str, repository.ShownChunk] = field(default_factory=dict)
+    rows: dict[str, chunks_store.ShownChunk] = field(default_factory=dict)
     keys: dict[str, str] = field(default_factory=dict)
     vectors: ChunkVectors | None = None  # when the session's vector arm scans in process
 
@@ -90,13 +90,13 @@ class SessionChunks:
     def shown(self, chunk_id: str) -> ChunkLines | None:
         return _used(self.lines, chunk_id)
 
-    def keep_rows(self, rows: Iterable[repository.ShownChunk]) -> None:
+    def keep_rows(self, rows: Iterable[chunks_store.ShownChunk]) -> None:
         """Keep the active ones of `rows` (read by this build)."""
         for row in rows:
             if row.status == "active":
                 _kept(self.rows, row.id, row)
 
-    def row(self, chunk_id: str) -> repository.ShownChunk | None:
+    def row(self, chunk_id: str) -> chunks_store.ShownChunk | None:
         return _used(self.rows, chunk_id)
 
     def text_key(self, chunk_id: str, text: str) -> str:
@@ -139,15 +139,15 @@ async def kept_chunks(db: AsyncSession, context: AppContext, session: Session) -
     earlier = latest[1] if latest is not None and latest[0] < key[1] else None
     state: SessionChunks | None = None
     if isinstance(earlier, SessionChunks):
-        active = {str(cid) for cid in await repository.active_chunk_ids(db, session.id)}
+        active = {str(cid) for cid in await chunks_store.active_chunk_ids(db, session.id)}
         known = set(earlier.index.ids)
         if known <= active:
-            added = await repository.term_stats(db, session.id, sorted(active - known))
+            added = await chunks_store.term_stats(db, session.id, sorted(active - known))
             await release(db)
             index = await asyncio.to_thread(earlier.index.extended, stemmed(added))
             state = SessionChunks(index, earlier.lines, earlier.rows, earlier.keys, earlier.vectors)
     if state is None:
-        stats = await repository.term_stats(db, session.id)
+        stats = await chunks_store.term_stats(db, session.id)
         await release(db)
         index = await asyncio.to_thread(lambda: BM25Index.from_term_counts(stemmed(stats)))
         state = (

@@ -8,9 +8,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.offload import repository
 from app.recall.fusion import FusedCandidate
 from app.recall.hits import MEMORY_PREFIX
+from app.store import chunks as chunks_store
 from app.store.models import Session
 
 # The first this many fused candidates that call tools bring the chunks of their results.
@@ -30,7 +30,7 @@ class CallChunk:
 class ResultOfCall:
     """A chunk holding a tool result, and the candidate holding the call it answers."""
 
-    chunk: repository.ShownChunk
+    chunk: chunks_store.ShownChunk
     call: CallChunk
 
 
@@ -76,9 +76,9 @@ async def results_of_calls(
             calls.append((CallChunk(f, text), last + 1, last + count))
     found: dict[str, ResultOfCall] = {}
     for call, first, last in calls:
-        for chunk in await repository.chunks_overlapping(db, session.id, first, last):
+        for chunk in await chunks_store.chunks_overlapping(db, session.id, first, last):
             if chunk.raw_text.startswith("tool") and str(chunk.id) not in found:
-                shown = repository.ShownChunk.of(chunk)
+                shown = chunks_store.ShownChunk.of(chunk)
                 found[shown.id] = ResultOfCall(shown, call)
     return found
 

@@ -15,7 +15,7 @@ from app.core.context import AppContext
 from app.core.db import unit_of_work
 from app.core.progress import say
 from app.embeddings.base import EmbedderUnavailable
-from app.offload import repository
+from app.store import embedding_backlog as embedding_backlog_store
 
 
 async def reembed(
@@ -35,23 +35,27 @@ async def reembed(
         progress("embedding kind is 'none': nothing to re-embed")
         return 0
     async with unit_of_work(context.sessionmaker) as db:
-        total = await repository.count_chunks_to_embed(db, embedder.name)
+        total = await embedding_backlog_store.count_chunks_to_embed(db, embedder.name)
     progress(f"re-embedding {total} chunks with {embedder.name} ({embedder.dim}-d)")
     done = 0
     while True:
         async with unit_of_work(context.sessionmaker) as db:
-            chunks = await repository.chunks_to_embed(db, None, embedder.name, batch_size)
+            chunks = await embedding_backlog_store.chunks_to_embed(
+                db, None, embedder.name, batch_size
+            )
             if not chunks:
                 break
             try:
                 vectors = await embedder.embed_passages([c.raw_text for c in chunks])
             except EmbedderUnavailable as exc:
-                await repository.count_embed_failure(db, [c.id for c in chunks])
+                await embedding_backlog_store.count_embed_failure(db, [c.id for c in chunks])
                 await db.commit()
                 progress(f"stopped after {done}/{total}: {exc}; run again to resume")
                 raise
             for chunk, vector in zip(chunks, vectors, strict=True):
-                await repository.store_embedding(db, chunk.id, vector.tolist(), embedder.name)
+                await embedding_backlog_store.store_embedding(
+                    db, chunk.id, vector.tolist(), embedder.name
+                )
         done += len(chunks)
         progress(f"{done}/{total} chunks re-embedded")
     progress(f"done: {done} chunks now embedded with {embedder.name}")

@@ -24,8 +24,8 @@ from app.core.tokens import encoding, message_tokens
 from app.domain.records import TurnRecord
 from app.jobs.queue import TaskName, embedding_lock, enqueue
 from app.notes.layering import LayeredSource, layered_view
-from app.offload import repository as chunks_repository
 from app.offload.chunking import ChunkDraft, TurnPieces, chunk_row, chunk_turns, chunking_config
+from app.store import chunks as chunks_store
 from app.store.models import Session
 
 # Chunks per insert while the next are still being drafted (`batches_off_loop`).
@@ -99,7 +99,7 @@ async def store(
         return 0
     chars = sum(result.chars for _, result in layered)
     async for batch in batches_off_loop(_rows(layered), WRITE_BATCH, chars=chars):
-        await chunks_repository.insert_chunks(db, session.tenant_id, session.id, batch)
+        await chunks_store.insert_chunks(db, session.tenant_id, session.id, batch)
     await enqueue(
         db, TaskName.EMBED_CHUNKS, {"chunk_ids": chunk_ids}, lock=embedding_lock(session.id)
     )

@@ -251,7 +251,7 @@ class Counters:
     chunk_count: int
 
 
-# `app.offload.repository.active_chunk_count`: chunks are counted where they are queried.
+# `app.store.chunks.active_chunk_count`: chunks are counted where they are queried.
 ChunkCount = Callable[[Any], Any]
 
 

@@ -10,9 +10,9 @@ from app.auth.schemas import ALL_SCOPES, Caller
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.erasure.service import delete_session
-from app.offload.repository import active_chunk_count
 from app.offload.sweep import repair_counters
 from app.store import sessions as sessions_store
+from app.store.chunks import active_chunk_count
 from app.store.sessions import Counters
 from tests.support.factories import session_of_key, transaction
 

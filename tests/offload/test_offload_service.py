@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import driver_connection
-from app.offload import repository
 from app.offload.service import offload_session
+from app.store import chunks as chunks_store
 from tests.support.factories import append, configure, new_caller, transaction
 
 SMALL = {
@@ -253,15 +253,19 @@ async def test_exact_hits_find_ids_and_quotes_verbatim_through_the_lexical_index
 
     async with engine.connect() as conn:
         driver = await driver_connection(conn)
-        assert await repository.exact_hits(driver, pk, ["ab-12345"], 10) == [chunk_of("AB-12345 ")]
-        assert await repository.exact_hits(driver, pk, ["一百二十欧元"], 10) == [chunk_of("XY-987")]
-        both = await repository.exact_hits(driver, pk, ["xy-987", "Friday"], 10)
+        assert await chunks_store.exact_hits(driver, pk, ["ab-12345"], 10) == [
+            chunk_of("AB-12345 ")
+        ]
+        assert await chunks_store.exact_hits(driver, pk, ["一百二十欧元"], 10) == [
+            chunk_of("XY-987")
+        ]
+        both = await chunks_store.exact_hits(driver, pk, ["xy-987", "Friday"], 10)
         assert sorted(both) == sorted({chunk_of("XY-987"), chunk_of("Friday")})
-        assert await repository.exact_hits(driver, pk, ["AB-99999"], 10) == []
+        assert await chunks_store.exact_hits(driver, pk, ["AB-99999"], 10) == []
         # A needle of stopwords only has no terms: every chunk is checked, and it is still found.
-        assert len(await repository.exact_hits(driver, pk, ["of the"], 3)) == 3
+        assert len(await chunks_store.exact_hits(driver, pk, ["of the"], 3)) == 3
         # LIKE's wildcards in a needle are matched as themselves.
-        assert await repository.exact_hits(driver, pk, ["%12345%"], 10) == []
+        assert await chunks_store.exact_hits(driver, pk, ["%12345%"], 10) == []
 
 
 async def test_embeddings_are_stored_in_the_row(engine: AsyncEngine) -> None:

@@ -14,7 +14,8 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import driver_connection
 from app.embeddings.base import vector_literal
-from app.offload import repository
+from app.store import chunks as chunks_store
+from app.store import vector_index as vector_index_store
 from tests.offload.test_offload_service import session_pk
 from tests.support.factories import configure, new_caller, transaction
 
@@ -68,7 +69,7 @@ async def add_session(
 
 async def exact_scan(driver: Any, pk: uuid.UUID, query: list[float]) -> dict[str, float]:
     """The session's 10 nearest chunks by the exact scan recall runs in PostgreSQL."""
-    return (await repository.nearest_and_shown(driver, pk, MODEL, query, 10, [])).nearest
+    return (await chunks_store.nearest_and_shown(driver, pk, MODEL, query, 10, [])).nearest
 
 
 @pytest.fixture
@@ -95,22 +96,28 @@ async def test_a_large_session_is_searched_through_its_own_index_with_the_exact_
     # and would rather sort it than use its index.
     await autocommit.execute(text("ANALYZE chunks"))
     pk = await add_session(engine, settings, cache, "large", vectors)
-    name = repository.vector_index_name(pk, MODEL)
+    name = vector_index_store.vector_index_name(pk, MODEL)
 
-    assert pk in await repository.sessions_needing_vector_index(autocommit, MODEL, CHUNKS)
-    assert other in await repository.sessions_needing_vector_index(autocommit, MODEL, CHUNKS)
-    assert await repository.ensure_vector_index(autocommit, pk, MODEL, DIM, 64)
-    assert not await repository.ensure_vector_index(autocommit, pk, MODEL, DIM, 64)  # built once
-    needing = await repository.sessions_needing_vector_index(autocommit, MODEL, CHUNKS)
+    assert pk in await vector_index_store.sessions_needing_vector_index(autocommit, MODEL, CHUNKS)
+    assert other in await vector_index_store.sessions_needing_vector_index(
+        autocommit, MODEL, CHUNKS
+    )
+    assert await vector_index_store.ensure_vector_index(autocommit, pk, MODEL, DIM, 64)
+    assert not await vector_index_store.ensure_vector_index(
+        autocommit, pk, MODEL, DIM, 64
+    )  # built once
+    needing = await vector_index_store.sessions_needing_vector_index(autocommit, MODEL, CHUNKS)
     assert pk not in needing and other in needing
     scans_before = await index_scans(autocommit, name)
 
-    index = repository.VectorIndexScan(DIM, 100)
+    index = vector_index_store.VectorIndexScan(DIM, 100)
     queries = vectors[rng.integers(0, CHUNKS, 12)] + 0.2 * rng.standard_normal((12, DIM))
     driver = await driver_connection(autocommit)  # as the reader pool's: autocommit
     for query in queries:
         exact = await exact_scan(driver, pk, list(query))
-        found = await repository.nearest_through_index(driver, pk, MODEL, list(query), 10, index)
+        found = await vector_index_store.nearest_through_index(
+            driver, pk, MODEL, list(query), 10, index
+        )
         approximate = found.nearest
         assert list(found.shown) == list(approximate)  # the rows come with the search
         assert all(found.shown[cid].raw_text.startswith("chunk ") for cid in approximate)
@@ -125,11 +132,13 @@ async def test_a_large_session_is_searched_through_its_own_index_with_the_exact_
 
     # A forgotten chunk leaves the index's rows with its status: it is never returned again.
     query = list(queries[0])
-    found = await repository.nearest_through_index(driver, pk, MODEL, query, 10, index)
+    found = await vector_index_store.nearest_through_index(driver, pk, MODEL, query, 10, index)
     best = next(iter(found.nearest))
     async with transaction(engine) as db:
-        await repository.tombstone_chunks(db, [uuid.UUID(best)])
-    after = (await repository.nearest_through_index(driver, pk, MODEL, query, 10, index)).nearest
+        await chunks_store.tombstone_chunks(db, [uuid.UUID(best)])
+    after = (
+        await vector_index_store.nearest_through_index(driver, pk, MODEL, query, 10, index)
+    ).nearest
     assert best not in after and len(after) == 10
     assert list(after) == list(await exact_scan(driver, pk, query))
 
@@ -141,24 +150,24 @@ async def test_indexes_of_deleted_sessions_and_of_other_models_are_dropped(
     kept = await add_session(engine, settings, cache, "kept", clustered_vectors(rng, 50))
     deleted = await add_session(engine, settings, cache, "deleted", clustered_vectors(rng, 50))
     for pk, model in ((kept, MODEL), (kept, "older-model"), (deleted, MODEL)):
-        assert await repository.ensure_vector_index(autocommit, pk, model, DIM, 64)
+        assert await vector_index_store.ensure_vector_index(autocommit, pk, model, DIM, 64)
     await autocommit.execute(text("DELETE FROM sessions WHERE id = :s"), {"s": deleted})
 
-    dropped = await repository.drop_stale_vector_indexes(autocommit, MODEL)
+    dropped = await vector_index_store.drop_stale_vector_indexes(autocommit, MODEL)
     assert sorted(dropped) == sorted(
         [
-            repository.vector_index_name(kept, "older-model"),
-            repository.vector_index_name(deleted, MODEL),
+            vector_index_store.vector_index_name(kept, "older-model"),
+            vector_index_store.vector_index_name(deleted, MODEL),
         ]
     )
     left = await autocommit.execute(
         text("SELECT indexname FROM pg_indexes WHERE starts_with(indexname, :p)"),
-        {"p": repository.VECTOR_INDEX_PREFIX},
+        {"p": vector_index_store.VECTOR_INDEX_PREFIX},
     )
     names = set(left.scalars())
-    assert repository.vector_index_name(kept, MODEL) in names
+    assert vector_index_store.vector_index_name(kept, MODEL) in names
     assert not names & set(dropped)
-    assert await repository.drop_stale_vector_indexes(autocommit, MODEL) == []
+    assert await vector_index_store.drop_stale_vector_indexes(autocommit, MODEL) == []
 
 
 async def test_an_interrupted_build_is_dropped_and_built_again(
@@ -167,26 +176,26 @@ async def test_an_interrupted_build_is_dropped_and_built_again(
     pk = await add_session(
         engine, settings, cache, "interrupted", clustered_vectors(np.random.default_rng(9), 50)
     )
-    name = repository.vector_index_name(pk, MODEL)
-    assert await repository.ensure_vector_index(autocommit, pk, MODEL, DIM, 64)
+    name = vector_index_store.vector_index_name(pk, MODEL)
+    assert await vector_index_store.ensure_vector_index(autocommit, pk, MODEL, DIM, 64)
     # What a cancelled CREATE INDEX CONCURRENTLY leaves behind: the index, marked invalid.
     await autocommit.execute(
         text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass(:n)"),
         {"n": name},
     )
-    assert pk in await repository.sessions_needing_vector_index(autocommit, MODEL, 50)
+    assert pk in await vector_index_store.sessions_needing_vector_index(autocommit, MODEL, 50)
     # While a build holds the lock (elsewhere), an invalid index may be that build's: untouched.
     async with engine.connect() as other:
         builder = await other.execution_options(isolation_level="AUTOCOMMIT")
-        key = {"key": repository.VECTOR_INDEX_BUILD_LOCK}
+        key = {"key": vector_index_store.VECTOR_INDEX_BUILD_LOCK}
         await builder.execute(text("SELECT pg_advisory_lock(:key)"), key)
-        assert not await repository.ensure_vector_index(autocommit, pk, MODEL, DIM, 64)
+        assert not await vector_index_store.ensure_vector_index(autocommit, pk, MODEL, DIM, 64)
         await builder.execute(text("SELECT pg_advisory_unlock(:key)"), key)
     valid = await autocommit.execute(
         text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:n)"), {"n": name}
     )
     assert valid.scalar_one() is False
-    assert await repository.ensure_vector_index(autocommit, pk, MODEL, DIM, 64)
+    assert await vector_index_store.ensure_vector_index(autocommit, pk, MODEL, DIM, 64)
     valid = await autocommit.execute(
         text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:n)"), {"n": name}
     )

@@ -9,11 +9,11 @@ import pytest
 
 from app.core.text import lexical_document, terms
 from app.domain.records import TurnRecord
-from app.offload.repository import ShownChunk
 from app.recall.fusion import FusedCandidate
 from app.recall.rerank import RerankCandidate, feature_rerank, select_within_budget
 from app.recall.rewrite import code_identifiers, rewrite_query, window_query
 from app.recall.tool_results import CallChunk, ResultOfCall, calls_at_end, with_results_of_calls
+from app.store.chunks import ShownChunk
 
 SHAPES = [
     ("snake_case", "snake_case"),

@@ -18,8 +18,9 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import driver_connection
 from app.embeddings.base import vector_literal
-from app.offload import repository
 from app.recall.vectors import ChunkVectors
+from app.store import chunks as chunks_store
+from app.store import vector_index as vector_index_store
 from app.store.models import Chunk
 from tests.offload.test_vector_index import MODEL, add_session, clustered_vectors
 from tests.prompt.test_recall_needles import filler, load, offloaded, recalled_block
@@ -81,8 +82,8 @@ async def test_the_vectors_read_back_and_the_scan_in_process_equals_the_scan_in_
     ids = list(text_of)
     async with engine.connect() as conn:
         driver = await driver_connection(conn)
-        read = await repository.chunk_vectors(driver, pk, MODEL, ids)
-        other_model = await repository.chunk_vectors(driver, pk, "another-model", ids)
+        read = await chunks_store.chunk_vectors(driver, pk, MODEL, ids)
+        other_model = await chunks_store.chunk_vectors(driver, pk, "another-model", ids)
     assert other_model == {}
     assert set(read) == set(ids)
     by_text = {f"chunk {i}": v for i, v in enumerate(stored)}
@@ -94,7 +95,7 @@ async def test_the_vectors_read_back_and_the_scan_in_process_equals_the_scan_in_
     for query in clustered_vectors(rng, 5):
         async with engine.connect() as conn:
             driver = await driver_connection(conn)
-            scanned = await repository.nearest_and_shown(driver, pk, MODEL, list(query), 30, [])
+            scanned = await chunks_store.nearest_and_shown(driver, pk, MODEL, list(query), 30, [])
         in_postgres = scanned.nearest
         in_process = held.nearest(query, 30)
         assert list(in_process) == list(in_postgres)
@@ -227,7 +228,9 @@ async def test_builds_scanned_in_process_equal_those_scanned_in_postgres_and_see
                             {"sid": sid},
                         )
                     ).one()
-                    assert await repository.ensure_vector_index(autocommit, pk, model, DIM, 64)
+                    assert await vector_index_store.ensure_vector_index(
+                        autocommit, pk, model, DIM, 64
+                    )
                 assert same_but_rounding(after, await build(index_http))
 
                 # Held vectors are not read again (a chunk's vector never changes): rewritten

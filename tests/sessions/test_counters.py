@@ -13,8 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings
 from app.jobs.queue import TaskName, enqueue
-from app.offload.repository import active_chunk_count
 from app.store import sessions as sessions_store
+from app.store.chunks import active_chunk_count
 from app.store.models import Session
 from app.store.sessions import Counters
 from tests.support.factories import session_of_key, transaction

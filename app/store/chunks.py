@@ -1,7 +1,7 @@
-"""SQL for chunks (the episodic store, C3) and offload events: written by the offload, searched
-by recall, tombstoned and erased by forget. Every query of the `chunks` table lives here."""
+"""SQL for chunks (the episodic store, C3): written by the offload, searched by recall,
+tombstoned and erased by forget. Their vectors' backlog and per-session indexes are in
+`embedding_backlog` and `vector_index`."""
 
-import hashlib
 import json
 import uuid
 from collections.abc import Collection, Sequence
@@ -12,11 +12,11 @@ from typing import Any, NamedTuple
 import numpy as np
 import psycopg
 from sqlalchemy import func, select, text, tuple_, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.text import lexical_document
 from app.embeddings.base import vector_literal
-from app.store.models import Chunk, OffloadEvent
+from app.store.models import Chunk
 
 INSERT_BATCH = 5000  # rows per insert statement
 
@@ -67,53 +67,6 @@ def active_chunk_count(session_pk: Any) -> Any:
         select(func.count())
         .where(Chunk.session_id == session_pk, Chunk.status == "active")
         .scalar_subquery()
-    )
-
-
-async def add_offload_event(db: AsyncSession, **values: Any) -> None:
-    db.add(OffloadEvent(**values))
-    await db.flush()
-
-
-def _lacks_vector_of(model: str) -> Any:
-    return Chunk.embedding.is_(None) | Chunk.embedding_model.is_distinct_from(model)
-
-
-async def chunks_to_embed(
-    db: AsyncSession, chunk_ids: Sequence[uuid.UUID] | None, model: str, limit: int
-) -> list[Chunk]:
-    """Active chunks lacking an embedding of `model` (all of them when `chunk_ids` is None)."""
-    query = (
-        select(Chunk)
-        .where(Chunk.status == "active", _lacks_vector_of(model))
-        .order_by(Chunk.created_at)
-        .limit(limit)
-    )
-    if chunk_ids is not None:
-        query = query.where(Chunk.id.in_(list(chunk_ids)))
-    return list((await db.execute(query)).scalars().all())
-
-
-async def count_chunks_to_embed(db: AsyncSession, model: str) -> int:
-    query = select(func.count()).where(Chunk.status == "active", _lacks_vector_of(model))
-    return int((await db.execute(query)).scalar_one())
-
-
-async def store_embedding(
-    db: AsyncSession, chunk_id: uuid.UUID, embedding: list[float], model: str
-) -> None:
-    await db.execute(
-        update(Chunk)
-        .where(Chunk.id == chunk_id, Chunk.status == "active")
-        .values(embedding=embedding, embedding_model=model)
-    )
-
-
-async def count_embed_failure(db: AsyncSession, chunk_ids: Sequence[uuid.UUID]) -> None:
-    await db.execute(
-        update(Chunk)
-        .where(Chunk.id.in_(list(chunk_ids)))
-        .values(embed_attempts=Chunk.embed_attempts + 1)
     )
 
 
@@ -244,140 +197,6 @@ async def exact_hits(
     return [str(cid) for (cid,) in await cursor.fetchall()]
 
 
-@dataclass(frozen=True)
-class VectorIndexScan:
-    """Search a session through its own HNSW index (`ensure_vector_index`) when it has one: the
-    embedder's dimension (the index is on the vectors cast to it) and the candidate list size."""
-
-    dim: int
-    ef_search: int
-
-
-VECTOR_INDEX_PREFIX = "ix_chunks_hnsw_"
-
-
-def vector_index_name(session_pk: uuid.UUID, model: str) -> str:
-    """The HNSW index of one session's vectors of `model` (within Postgres's 63 characters)."""
-    digest = hashlib.sha256(model.encode()).hexdigest()[:8]
-    return f"{VECTOR_INDEX_PREFIX}{session_pk.hex}_{digest}"
-
-
-def _session_vectors(session_pk: uuid.UUID, model: str) -> str:
-    """The rows of one session's index, as literals: the planner uses a partial index only for a
-    query whose condition it can prove implies the index's, so both spell it the same."""
-    quoted_model = model.replace("'", "''")
-    return (
-        f"session_id = '{session_pk}'::uuid AND status = 'active' "
-        f"AND embedding_model = '{quoted_model}'"
-    )
-
-
-async def _has_vector_index(db: AsyncSession | AsyncConnection, name: str) -> bool:
-    found = await db.execute(
-        text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:name)"),
-        {"name": name},
-    )
-    return bool(found.scalar_one_or_none())
-
-
-async def sessions_needing_vector_index(
-    db: AsyncSession | AsyncConnection, model: str, min_chunks: int
-) -> list[uuid.UUID]:
-    """Sessions with at least `min_chunks` active chunks and no valid HNSW index of `model` yet,
-    largest first."""
-    rows = await db.execute(
-        text("SELECT id FROM sessions WHERE chunk_count >= :min_chunks ORDER BY chunk_count DESC"),
-        {"min_chunks": min_chunks},
-    )
-    return [
-        sid
-        for sid in rows.scalars()
-        if not await _has_vector_index(db, vector_index_name(sid, model))
-    ]
-
-
-# The advisory lock of vector index builds: one at a time in the database, so a build never
-# mistakes another one in progress (not yet valid) for an interrupted one.
-VECTOR_INDEX_BUILD_LOCK = 0x636F6E7465787464
-
-
-async def ensure_vector_index(
-    conn: AsyncConnection, session_pk: uuid.UUID, model: str, dim: int, work_mem_mb: int
-) -> bool:
-    """Build the HNSW index of one session's vectors of `model` unless it exists; True when it
-    was built, False when it existed or another build is running (in any process). `conn` must
-    be in autocommit: the index is built CONCURRENTLY (writes to the session go on meanwhile) and
-    without the statement timeout (it can take minutes); an index left invalid by an interrupted
-    build (its connection lost, so no longer holding the lock) is dropped first."""
-    name = vector_index_name(session_pk, model)
-    locked = await conn.execute(
-        text("SELECT pg_try_advisory_lock(:key)"), {"key": VECTOR_INDEX_BUILD_LOCK}
-    )
-    if not locked.scalar_one():
-        return False
-    try:
-        valid = (
-            await conn.execute(
-                text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:name)"),
-                {"name": name},
-            )
-        ).scalar_one_or_none()
-        if valid:
-            return False
-        await conn.execute(text("SET statement_timeout = 0"))
-        await conn.execute(text(f"SET maintenance_work_mem = '{int(work_mem_mb)}MB'"))
-        try:
-            if valid is not None:
-                await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
-            await conn.execute(
-                text(
-                    f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON chunks USING hnsw "
-                    f"((CAST(embedding AS vector({int(dim)}))) vector_cosine_ops) "
-                    f"WHERE {_session_vectors(session_pk, model)}"
-                )
-            )
-        finally:
-            await conn.execute(text("RESET statement_timeout"))
-            await conn.execute(text("RESET maintenance_work_mem"))
-        return True
-    finally:
-        await conn.execute(
-            text("SELECT pg_advisory_unlock(:key)"), {"key": VECTOR_INDEX_BUILD_LOCK}
-        )
-
-
-async def drop_stale_vector_indexes(conn: AsyncConnection, model: str) -> list[str]:
-    """Drop the session HNSW indexes of deleted sessions and of models other than `model`
-    (`conn` in autocommit); their names."""
-    names = list(
-        (
-            await conn.execute(
-                text(
-                    "SELECT indexname FROM pg_indexes WHERE tablename = 'chunks' "
-                    "AND starts_with(indexname, :prefix)"
-                ),
-                {"prefix": VECTOR_INDEX_PREFIX},
-            )
-        ).scalars()
-    )
-    owners = {name: uuid.UUID(name[len(VECTOR_INDEX_PREFIX) :][:32]) for name in names}
-    alive = set(
-        (
-            await conn.execute(
-                text("SELECT id FROM sessions WHERE id = ANY(:ids)"), {"ids": list(owners.values())}
-            )
-        ).scalars()
-    )
-    stale = [
-        name
-        for name, session_pk in owners.items()
-        if session_pk not in alive or name != vector_index_name(session_pk, model)
-    ]
-    for name in stale:
-        await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
-    return stale
-
-
 class ShownChunk(NamedTuple):
     """A chunk as recall shows it."""
 
@@ -409,7 +228,7 @@ class ShownChunk(NamedTuple):
         )
 
 
-_SHOWN = (
+SHOWN_COLUMNS = (
     "c.id, c.status, c.turn_first, c.turn_last, c.part, c.parts, c.ts_last, c.raw_text, c.trusted, "
     "c.token_count"
 )
@@ -428,11 +247,13 @@ _RANKED_NEAREST = (
 # first, in distance order, with their distance; the others after them with none.
 _NEAREST_AND_SHOWN = (
     _RANKED_NEAREST
-    + f"SELECT {_SHOWN}, r.distance FROM chunks c LEFT JOIN ranked r ON r.id = c.id "
+    + f"SELECT {SHOWN_COLUMNS}, r.distance FROM chunks c LEFT JOIN ranked r ON r.id = c.id "
     "WHERE c.id = ANY(ARRAY(SELECT id FROM ranked) || CAST(%(ids)s AS uuid[])) "
     "ORDER BY r.place NULLS LAST"
 )  # run by the driver itself (`read_once`): psycopg's placeholders
-_SHOWN_BY_ID = f"SELECT {_SHOWN}, NULL FROM chunks c WHERE c.id = ANY(CAST(%(ids)s AS uuid[]))"
+_SHOWN_BY_ID = (
+    f"SELECT {SHOWN_COLUMNS}, NULL FROM chunks c WHERE c.id = ANY(CAST(%(ids)s AS uuid[]))"
+)
 # The scan's ids and distances only: for a caller holding the rows already.
 _NEAREST = _RANKED_NEAREST + "SELECT id, distance FROM ranked ORDER BY place"
 
@@ -491,52 +312,6 @@ async def _shown_by_id(
         return {}
     cursor = await conn.execute(_SHOWN_BY_ID, {"ids": list(ids)})
     return {str(row[0]): ShownChunk(str(row[0]), *row[1:-1]) for row in await cursor.fetchall()}
-
-
-async def nearest_through_index(
-    conn: psycopg.AsyncConnection[Any],
-    session_pk: uuid.UUID,
-    model: str,
-    vector: Sequence[float],
-    limit: int,
-    index: VectorIndexScan,
-) -> RecallRows:
-    """The session's chunks closest to `vector` (cosine similarity, best first) and their shown
-    rows, through the session's own HNSW index (`ensure_vector_index`): cost about constant in
-    the session's size, approximate. Until the worker's sweep has built it the same statement is
-    an exact scan of the session's rows (each vector cast, ~1.5 KB copied a row): correct, slower
-    for that while. The rows come with the search: in a session this large few of them are among
-    those a process keeps.
-
-    No index over the whole table: the server's pgvector (0.6) has no iterative index scans, so
-    a scan of a shared index filtered to one session returns at most `ef_search` rows before the
-    filter, too few for a session that is a small part of the table. Sorting is off for the
-    statement: the planner's other way, the session index and a sort, is the exact scan, which it
-    takes when the statistics predate the session's growth. The settings are local to a
-    transaction, sent with it in one round trip (pipelined: BEGIN, the settings, the search,
-    COMMIT); through SQLAlchemy the same search took 9 statements, ~5 ms around a 7 ms search."""
-    dim = int(index.dim)
-    query = (
-        f"WITH near AS (SELECT id, CAST(embedding AS vector({dim})) "
-        f"<=> CAST(%(vector)s AS vector({dim})) AS distance FROM chunks "
-        # (a `%` of the model's name doubled: the driver's placeholders start with one)
-        f"WHERE {_session_vectors(session_pk, model).replace('%', '%%')} "
-        # The limit written out, as the session is: under the reader pool's generic plans a
-        # `LIMIT $n` counts as a tenth of the session, and the join then read every chunk
-        # (36.6 ms at 10^5 chunks, against 2.4 ms through the primary key).
-        f"ORDER BY distance LIMIT {int(limit)}) "
-        f"SELECT {_SHOWN}, near.distance FROM near JOIN chunks c ON c.id = near.id"
-    )
-    async with conn.pipeline(), conn.transaction():
-        await conn.execute(
-            "SELECT set_config('hnsw.ef_search', %(ef)s, true), "
-            "set_config('enable_sort', 'off', true)",
-            {"ef": str(max(index.ef_search, limit))},
-        )
-        cursor = await conn.execute(query, {"vector": vector_literal(vector)})
-    found = sorted(await cursor.fetchall(), key=lambda row: float(row[-1]))
-    shown = {str(row[0]): ShownChunk(str(row[0]), *row[1:-1]) for row in found}
-    return RecallRows({str(row[0]): 1.0 - float(row[-1]) for row in found}, shown)
 
 
 # pgvector's binary form of a vector (`vector_send`): dimension and a reserved field (int16
@@ -637,20 +412,3 @@ async def session_chunk_texts(
         )
     )
     return len(found), sum(1 for _, had in found if had), [t for t, _ in found if t]
-
-
-async def offload_events(db: AsyncSession, session_pk: uuid.UUID, limit: int) -> list[OffloadEvent]:
-    """The session's newest offload events, oldest first."""
-    newest = (
-        select(OffloadEvent)
-        .where(OffloadEvent.session_id == session_pk)
-        .order_by(OffloadEvent.created_at.desc(), OffloadEvent.id.desc())
-        .limit(limit)
-        .subquery()
-    )
-    query = (
-        select(OffloadEvent)
-        .join(newest, OffloadEvent.id == newest.c.id)
-        .order_by(OffloadEvent.created_at, OffloadEvent.id)
-    )
-    return list((await db.execute(query)).scalars().all())
