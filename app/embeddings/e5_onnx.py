@@ -32,6 +32,7 @@ touches no request.
 """
 
 import hashlib
+import logging
 import mmap
 import os
 import struct
@@ -98,16 +99,22 @@ def _quantize_int8(float_model: bytes, out: Path) -> None:
     from onnx import load_from_string
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(
-        load_from_string(float_model),
-        out,
-        op_types_to_quantize=["MatMul"],  # the weight matmuls; attention's have no constant side
-        per_channel=True,  # one scale per output row: the rows' ranges differ widely
-        # unsigned weights: on AVX2 without VNNI, u8 x s8 products may saturate 16-bit sums
-        weight_type=QuantType.QUInt8,
-        # the graph's Gelu is onnxruntime's own op, which onnx's shape inference does not type
-        extra_options={"DefaultTensorType": TensorProto.FLOAT},
-    )
+    # It warns on the root logger that the graph was not "pre-processed" (shape inference and
+    # graph optimisations, which onnxruntime's session applies anyway): not ours to act on.
+    logging.disable(logging.WARNING)
+    try:
+        quantize_dynamic(
+            load_from_string(float_model),
+            out,
+            op_types_to_quantize=["MatMul"],  # the weight matmuls; attention's have no constant
+            per_channel=True,  # one scale per output row: the rows' ranges differ widely
+            # unsigned weights: on AVX2 without VNNI, u8 x s8 products may saturate 16-bit sums
+            weight_type=QuantType.QUInt8,
+            # the graph's Gelu is onnxruntime's own op, which onnx's shape inference cannot type
+            extra_options={"DefaultTensorType": TensorProto.FLOAT},
+        )
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def _int8_model(float_model: bytes, cache_dir: Path) -> bytes:
