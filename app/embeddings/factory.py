@@ -13,7 +13,8 @@ EmbedderKind = Literal["e5", "use", "openai", "none"]
 def create_embedder(kind: EmbedderKind, **params: Any) -> Embedder | None:
     """The embedder for `kind`, or None for "none" (lexical recall only).
 
-    `params` go to the constructor: `E5Embedder(name=, max_tokens=, max_chars=, passage_threads=)`,
+    `params` go to the constructor: `E5Embedder(name=, max_tokens=, max_chars=, passage_threads=,
+    precision=, cache_dir=)`,
     `UseEmbedder(threads=, max_chars=)`, `OpenAIEmbedder(base_url=, model=, api_key=, dim=, ...)`.
     Raises `EmbedderUnavailable` when the provider cannot be built (missing extra, no base_url,
     unknown kind) and `TypeError` for parameters the provider does not take.
@@ -50,5 +51,10 @@ def _from_settings(settings: EmbeddingSettings) -> Embedder | None:
             timeout_s=settings.timeout_seconds,
         )
     if settings.kind == "e5":
-        return create_embedder("e5", passage_threads=settings.passage_threads)
+        return create_embedder(
+            "e5",
+            passage_threads=settings.passage_threads,
+            precision=settings.e5_precision,
+            cache_dir=settings.e5_cache_dir,
+        )
     return create_embedder(settings.kind)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Collection
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -43,6 +44,7 @@ from app.embeddings.base import (
     EmbeddingKind,
 )
 from app.embeddings.engine_process import EngineProcess
+from app.embeddings.settings import E5Precision
 
 E5_DIM = 384
 USE_DIM = 512
@@ -51,7 +53,7 @@ _E5_VARIANTS = {"e5-small-q4": "original", "e5-small-enpt-q4": "enpt"}
 _E5_EXTRA_TOKENS = 12  # "query: "/"passage: " prefix + <s> + </s>, with room to spare
 # How much lower the passage lane's CPU priority is (nice increment, 0..19).
 PASSAGE_NICENESS = 10
-# Threads of the e5 passage engine (`embedding.passage_threads`; 0: every core).
+# Threads of the e5 passage engine (`embedding.passage_threads`; 0: one per usable core).
 DEFAULT_PASSAGE_THREADS = 1
 # The most texts encoded together in one call of the query lane. 2 cores, LoCoMo questions
 # (~16 tokens), CPU per query: alone 6.2 ms, 16 together 5.2 (`benchmarks.embed_engines`).
@@ -156,10 +158,29 @@ class _Lane:
             start += len(queued.texts)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's or taskset's limit,
+    not the machine's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 @lru_cache(maxsize=8)
-def _e5_lane(name: str, kind: EmbeddingKind, threads: int = 1) -> _Lane:
-    engine_threads = threads if threads > 0 else os.cpu_count() or 1
-    return _Lane.open(EngineProcess(_E5_VARIANTS[name], threads=engine_threads), kind)
+def _e5_lane(
+    name: str,
+    kind: EmbeddingKind,
+    threads: int = 1,
+    precision: E5Precision = "q4",
+    cache_dir: Path | None = None,
+) -> _Lane:
+    engine = EngineProcess(
+        _E5_VARIANTS[name],
+        threads=threads if threads > 0 else usable_cores(),
+        precision=precision,
+        cache_dir=cache_dir,
+    )
+    return _Lane.open(engine, kind)
 
 
 def _load_use_model(threads: int) -> Any:
@@ -189,6 +210,9 @@ class E5Embedder(Embedder):
 
     Inputs are cut to `max_chars` characters, then to `max_tokens` of the model's own tokenizer
     (default 512, the model window). On one core the cost is about 0.4 ms per token.
+    `precision` "int8" runs both lanes on the int8 model built from the same weights
+    (`embedding.e5_precision`); its vectors stay in q4's space (cosine ≥ 0.99), so the name, and
+    the vectors already stored under it, stay.
     """
 
     dim = E5_DIM
@@ -200,6 +224,8 @@ class E5Embedder(Embedder):
         max_tokens: int = E5_MAX_TOKENS,
         max_chars: int = DEFAULT_MAX_CHARS,
         passage_threads: int = DEFAULT_PASSAGE_THREADS,
+        precision: E5Precision = "q4",
+        cache_dir: Path | None = None,
     ) -> None:
         if name not in _E5_VARIANTS:
             raise EmbedderUnavailable(
@@ -212,9 +238,10 @@ class E5Embedder(Embedder):
         self.name = name
         self.max_tokens = max_tokens
         self.max_chars = max_chars
+        self.precision = precision
         self._lanes = {
-            "query": _e5_lane(name, "query"),
-            "passage": _e5_lane(name, "passage", passage_threads),
+            "query": _e5_lane(name, "query", 1, precision, cache_dir),
+            "passage": _e5_lane(name, "passage", passage_threads, precision, cache_dir),
         }
 
     async def warm_up(self, kinds: Collection[str] = ("query", "passage")) -> None:
