@@ -19,8 +19,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from app.core.tokens import message_tokens
 from app.domain.records import TurnRecord
+from app.domain.tokens import message_tokens
 from app.offload.chunking import ChunkingConfig, chunk_turns
 
 DEFAULT_PATH = "../shared/eval/locomo/locomo_dev.json"

@@ -42,10 +42,10 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.auth.schemas import ALL_SCOPES
 from app.auth.service import create_key
 from app.core.config import to_sqlalchemy_url
 from app.core.db import create_sessionmaker, unit_of_work
+from app.domain.callers import ALL_SCOPES
 from app.jobs.queue import TaskName, enqueue
 from benchmarks.build_prompt_latency import percentile
 from benchmarks.floor_compare import contextd_dev

@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.service import dev_caller
 from app.core.config import Settings
 from app.core.context import AppContext
-from app.core.dates import said_at
+from app.domain.dates import said_at
 from app.domain.records import RecalledItem, TurnRecord
 from app.eval.locomo import CATEGORIES, SCORED_CATEGORIES, coverage, dia_ids_of_range, load_locomo
 from app.notes.policy import render_notes_block

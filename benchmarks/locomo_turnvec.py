@@ -48,8 +48,8 @@ import app.store.chunks as offload_repository
 from app.core.config import Settings
 from app.core.context import AppContext
 from app.core.db import read_once
+from app.domain.turn_text import render_turn
 from app.eval.locomo import coverage, dia_ids_of_range, load_locomo
-from app.offload.chunking import render_turn
 from app.recall.fusion import FusedCandidate
 from app.recall.hits import RecallHit
 from app.recall.rerank import ScoredCandidate

@@ -30,8 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from app.core.config import Settings
-from app.core.dates import query_date_terms
-from app.core.text import mostly_cjk, terms
+from app.domain.dates import query_date_terms
+from app.domain.stem import by_stem
+from app.domain.text import mostly_cjk, terms
 from app.embeddings.base import Embedder, l2_normalise
 from app.embeddings.factory import create_embedder
 from app.eval.madial import (
@@ -51,7 +52,6 @@ from app.recall.languages import calibrated
 from app.recall.query import query_views, weighted_terms
 from app.recall.rerank import RerankCandidate, feature_rerank
 from app.recall.rewrite import rewrite_query
-from app.recall.stem import by_stem
 
 KS = (5, 10)
 SETTINGS = Settings()

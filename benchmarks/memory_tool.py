@@ -19,11 +19,11 @@ from pathlib import Path
 
 import httpx
 
-from app.auth.schemas import ALL_SCOPES
 from app.auth.service import create_key
 from app.core.config import load_settings
 from app.core.db import create_engine, create_sessionmaker, unit_of_work
 from app.core.migrate import upgrade
+from app.domain.callers import ALL_SCOPES
 from app.runtime.embedded import EmbeddedStack
 from tests.support.server import run_server
 

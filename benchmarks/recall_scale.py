@@ -65,7 +65,7 @@ import psycopg
 from psycopg import sql
 
 from app.core.config import load_settings
-from app.core.text import lexical_document, terms
+from app.domain.text import lexical_document, terms
 from app.store.chunks import _NEAREST, _exact_statement
 from app.store.vector_index import vector_index_name
 from benchmarks.build_prompt_latency import WORDS, percentile, turn_text

@@ -29,11 +29,11 @@ from pathlib import Path
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.auth.schemas import DEFAULT_SCOPES
 from app.auth.service import create_key
 from app.core.config import load_settings, to_sqlalchemy_url
 from app.core.db import create_sessionmaker, unit_of_work
 from app.core.migrate import upgrade
+from app.domain.callers import DEFAULT_SCOPES
 from app.runtime.embedded import EmbeddedStack
 from app.store.keys import get_or_create_tenant
 from benchmarks.append_latency import percentile

@@ -32,10 +32,10 @@ import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.auth.schemas import DEFAULT_SCOPES
 from app.auth.service import create_key
 from app.core.config import to_sqlalchemy_url
 from app.core.db import create_sessionmaker, unit_of_work
+from app.domain.callers import DEFAULT_SCOPES
 from benchmarks.build_prompt_latency import percentile, turn_text
 from benchmarks.floor_compare import contextd_dev
 

@@ -16,12 +16,12 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.auth.schemas import ALL_SCOPES, DEFAULT_SCOPES
 from app.auth.service import create_key
 from app.core.cache import Cache
 from app.core.config import Settings, load_settings, to_sqlalchemy_url
 from app.core.db import create_sessionmaker, unit_of_work
 from app.core.migrate import upgrade
+from app.domain.callers import ALL_SCOPES, DEFAULT_SCOPES
 from app.runtime.embedded import EmbeddedStack
 from tests.examples.fake_model import MODEL, chat_model
 from tests.support.databases import create_template, fresh_database

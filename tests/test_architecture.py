@@ -103,7 +103,6 @@ KNOWN: frozenset[tuple[str, str]] = frozenset(
         ("app.memory.service", "app.recall.rerank"),
         ("app.memory.service", "app.recall.service"),
         ("app.memory.service", "app.sessions.schemas"),
-        ("app.recall.shown", "app.offload.chunking"),
     }
 )
 LONG_FUNCTIONS_KNOWN: frozenset[str] = frozenset()
@@ -195,15 +194,10 @@ def within(module: str, prefixes: Iterable[str]) -> bool:
 # Where a module of the old layout belongs until its step of issue 35 moves it (the longest
 # prefix wins); each step deletes the lines of what it moved.
 MOVING: dict[str, str] = {
-    "app.auth.schemas": "app.domain",  # -> domain/callers.py
-    "app.core.dates": "app.domain",
-    "app.core.text": "app.domain",
-    "app.core.tokens": "app.domain",
     "app.mcp": "app.agent",
     "app.memory": "app.memories",  # the remembered items; the tool's modules below
     "app.memory.endpoints": "app.agent",
     "app.memory.tool": "app.agent",
-    "app.recall.stem": "app.domain",
 }
 
 

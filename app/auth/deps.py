@@ -15,9 +15,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import service
-from app.auth.schemas import Caller, Scope
 from app.core.context import AppContext
 from app.core.db import unit_of_work
+from app.domain.callers import Caller, Scope
 from app.http.deps import ContextDep, DbDep
 
 # auto_error=False: our own 401 body, not FastAPI's 403; the scheme still appears in OpenAPI.

@@ -12,10 +12,10 @@ from collections.abc import Iterable
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.schemas import ALL_SCOPES, Caller, Scope
 from app.core.config import Limits
 from app.core.errors import Forbidden, InvalidInput, Unauthorized
 from app.core.ratelimit import RateLimiter, rate_limited
+from app.domain.callers import ALL_SCOPES, Caller, Scope
 from app.store import keys as keys_store
 
 KEY_PREFIX = "ctxd_"

@@ -10,7 +10,7 @@ class TurnRecord:
     """One stored conversation turn as the policy code sees it.
 
     `token_count` is the prompt cost of the turn as a message, framing included
-    (see `app.core.tokens.message_tokens`).
+    (see `app.domain.tokens.message_tokens`).
     """
 
     seq: int

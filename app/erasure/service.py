@@ -13,9 +13,9 @@ Every entry point takes the session rows it changes first, in one statement (the
 retries (`app.core.db.retrying_transaction`); a user delete takes one such transaction per
 session, so none grows with the user's size.
 
-A turn range is first widened to whole tool-call groups (`app.offload.policy.atomic_units` over the
-session's live turns), so forgetting a tool call also forgets its results and the other way round:
-no tool result is ever left without its call (spec §2), in the window or in a chunk.
+A turn range is first widened to whole tool-call groups (`app.domain.tool_groups.atomic_units`
+over the session's live turns), so forgetting a tool call also forgets its results and the other
+way round: no tool result is ever left without its call (spec §2), in the window or in a chunk.
 """
 
 import logging
@@ -29,11 +29,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.schemas import Caller
 from app.core.cache import CACHE_ERRORS, Cache
 from app.core.config import Settings
 from app.core.db import after_commit, retrying_transaction
 from app.core.errors import Conflict, InvalidInput, NotFound
+from app.domain.callers import Caller
+from app.domain.tool_groups import atomic_units
 from app.erasure.schemas import (
     ErasedMemory,
     ErasedSession,
@@ -46,7 +47,6 @@ from app.memory.schemas import MemoryRequest
 from app.notes.policy import cap, remove_sources
 from app.notes.schemas import Notes
 from app.notes.service import NotesDraft, memory_items, write_notes
-from app.offload.policy import atomic_units
 from app.offload.service import write_chunks
 from app.store import chunks as chunks_store
 from app.store import memories as memories_store

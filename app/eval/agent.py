@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.core.tokens import encoding
+from app.domain.tokens import encoding
 
 MIN_VALUE_CHARS = 4
 WIRE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")

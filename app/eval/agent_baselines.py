@@ -3,7 +3,7 @@ agent`), computed locally with the server's own token counter and call/result gr
 
 - **full history**: the system prompt and every message so far.
 - **truncation**: the system prompt and the newest messages that fit `C - r`, cut only between
-  groups that keep every call with its results (`app.prompt.blocks.tool_groups`).
+  groups that keep every call with its results (`app.domain.tool_groups.tool_groups`).
 - **tool-result clearing, keep N**: every tool result but the N newest replaced by
   `CLEARED_PLACEHOLDER` (its call id and name kept), then truncation — as Anthropic's
   `clear_tool_uses` and LangChain's `ClearToolUsesEdit` do.
@@ -13,10 +13,11 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from app.core.tokens import message_tokens
 from app.domain.budget import REPLY_PRIMING_TOKENS
 from app.domain.records import TurnRecord
-from app.prompt.blocks import tool_groups, turn_message
+from app.domain.tokens import message_tokens
+from app.domain.tool_groups import tool_groups
+from app.prompt.blocks import turn_message
 
 CLEARED_PLACEHOLDER = "[tool result cleared]"
 _TS = datetime(2024, 5, 15, tzinfo=UTC)  # turns need a time; no baseline reads it
@@ -52,7 +53,7 @@ def system_message(system: str) -> dict[str, Any]:
 
 
 def prompt_tokens(system: str, turns: Sequence[TurnRecord]) -> int:
-    """`app.core.tokens.messages_tokens` of the system message and `turns`, from the turns'
+    """`app.domain.tokens.messages_tokens` of the system message and `turns`, from the turns'
     stored counts."""
     return (
         REPLY_PRIMING_TOKENS + message_tokens("system", system) + sum(t.token_count for t in turns)

@@ -41,7 +41,7 @@ DEFINITIONS = """\
   labels (whole word, any case): the JSON keys it was found under in the earlier tool results
   (nearest key) and the names of the tools whose results held it.
 - **Tokens**: contextd's `usage.total`; the baselines' prompts counted with
-  `app.core.tokens.messages_tokens`, the server's counter. **Budget share**: tokens / (C - 500),
+  `app.domain.tokens.messages_tokens`, the server's counter. **Budget share**: tokens / (C - 500),
   mean over builds; **over limit**: builds above C - 500 (full history is, by construction).
 - **Prefix reuse**: for each build after the first of a session, the tokens its serialized
   prompt (each message's wire fields as JSON, in order) shares from the start with the previous

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.tokens import messages_tokens
+from app.domain.tokens import messages_tokens
 from app.eval.agent import (
     Step,
     common_prefix,

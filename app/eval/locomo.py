@@ -25,9 +25,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.core.text import terms
-from app.core.tokens import count_tokens, message_tokens
 from app.domain.records import RecalledItem
+from app.domain.text import terms
+from app.domain.tokens import count_tokens, message_tokens
 from app.prompt.blocks import counted_item, render_recalled_block
 from app.recall.bm25 import BM25Index
 

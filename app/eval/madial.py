@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from app.core.text import terms
+from app.domain.text import terms
 from app.recall.bm25 import BM25Index
 
 Lang = Literal["zh", "en"]

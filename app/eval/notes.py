@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.core.text import terms
+from app.domain.text import terms
 from app.eval.locomo import normalise_evidence
 from app.notes.schemas import NoteItem, Notes
 

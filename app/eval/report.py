@@ -267,8 +267,9 @@ and context limit {RANKING_LIMIT:,} (the full ranking, regardless of budget).
   turns out by design). "recalled only" counts recalled items alone; "in window" is the share of
   evidence that sat in C1 (the last few turns of the conversation).
 - Injected tokens: `usage.recall` (the recalled block with its frame and per-item headers).
-- Baselines, offline on the same data: BM25 over single turns (k1 1.2, b .75, `app.core.text.terms`:
-  lower-cased words, English stopwords), a turn costing its content's tokens (README setting), and
+- Baselines, offline on the same data: BM25 over single turns (k1 1.2, b .75,
+  `app.domain.text.terms`: lower-cased words, English stopwords), a turn costing its content's
+  tokens (README setting), and
   the same ranking charged like contextd's recalled block (frame + `[ts | turn | id]` header per
   item); truncation keeps the last turns that fit in C − r =
   {cfg.context_limit - cfg.reserve_tokens} tokens.

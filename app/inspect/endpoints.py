@@ -15,7 +15,6 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from app.auth.deps import get_caller
-from app.auth.schemas import Caller, Scope
 from app.auth.service import (
     authenticate,
     authenticate_signed_token,
@@ -23,8 +22,9 @@ from app.auth.service import (
     signed_token,
 )
 from app.core.errors import ContextdError, NotFound, Unauthorized
-from app.core.text import shorten
+from app.domain.callers import Caller, Scope
 from app.domain.ids import is_session_id
+from app.domain.text import shorten
 from app.http.deps import ContextDep, DbDep
 from app.inspect import service
 from app.inspect.security import from_this_site

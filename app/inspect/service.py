@@ -7,9 +7,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.schemas import Caller
 from app.core.context import AppContext
 from app.domain.budget import REPLY_PRIMING_TOKENS, Budget
+from app.domain.callers import Caller
 from app.domain.records import TurnRecord
 from app.erasure.schemas import EraseReceiptOut
 from app.erasure.service import receipt_out

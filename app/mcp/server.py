@@ -25,11 +25,11 @@ from starlette.types import Receive, Scope, Send
 
 from app import __version__
 from app.auth.deps import get_caller
-from app.auth.schemas import Caller
 from app.core.config import Settings
 from app.core.context import AppContext
 from app.core.db import unit_of_work
 from app.core.errors import ContextdError, InternalError
+from app.domain.callers import Caller
 from app.mcp import tools
 
 logger = logging.getLogger("contextd.mcp")

@@ -13,10 +13,10 @@ import mcp_types as types
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.schemas import Caller, Scope
 from app.auth.service import require_scope
 from app.core.context import AppContext
 from app.core.errors import MissingField, NotFound
+from app.domain.callers import Caller, Scope
 from app.domain.ids import SESSION_ID_PATTERN
 from app.http.errors import validation_error
 from app.http.params import require_session_id

@@ -8,7 +8,6 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.auth.schemas import Caller, Scope
 from app.core.errors import (
     ConflictingFields,
     Forbidden,
@@ -16,9 +15,10 @@ from app.core.errors import (
     MissingField,
     UnexpectedField,
 )
-from app.core.text import match_terms, term_set, terms
+from app.domain.callers import Caller, Scope
+from app.domain.stem import stem
+from app.domain.text import match_terms, term_set, terms
 from app.memory.schemas import MemoryRequest, MemoryType
-from app.recall.stem import stem
 
 
 @dataclass(frozen=True)

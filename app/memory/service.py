@@ -10,14 +10,14 @@ from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.schemas import Caller
 from app.core.context import AppContext
-from app.core.dates import said_at
 from app.core.errors import InvalidInput, NotFound, TooLong
 from app.core.ratelimit import WINDOW_SECONDS, rate_limited
-from app.core.text import lexical_document, terms
-from app.core.tokens import count_tokens
+from app.domain.callers import Caller
+from app.domain.dates import said_at
 from app.domain.records import RecalledItem
+from app.domain.text import lexical_document, terms
+from app.domain.tokens import count_tokens
 from app.erasure.service import forget
 from app.http.pagination import Page, created_after, created_cursor, page_of
 from app.jobs.queue import TaskName, enqueue, pending_jobs, session_lock

@@ -4,7 +4,7 @@ report", "likes: aisle seat")."""
 
 import re
 
-from app.core.text import ENGLISH_STOPWORDS
+from app.domain.text import ENGLISH_STOPWORDS
 from app.notes.sentences import (
     CJK,
     COMMIT_RE,

@@ -4,8 +4,8 @@ user's "yes" that makes an assistant's single proposal a decision."""
 
 import re
 
-from app.core.text import ENGLISH_STOPWORDS, terms
 from app.domain.records import TurnRecord
+from app.domain.text import ENGLISH_STOPWORDS, terms
 from app.notes.notebook import Notebook
 from app.notes.schemas import NoteItem
 from app.notes.sentences import (

@@ -5,7 +5,7 @@ latest earlier fact of its kind."""
 
 import re
 
-from app.core.text import ENGLISH_STOPWORDS
+from app.domain.text import ENGLISH_STOPWORDS
 from app.notes.notebook import Notebook
 from app.notes.schemas import Source
 from app.notes.sentences import (

@@ -28,7 +28,7 @@ order of appearance.
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.core.tokens import count_tokens, cut_to_tokens, encoding
+from app.domain.tokens import count_tokens, cut_to_tokens, encoding
 from app.notes.values import Value, identifying, parsed_json, render_values, result_values
 
 LAYERED_PREFIX = "[tool result layered on arrival: "

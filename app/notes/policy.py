@@ -19,7 +19,7 @@ shown as the user's words.
 
 import re
 
-from app.core.tokens import count_tokens
+from app.domain.tokens import count_tokens
 from app.notes.schemas import DroppedNote, NoteItem, Notes, NotesResult, SectionName
 
 # (section, only items from tool output): the cap drops tiers in this order.

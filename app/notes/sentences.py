@@ -5,7 +5,7 @@ item's subject (its supersede key, see `app.notes.policy.merge`)."""
 import re
 import string
 
-from app.core.text import ENGLISH_STOPWORDS, terms
+from app.domain.text import ENGLISH_STOPWORDS, terms
 
 _I, CJK = re.IGNORECASE, "\u4e00-\u9fff"
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.cpu import off_loop
-from app.core.tokens import message_tokens
+from app.domain.tokens import message_tokens
 from app.notes.llm import NotesGenerationError, llm_extract
 from app.notes.policy import cap, merge, render_notes_block
 from app.notes.rules import extract

@@ -28,18 +28,18 @@ from functools import lru_cache
 from itertools import chain
 
 from app.core.config import Settings
-from app.core.dates import date_terms, said_at
-from app.core.text import shorten, terms, terms_document
-from app.core.tokens import (
+from app.domain.dates import date_terms, said_at
+from app.domain.records import TurnRecord
+from app.domain.text import shorten, terms, terms_document
+from app.domain.tokens import (
     count_tokens,
     framing_tokens,
     short_tokens,
     spaced_tokens,
-    tool_calls_text,
 )
-from app.domain.records import TurnRecord
+from app.domain.tool_groups import atomic_units
+from app.domain.turn_text import render_turn, turn_body, turn_label
 from app.offload.cuts import TokenisedBody, place_cuts, raw_tokens
-from app.offload.policy import atomic_units
 
 DEFAULT_CHUNK_MIN_TOKENS = 60
 DEFAULT_CHUNK_MAX_TOKENS = 160
@@ -111,32 +111,6 @@ class ChunkDraft:
     @property
     def is_piece(self) -> bool:
         return self.parts > 1
-
-
-def turn_label(turn: TurnRecord) -> str:
-    """`user`, `assistant (name)`, `tool[call_id]`…, on one line."""
-    label = turn.role
-    if turn.tool_call_id:
-        label += f"[{turn.tool_call_id}]"
-    if turn.name:
-        label += f" ({turn.name})"
-    return " ".join(label.split())
-
-
-def turn_body(turn: TurnRecord) -> str:
-    """The content, then a `role → tool_calls: <json>` line when the turn calls tools."""
-    calls = tool_calls_text(turn.tool_calls)
-    if not calls:
-        return turn.content
-    line = f"{turn.role} → tool_calls: {calls}"
-    return f"{turn.content}\n{line}" if turn.content else line
-
-
-def render_turn(turn: TurnRecord) -> str:
-    """The turn as it appears in a chunk's raw_text (content verbatim after the label)."""
-    if not turn.content and turn.tool_calls:
-        return turn_body(turn)
-    return f"{turn_label(turn)}: {turn_body(turn)}"
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -470,7 +444,7 @@ def chunk_row(draft: ChunkDraft, chunk_id: uuid.UUID) -> dict[str, object]:
     # The tsvector holds each term once: it only serves matches (`@@`), which positions and
     # repeats do not change, and the parser's cost follows the text it reads.
     lexical = terms_document(list(counts))
-    # The chunk's days and months are search terms too ("in May", "last week": app.core.dates).
+    # The chunk's days and months are search terms too ("in May", "last week": app.domain.dates).
     dates = _date_terms(draft.ts_first, draft.ts_last)
     counts.update(dates)
     return {

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from itertools import accumulate
 
-from app.core.tokens import count_tokens, encoding
+from app.domain.tokens import count_tokens, encoding
 
 # A newline after which cl100k's pre-tokeniser always starts a new piece, in any text holding
 # it and the character after it: the whitespace that follows it (if any) holds no other line

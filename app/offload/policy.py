@@ -12,7 +12,7 @@ from itertools import pairwise
 
 from app.domain.budget import RecentFloor
 from app.domain.records import TurnRecord
-from app.domain.tool_calls import tool_pairs
+from app.domain.tool_groups import atomic_units
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,27 +23,6 @@ class OffloadPlan:
     tokens_freed: int
     tokens_after: int  # fixed + remaining C1
     floor_limited: bool  # the goal was not reached because the protected tail stopped the cut
-
-
-def atomic_units(turns: Sequence[TurnRecord]) -> list[range]:
-    """Split `turns` into consecutive index ranges that must move (or chunk) together.
-
-    A unit is one turn, or an assistant turn with `tool_calls` through the last tool turn answering
-    one of its calls (`tool_pairs`: a reused call id is answered by its latest call, so one reused
-    id does not tie the whole session together). Turns in between ride along; overlapping groups
-    are merged. Tool results whose call is not in `turns` are single-turn units.
-    """
-    ends = list(range(len(turns)))  # ends[i]: last index that must stay with turn i
-    for answered_at, (i, _) in tool_pairs(turns).items():
-        ends[i] = max(ends[i], answered_at)
-    units: list[range] = []
-    start, reach = 0, -1
-    for i in range(len(turns)):
-        reach = max(reach, ends[i])
-        if i == reach:
-            units.append(range(start, i + 1))
-            start = i + 1
-    return units
 
 
 def protected_start(turns: Sequence[TurnRecord], floor: RecentFloor) -> int:

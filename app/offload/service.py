@@ -20,9 +20,9 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.cpu import batches_off_loop
 from app.core.db import local_time_limits
-from app.core.tokens import message_tokens
 from app.domain.budget import Budget
 from app.domain.records import TurnRecord
+from app.domain.tokens import message_tokens
 from app.jobs.queue import TaskName, embedding_lock, enqueue, session_lock
 from app.offload.chunking import ChunkDraft, chunk_row, chunking_config, iter_chunks
 from app.offload.policy import OffloadPlan, select_offload

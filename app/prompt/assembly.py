@@ -53,7 +53,7 @@ Precedence when the budget is short (`budget` = C - r):
    table only with it, and in OpenAI format the table comes right after C0, so consecutive
    builds of an agent loop share their head.
 
-Counting: OpenAI messages are counted by `app.core.tokens.messages_tokens` (reply priming
+Counting: OpenAI messages are counted by `app.domain.tokens.messages_tokens` (reply priming
 included); an Anthropic prompt by `messages_tokens` on `blocks.anthropic_counting_view` (the system
 string as one system message, content blocks as their text). Tool schemas are counted into C0 as
 `count_tokens(json.dumps(tools, ensure_ascii=False))` in both formats. C1 turns are charged their
@@ -70,9 +70,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.core.tokens import count_tokens, message_tokens
 from app.domain.budget import REPLY_PRIMING_TOKENS
 from app.domain.records import RecalledItem, TurnRecord
+from app.domain.tokens import count_tokens, message_tokens
+from app.domain.tool_groups import tool_groups
 from app.prompt.blocks import (
     ABOUT_USER_SHAPE,
     RECALL_SHAPE,
@@ -83,7 +84,6 @@ from app.prompt.blocks import (
     paired_turns,
     quoted_body,
     render_about_user_item,
-    tool_groups,
     turn_message,
 )
 from app.prompt.choosing import Choice, choose, shown_in_tail

@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from app.core.tokens import count_tokens, cut_to_tokens, message_tokens, short_tokens
 from app.domain.records import RecalledItem, TurnRecord
-from app.domain.tool_calls import tool_pairs
+from app.domain.tokens import count_tokens, cut_to_tokens, message_tokens, short_tokens
+from app.domain.tool_groups import tool_pairs
 
 RECALL_OPEN = "<recalled_history>"
 RECALL_CLOSE = "</recalled_history>"
@@ -226,27 +226,6 @@ def turn_message(turn: TurnRecord) -> dict[str, Any]:
     if turn.tool_call_id is not None:
         message["tool_call_id"] = turn.tool_call_id
     return message
-
-
-def tool_groups(turns: Sequence[TurnRecord]) -> list[list[TurnRecord]]:
-    """Split turns into the smallest contiguous groups that never separate a call from a result.
-
-    A cut before turn i is allowed only if no turn at or after i answers a call made before i
-    (`tool_pairs`).
-    """
-    if not any(turn.role == "tool" for turn in turns):
-        return [[turn] for turn in turns]  # nothing answers a call: every cut is allowed
-    pairs = tool_pairs(turns)
-    needs = [pairs[i][0] if i in pairs else i for i in range(len(turns))]
-    groups: list[list[TurnRecord]] = []
-    end, lowest = len(turns), len(turns)
-    for i in range(len(turns) - 1, -1, -1):
-        lowest = min(lowest, needs[i])
-        if lowest >= i:
-            groups.append(list(turns[i:end]))
-            end = i
-    groups.reverse()
-    return groups
 
 
 def paired_turns(turns: Sequence[TurnRecord]) -> list[TurnRecord]:

@@ -7,8 +7,8 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from app.core.tokens import count_tokens
 from app.domain.records import RecalledItem, TurnRecord
+from app.domain.tokens import count_tokens
 from app.notes.values import result_values
 from app.prompt.blocks import BlockShape, format_ts, starts_piece, tokens_with
 from app.prompt.clearing import History

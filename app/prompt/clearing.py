@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.core.tokens import count_tokens, message_tokens
 from app.domain.records import TurnRecord
-from app.domain.tool_calls import tool_pairs
+from app.domain.tokens import count_tokens, message_tokens
+from app.domain.tool_groups import tool_pairs
 from app.notes.values import (
     STUB_PREFIX,
     VALUE_TABLE_HEADER,

@@ -9,7 +9,6 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
 from app.auth.deps import ReadCaller, identify_caller
-from app.auth.schemas import Scope
 from app.auth.service import check_rate, require_scope
 from app.core.errors import (
     BudgetExceeded,
@@ -20,6 +19,7 @@ from app.core.errors import (
     RequestTimeout,
 )
 from app.core.observability import logged_by_route
+from app.domain.callers import Scope
 from app.domain.ids import is_session_id
 from app.http.deps import ContextDep, DbDep, get_context, request_db
 from app.http.direct import DirectRoute

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.tokens import message_tokens
 from app.domain.records import TurnRecord
+from app.domain.tokens import message_tokens
 from app.prompt.blocks import SYSTEM_SEPARATOR, anthropic_counting_view, anthropic_messages
 from app.prompt.clearing import History, TableEntry, fit_table
 

@@ -10,13 +10,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.schemas import Caller
 from app.core.context import AppContext
-from app.core.dates import said_at
 from app.core.db import read_once, release
-from app.core.tokens import message_tokens
 from app.domain.budget import Budget, BudgetConfig
+from app.domain.callers import Caller
+from app.domain.dates import said_at
 from app.domain.records import RecalledItem, TurnRecord
+from app.domain.tokens import message_tokens
 from app.memory.policy import normalise
 from app.notes.policy import render_notes_block
 from app.notes.schemas import Notes

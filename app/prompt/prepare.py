@@ -14,14 +14,14 @@ from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.schemas import Caller, Scope
 from app.core.config import Settings
 from app.core.context import AppContext
 from app.core.cpu import off_loop
 from app.core.db import local_time_limits
 from app.core.errors import BudgetExceeded, InvalidInput
-from app.core.tokens import message_tokens
 from app.domain.budget import Budget, BudgetConfig, config_error_field
+from app.domain.callers import Caller, Scope
+from app.domain.tokens import message_tokens
 from app.offload.watermark import observe_watermark
 from app.prompt.assembly import PromptTooLarge, mandatory_costs, tools_tokens
 from app.prompt.schemas import BuildPromptRequest

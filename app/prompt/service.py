@@ -15,10 +15,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.schemas import Caller
 from app.core.context import AppContext
 from app.core.cpu import off_loop
 from app.core.observability import after_response, text_fields
+from app.domain.callers import Caller
 from app.prompt.assembly import AssembledPrompt, AssemblyInput, PromptTooLarge, assemble_prompt
 from app.prompt.gather import (
     Gathered,

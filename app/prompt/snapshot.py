@@ -8,9 +8,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.schemas import Caller
 from app.core.context import AppContext
 from app.core.db import read_once
+from app.domain.callers import Caller
 from app.domain.records import TurnRecord
 from app.prompt.schemas import BuildPromptRequest, ManifestItem
 from app.store import sessions as sessions_store

@@ -13,12 +13,12 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app.core.context import AppContext
 from app.core.db import read_once
-from app.core.text import match_terms, mostly_cjk
+from app.domain.stem import by_stem
+from app.domain.text import match_terms, mostly_cjk
 from app.recall.adapter import chunk_query_vector
 from app.recall.bm25 import BM25Index
 from app.recall.languages import ADAPTED_OFFSETS, RAW_OFFSETS, calibrated, in_other_language
 from app.recall.session_chunks import SessionChunks
-from app.recall.stem import by_stem
 from app.store import chunks as chunks_store
 from app.store import vector_index as vector_index_store
 from app.store.models import Session

@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from app.core.text import terms
+from app.domain.text import terms
 
 K1 = 1.2
 B = 0.75

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-from app.core.text import mostly_cjk
+from app.domain.text import mostly_cjk
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppContext
-from app.core.text import mostly_cjk, terms
+from app.domain.text import mostly_cjk, terms
 from app.embeddings.base import EmbedderUnavailable
 from app.recall.arms import lexical_arm
 from app.recall.bm25 import BM25Index

@@ -6,8 +6,8 @@ import re
 from collections.abc import Sequence
 from datetime import datetime
 
-from app.core.dates import query_date_terms
-from app.core.text import terms
+from app.domain.dates import query_date_terms
+from app.domain.text import terms
 from app.recall.rewrite import RewrittenQuery, content_term_count, rewrite_query
 
 # Terms the rewrite borrowed from recent turns help resolve "that one", but must not outweigh what

@@ -43,8 +43,8 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Literal
 
-from app.core.text import term_set
-from app.core.tokens import count_tokens
+from app.domain.text import term_set
+from app.domain.tokens import count_tokens
 from app.recall.bm25 import idf
 from app.recall.rewrite import RewrittenQuery, is_code_identifier
 from app.recall.trim import line_stems

@@ -30,8 +30,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.text import ENGLISH_STOPWORDS, is_cjk, terms
 from app.domain.records import TurnRecord
+from app.domain.text import ENGLISH_STOPWORDS, is_cjk, terms
 
 CONTEXT_TURNS = 2
 SHORT_QUERY_TERMS = 1

@@ -12,9 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppContext
 from app.core.db import release
+from app.domain.stem import by_stem
 from app.recall.bm25 import BM25Index
 from app.recall.rerank import text_key
-from app.recall.stem import by_stem
 from app.recall.vectors import ChunkVectors
 from app.store import chunks as chunks_store
 from app.store.models import Session
@@ -127,7 +127,7 @@ def _used(kept: dict[str, Kept], chunk_id: str) -> Kept | None:
 
 async def kept_chunks(db: AsyncSession, context: AppContext, session: Session) -> SessionChunks:
     """The session's BM25 index over its active chunks, their terms merged under their stems
-    (`app.recall.stem`), and its shown chunks' lines, kept per process per chunk state. After the
+    (`app.domain.stem`), and its shown chunks' lines, kept per process per chunk state. After the
     chunks changed, the process's index of an earlier state is extended by the chunks added
     since, when none of its chunks went away (an offload only adds); otherwise it is built anew.
     Built off the event loop and outside the transaction: a session's history can be large."""

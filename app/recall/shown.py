@@ -7,11 +7,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppContext
 from app.core.db import read_once
-from app.offload.chunking import render_turn
+from app.domain.stem import by_stem
+from app.domain.turn_text import render_turn
 from app.recall.bm25 import idf
 from app.recall.hits import RecallHit, RecallOutcome
 from app.recall.session_chunks import ChunkLines, kept_chunks
-from app.recall.stem import by_stem
 from app.recall.trim import trim_chunk
 from app.store import turns as turns_store
 from app.store.models import Session

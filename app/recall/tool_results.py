@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.domain.turn_text import TOOL_CALLS_MARK
 from app.recall.fusion import FusedCandidate
 from app.recall.hits import MEMORY_PREFIX
 from app.store import chunks as chunks_store
@@ -15,7 +16,6 @@ from app.store.models import Session
 
 # The first this many fused candidates that call tools bring the chunks of their results.
 CALLS_FOLLOWED = 5
-_TOOL_CALLS_MARK = " → tool_calls: "  # the line `turn_body` ends a calling turn with
 
 
 @dataclass(frozen=True)
@@ -37,15 +37,15 @@ class ResultOfCall:
 def calls_at_end(text: str) -> int:
     """How many tool calls the last turn of a chunk's `text` makes (0: its last turn calls no
     tool). A call line cut by a split turn counts as one call."""
-    if _TOOL_CALLS_MARK not in text:  # a conversation's chunks: no copy of the text
+    if TOOL_CALLS_MARK not in text:  # a conversation's chunks: no copy of the text
         return 0
     lines = text.rstrip().rsplit("\n", 1)
     last = lines[-1]
-    at = last.find(_TOOL_CALLS_MARK)
+    at = last.find(TOOL_CALLS_MARK)
     if at < 0:
         return 0
     try:
-        calls = json.loads(last[at + len(_TOOL_CALLS_MARK) :])
+        calls = json.loads(last[at + len(TOOL_CALLS_MARK) :])
     except ValueError:
         return 1
     return len(calls) if isinstance(calls, list) and calls else 1

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from app.core.text import terms
-from app.recall.stem import stem
+from app.domain.stem import stem
+from app.domain.text import terms
 
 ELISION = "…"
 KEEP_RATIO = 0.5  # a turn is kept when its score reaches this share of the chunk's best turn
@@ -37,7 +37,7 @@ def line_stems(text: str) -> frozenset[str]:
 
 def turn_score(text: str, query_weights: Mapping[str, float], idf: Callable[[str], float]) -> float:
     """Σ over the query's terms found in `text` (each once, compared by stem: `query_weights` are
-    keyed by stems, `app.recall.stem`) of query weight × idf."""
+    keyed by stems, `app.domain.stem`) of query weight × idf."""
     found = line_stems(text) & query_weights.keys()
     return sum(query_weights[t] * idf(t) for t in found)
 

@@ -11,7 +11,7 @@ from app.core.config import Settings, load_settings
 from app.core.context import AppContext
 from app.core.cpu import one_blas_thread
 from app.core.observability import Metrics, RequestContextMiddleware
-from app.core.tokens import encoding
+from app.domain.tokens import encoding
 from app.erasure.endpoints import router as erasure_router
 from app.http import health
 from app.http.direct import DirectRoutes

@@ -294,10 +294,10 @@ def cmd_dev(args: argparse.Namespace) -> None:
 
 
 def cmd_keys_create(settings: Settings, tenant: str, scopes: list[str]) -> None:
-    from app.auth.schemas import DEFAULT_SCOPES
     from app.auth.service import create_key
     from app.core.context import AppContext
     from app.core.db import unit_of_work
+    from app.domain.callers import DEFAULT_SCOPES
 
     async def _create() -> tuple[str, str]:
         context = AppContext.create(settings)

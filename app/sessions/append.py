@@ -11,15 +11,15 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.schemas import Caller
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.cpu import off_loop
 from app.core.db import after_commit, release
 from app.core.errors import Conflict
 from app.core.observability import Metrics
-from app.core.tokens import message_tokens
 from app.domain.budget import Budget, Observation
+from app.domain.callers import Caller
+from app.domain.tokens import message_tokens
 from app.offload.service import inline_offload
 from app.offload.watermark import observe_watermark
 from app.sessions import layering

@@ -20,8 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.config import Settings
 from app.core.cpu import batches_off_loop
-from app.core.tokens import encoding, message_tokens
 from app.domain.records import TurnRecord
+from app.domain.tokens import encoding, message_tokens
 from app.jobs.queue import TaskName, embedding_lock, enqueue
 from app.notes.layering import LayeredSource, layered_view
 from app.offload.chunking import ChunkDraft, TurnPieces, chunk_row, chunk_turns, chunking_config

@@ -7,7 +7,6 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.schemas import Caller
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.errors import (
@@ -17,6 +16,7 @@ from app.domain.budget import (
     BudgetConfig,
     config_error_field,
 )
+from app.domain.callers import Caller
 from app.http.pagination import Page, created_after, created_cursor, encode_cursor, page_of
 from app.sessions.schemas import (
     SessionConfigUpdate,

@@ -13,7 +13,7 @@ from app.core.errors import (
     PayloadTooLarge,
     UnknownToolCall,
 )
-from app.domain.tool_calls import ToolCallTally
+from app.domain.tool_groups import ToolCallTally
 from app.http.input import json_size
 from app.sessions.schemas import AppendTurnsRequest, TurnIn
 
@@ -61,7 +61,7 @@ def _unanswered_results(
     """The tool results of `turns` (index, call id) that no call waiting for a result answers,
     after the session's stored calls and results (`stored`, by call id).
 
-    A result answers the latest call with its id that has no result yet (`app.domain.tool_calls`):
+    A result answers the latest call with its id that has no result yet (`app.domain.tool_groups`):
     agents reuse ids such as `call_0`, so what counts is how many calls of an id still wait."""
     waiting = {i: max(0, tally.calls - tally.results) for i, tally in stored.items()}
     for index, turn in enumerate(turns):

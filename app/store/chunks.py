@@ -14,7 +14,7 @@ import psycopg
 from sqlalchemy import func, select, text, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.text import lexical_document
+from app.domain.text import lexical_document
 from app.embeddings.base import vector_literal
 from app.store.models import Chunk
 

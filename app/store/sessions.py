@@ -28,12 +28,12 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.schemas import Caller
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import after_commit
 from app.core.errors import NotFound
 from app.domain.budget import REPLY_PRIMING_TOKENS, Budget, BudgetConfig
+from app.domain.callers import Caller
 from app.domain.ids import SESSION_ID_PATTERN
 from app.store.models import Session, Turn
 

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.db import driver_connection
 from app.domain.records import TurnRecord
-from app.domain.tool_calls import ToolCallTally
+from app.domain.tool_groups import ToolCallTally
 from app.store.models import IdempotencyRecord, Session, Turn
 
 

@@ -1,4 +1,4 @@
-from app.core.text import match_terms, shorten, terms, terms_document
+from app.domain.text import match_terms, shorten, terms, terms_document
 
 MIXED = (
     'The ORD-4471 shipped to Berlin, alice@example.com said: "don\'t" e.g. 3.5%! '

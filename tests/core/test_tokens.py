@@ -1,7 +1,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.tokens import count_tokens, framing_tokens, message_tokens, spaced_tokens
+from app.domain.tokens import count_tokens, framing_tokens, message_tokens, spaced_tokens
 
 # Starts that cl100k's pre-tokeniser treats differently after a space: letters, contractions,
 # digits, punctuation, whitespace and newlines, CJK and fullwidth punctuation, other scripts.

@@ -9,10 +9,10 @@ import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.auth.schemas import ALL_SCOPES, Caller
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import create_sessionmaker
+from app.domain.callers import ALL_SCOPES, Caller
 from app.erasure.erase import run_erase
 from app.erasure.service import delete_session
 from app.store import sessions as sessions_store

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.auth.schemas import ALL_SCOPES, Caller
 from app.core.cache import Cache
 from app.core.config import Settings
+from app.domain.callers import ALL_SCOPES, Caller
 from app.erasure.service import delete_session
 from app.offload.sweep import repair_counters
 from app.store import sessions as sessions_store

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from app.core.tokens import messages_tokens
+from app.domain.tokens import messages_tokens
 from app.eval.agent import (
     AgentRun,
     argument_values,

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from app.core.tokens import count_tokens
+from app.domain.tokens import count_tokens
 from app.eval.locomo import (
     QuestionResult,
     bm25_baseline,

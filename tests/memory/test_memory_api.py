@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.core.text import term_set
+from app.domain.text import term_set
 from tests.conftest import new_key
 from tests.support.server import RunningServer, run_server
 from tests.support.traces import all_text, redis_hits

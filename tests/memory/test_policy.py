@@ -4,9 +4,9 @@ import uuid
 
 import pytest
 
-from app.auth.schemas import Caller, Scope
 from app.core.errors import Forbidden, InvalidInput
-from app.core.text import terms
+from app.domain.callers import Caller, Scope
+from app.domain.text import terms
 from app.memory.policy import (
     Enablement,
     allowed_types,

@@ -3,7 +3,7 @@ the text as they are, and the values that say most about the result, English, Ch
 
 import json
 
-from app.core.tokens import count_tokens
+from app.domain.tokens import count_tokens
 from app.notes.layering import (
     LAYERED_PREFIX,
     LINES_PER_SHAPE,

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from app.core.chat import chat_completions_url
-from app.core.tokens import message_tokens
 from app.domain.records import TurnRecord
+from app.domain.tokens import message_tokens
 from app.notes.llm import NotesGenerationError, llm_extract
 from app.notes.schemas import NoteItem, Notes
 from tests.support.loopback import closed_port_url, loopback_server

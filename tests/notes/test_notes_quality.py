@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 import pytest
 
 from app.core.config import NotesSettings
-from app.core.tokens import message_tokens
 from app.domain.records import TurnRecord
+from app.domain.tokens import message_tokens
 from app.eval.notes import SuiteConversation, load_suite, score_conversation, summarise_suite
 from app.notes.policy import cap, merge
 from app.notes.rules import extract

@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.auth.schemas import Caller
 from app.core.cache import Cache
 from app.core.config import Settings
+from app.domain.callers import Caller
 from app.notes.policy import DROP_ORDER
 from app.notes.schemas import Notes
 from app.notes.service import (

@@ -2,8 +2,8 @@
 
 from datetime import UTC, datetime
 
-from app.core.tokens import count_tokens
 from app.domain.records import TurnRecord
+from app.domain.tokens import count_tokens
 from app.notes.policy import (
     DROP_ORDER,
     NOTES_HEADER,

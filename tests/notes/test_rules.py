@@ -4,8 +4,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from app.core.tokens import message_tokens
 from app.domain.records import TurnRecord
+from app.domain.tokens import message_tokens
 from app.notes.policy import merge, render_notes_block
 from app.notes.rules import extract
 from app.notes.schemas import NoteItem, Notes

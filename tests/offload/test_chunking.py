@@ -4,19 +4,18 @@ from itertools import pairwise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.text import terms
-from app.core.tokens import count_tokens, message_tokens
 from app.domain.records import TurnRecord
+from app.domain.text import terms
+from app.domain.tokens import count_tokens, message_tokens
+from app.domain.tool_groups import atomic_units
+from app.domain.turn_text import render_turn, turn_body
 from app.offload.chunking import (
     ChunkDraft,
     ChunkingConfig,
     chunk_turns,
     joined_pieces,
-    render_turn,
     summary_hint,
-    turn_body,
 )
-from app.offload.policy import atomic_units
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
 CFG = ChunkingConfig()

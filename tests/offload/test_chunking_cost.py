@@ -5,8 +5,9 @@ from collections.abc import Callable
 
 import pytest
 
-from app.core.tokens import count_tokens
-from app.offload.chunking import ChunkDraft, chunk_turns, turn_body
+from app.domain.tokens import count_tokens
+from app.domain.turn_text import turn_body
+from app.offload.chunking import ChunkDraft, chunk_turns
 from tests.offload.test_chunking import CFG, body_of_piece, make
 from tests.support.cost import cpu_growth, tokenised_chars
 

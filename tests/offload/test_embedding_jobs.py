@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.core.text import lexical_document
+from app.domain.text import lexical_document
 from app.jobs.queue import enqueue_offload
 from app.offload.service import OffloadResult, offload_session
 from tests.offload.test_offload_service import check_coverage, session_pk

@@ -6,7 +6,8 @@ from hypothesis import strategies as st
 
 from app.domain.budget import Budget, BudgetConfig
 from app.domain.records import TurnRecord
-from app.offload.policy import OffloadPlan, atomic_units, protected_start, select_offload
+from app.domain.tool_groups import atomic_units
+from app.offload.policy import OffloadPlan, protected_start, select_offload
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
 

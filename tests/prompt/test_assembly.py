@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
-from app.core.tokens import count_tokens, message_tokens, messages_tokens
 from app.domain.records import TurnRecord
+from app.domain.tokens import count_tokens, message_tokens, messages_tokens
 from app.prompt.assembly import (
     AssemblyInput,
     PromptTooLarge,

@@ -1,6 +1,6 @@
 """Properties of prompt assembly over random sessions, budgets and formats.
 
-Every figure is recounted independently with `app.core.tokens.messages_tokens` on what the
+Every figure is recounted independently with `app.domain.tokens.messages_tokens` on what the
 assembler returned (for Anthropic, on `anthropic_counting_view` of the returned system + messages).
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.tokens import message_tokens, messages_tokens
 from app.domain.records import RecalledItem, TurnRecord
+from app.domain.tokens import message_tokens, messages_tokens
 from app.notes.values import STUB_PREFIX
 from app.prompt.assembly import (
     AssemblyInput,

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.tokens import count_tokens
 from app.domain.records import RecalledItem
+from app.domain.tokens import count_tokens
 from app.prompt.blocks import (
     ABOUT_USER_SHAPE,
     RECALL_SHAPE,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.core.tokens import messages_tokens
+from app.domain.tokens import messages_tokens
 from app.prompt.assembly import AssemblyInput, assemble_prompt
 from app.prompt.clearing import History, ToolClearing, fit_table
 from app.prompt.fitting import stretch_turns

@@ -8,12 +8,11 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core.tokens import message_tokens
 from app.domain.records import TurnRecord
-from app.domain.tool_calls import tool_pairs
+from app.domain.tokens import message_tokens
+from app.domain.tool_groups import atomic_units, tool_groups, tool_pairs
 from app.eval.agent import validity_problems
-from app.offload.policy import atomic_units
-from app.prompt.blocks import paired_turns, tool_groups, turn_message
+from app.prompt.blocks import paired_turns, turn_message
 from tests.support.pairing import anthropic_pairing_errors
 
 T0 = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)

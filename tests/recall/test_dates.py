@@ -1,6 +1,6 @@
 from datetime import UTC, datetime
 
-from app.core.dates import date_terms, parse_when, query_date_terms, said_at
+from app.domain.dates import date_terms, parse_when, query_date_terms, said_at
 
 NOW = datetime(2023, 7, 12, 15, 0, tzinfo=UTC)  # a Wednesday
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from app.core.text import lexical_document, terms
 from app.domain.records import TurnRecord
+from app.domain.text import lexical_document, terms
 from app.recall.fusion import FusedCandidate
 from app.recall.rerank import RerankCandidate, feature_rerank, select_within_budget
 from app.recall.rewrite import code_identifiers, rewrite_query, window_query

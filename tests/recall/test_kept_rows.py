@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from app.core.config import Settings
-from app.core.text import terms
+from app.domain.text import terms
 from tests.prompt.test_recall_needles import filler, load, offloaded, recalled_block
 from tests.recall.test_shown_lines import same_build
 from tests.support.loopback import loopback_server, with_openai_embedder

@@ -1,4 +1,4 @@
-from app.core.text import mostly_cjk
+from app.domain.text import mostly_cjk
 from app.recall.languages import ADAPTED_OFFSETS, RAW_OFFSETS, calibrated, in_other_language
 
 TEXTS = {

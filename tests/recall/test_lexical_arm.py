@@ -1,6 +1,6 @@
 from collections import Counter
 
-from app.core.text import terms
+from app.domain.text import terms
 from app.recall.arms import CJK_CHARACTER_WEIGHT, lexical_arm
 from app.recall.bm25 import BM25Index
 

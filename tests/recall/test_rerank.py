@@ -1,4 +1,4 @@
-from app.core.tokens import count_tokens
+from app.domain.tokens import count_tokens
 from app.recall.rerank import (
     RerankCandidate,
     RerankFeatures,

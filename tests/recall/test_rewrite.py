@@ -1,4 +1,4 @@
-from app.core.text import terms
+from app.domain.text import terms
 from app.recall.rewrite import content_term_count, has_anaphora, rewrite_query
 
 ORDER_TURNS = [

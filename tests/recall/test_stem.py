@@ -1,8 +1,8 @@
 from collections import Counter
 
-from app.core.text import terms
+from app.domain.stem import by_stem, stem
+from app.domain.text import terms
 from app.recall.bm25 import BM25Index
-from app.recall.stem import by_stem, stem
 
 
 def test_inflections_share_a_stem() -> None:

@@ -1,5 +1,5 @@
-from app.core.text import terms
-from app.recall.stem import by_stem
+from app.domain.stem import by_stem
+from app.domain.text import terms
 from app.recall.trim import ELISION, trim_chunk, turn_score
 
 LINES = [

@@ -5,7 +5,7 @@ import tiktoken
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.core.tokens import message_tokens
+from app.domain.tokens import message_tokens
 from tests.support.server import RunningServer
 
 ENGLISH = "Please book the 9:40 train to Lyon; my budget is at most 120 EUR."

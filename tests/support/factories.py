@@ -8,11 +8,11 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app.auth.schemas import ALL_SCOPES, Caller
 from app.auth.service import hash_key
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import create_sessionmaker, unit_of_work
+from app.domain.callers import ALL_SCOPES, Caller
 from app.sessions import append as append_sessions
 from app.sessions import service as sessions
 from app.sessions.schemas import AppendTurnsRequest, SessionConfigUpdate

@@ -12,8 +12,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from app.core.tokens import message_tokens
 from app.domain.records import TurnRecord
+from app.domain.tokens import message_tokens
 from app.notes.policy import merge
 from app.notes.rules import extract
 from app.notes.schemas import Notes

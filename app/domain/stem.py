@@ -3,7 +3,7 @@
 
 Applied on both sides of BM25 (the index's stored term counts are merged under their stems when
 the index is built; the query's terms are stemmed the same way), so the stored terms stay as
-`app.core.text.terms` makes them. Conservative on purpose: only inflections (plural -s/-es/-ies,
+`app.domain.text.terms` makes them. Conservative on purpose: only inflections (plural -s/-es/-ies,
 -ing, -ed, -ly), never derivations, and a stem keeps at least three letters; a word holding a
 digit, a CJK term, or an identifier with punctuation is left alone.
 
