@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.agent.policy import is_match
 from app.core.config import Settings
 from app.domain.dates import query_date_terms
 from app.domain.stem import by_stem
@@ -43,7 +44,7 @@ from app.eval.madial import (
     recall_at,
     split_of,
 )
-from app.memory.policy import embedding_text, is_match, near_duplicate
+from app.memories.policy import embedding_text, near_duplicate
 from app.recall.arms import lexical_arm
 from app.recall.bm25 import BM25Index
 from app.recall.fusion import ArmWeights, fuse_arms

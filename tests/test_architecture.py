@@ -91,22 +91,6 @@ HOT_PATH = ("app.prompt", "app.recall", "app.sessions.append", "app.offload.serv
 MAX_HOT_FUNCTION_LINES = 80
 MAX_FILE_LINES = 600
 FILE_SIZE_REASON = "Longer than 600 lines because"
-# Imports that still run against the layers while issue 35's steps land: each step removes its
-# own lines, and a line whose import is gone fails the test until it is removed here.
-KNOWN: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("app.memory.service", "app.erasure.service"),
-        ("app.memory.service", "app.memory.tool"),
-        ("app.memory.service", "app.offload.service"),
-        ("app.memory.service", "app.prompt.blocks"),
-        ("app.memory.service", "app.recall.hits"),
-        ("app.memory.service", "app.recall.rerank"),
-        ("app.memory.service", "app.recall.service"),
-        ("app.memory.service", "app.sessions.schemas"),
-    }
-)
-LONG_FUNCTIONS_KNOWN: frozenset[str] = frozenset()
-LONG_FILES_KNOWN: frozenset[str] = frozenset()
 
 
 def module_name(path: Path) -> str:
@@ -191,21 +175,8 @@ def within(module: str, prefixes: Iterable[str]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
-# Where a module of the old layout belongs until its step of issue 35 moves it (the longest
-# prefix wins); each step deletes the lines of what it moved.
-MOVING: dict[str, str] = {
-    "app.mcp": "app.agent",
-    "app.memory": "app.memories",  # the remembered items; the tool's modules below
-    "app.memory.endpoints": "app.agent",
-    "app.memory.tool": "app.agent",
-}
-
-
 def layer(module: str) -> str:
-    """The `LAYERS` folder of `module` (through `MOVING` for what has not moved yet)."""
-    moving = [p for p in MOVING if within(module, (p,))]
-    if moving:
-        return MOVING[max(moving, key=len)]
+    """The `LAYERS` folder of `module`."""
     return max((p for p in LAYERS if within(module, (p,))), key=len)
 
 
@@ -269,20 +240,17 @@ def test_no_import_cycles() -> None:
 
 def test_dependencies_point_one_way() -> None:
     found = violations(import_graph())
-    assert sorted(found - KNOWN) == [], "new imports against the layers"
-    assert sorted(KNOWN - found) == [], "fixed: take these lines out of KNOWN"
+    assert sorted(found) == [], "imports against the layers"
 
 
 def test_the_build_and_recall_paths_have_short_functions() -> None:
     found = long_functions()
-    assert sorted(found - LONG_FUNCTIONS_KNOWN) == []
-    assert sorted(LONG_FUNCTIONS_KNOWN - found) == []
+    assert sorted(found) == []
 
 
 def test_long_files_say_why() -> None:
     found = long_files()
-    assert sorted(found - LONG_FILES_KNOWN) == []
-    assert sorted(LONG_FILES_KNOWN - found) == []
+    assert sorted(found) == []
 
 
 def test_the_checks_can_fail() -> None:

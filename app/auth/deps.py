@@ -4,7 +4,7 @@ one of the caller aliases below, which authenticate the key and check its scope.
 - `ReadCaller`: the key has `sessions:read`.
 - `WriteCaller`: the key has `sessions:write`.
 - `ToolCaller`: any valid key; the memory tool checks each call's type against its own rules
-  (`app.memory.policy.RULES`), since what a call may do depends on its body.
+  (`app.agent.policy.RULES`), since what a call may do depends on its body.
 """
 
 from collections.abc import Awaitable, Callable

@@ -1,9 +1,22 @@
-"""Wire shapes of erasure: the answers to a session delete and a user delete, the erase receipt."""
+"""Wire shapes of erasure: the answers to a session delete and a user delete, the erase receipt,
+and what a forget must name."""
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
+
+
+class ForgetTarget(Protocol):
+    """What `forget` reads of a request: one of a chunk, a turn range or a remembered item (the
+    memory tool's call satisfies it)."""
+
+    @property
+    def chunk_id(self) -> str | None: ...
+    @property
+    def turn_range(self) -> list[int] | None: ...
+    @property
+    def memory_id(self) -> str | None: ...
 
 
 class EraseReceiptOut(BaseModel):

@@ -39,11 +39,11 @@ from app.erasure.schemas import (
     ErasedMemory,
     ErasedSession,
     EraseReceiptOut,
+    ForgetTarget,
     SessionErased,
     UserErased,
 )
 from app.jobs.queue import TaskName, embedding_lock, enqueue, session_lock
-from app.memory.schemas import MemoryRequest
 from app.notes.policy import cap, remove_sources
 from app.notes.schemas import Notes
 from app.notes.service import NotesDraft, memory_items, write_notes
@@ -99,7 +99,7 @@ def resolve_ref(value: str, known: Sequence[uuid.UUID], field: str, what: str) -
 
 
 async def forget(
-    db: AsyncSession, settings: Settings, cache: Cache, session: Session, request: MemoryRequest
+    db: AsyncSession, settings: Settings, cache: Cache, session: Session, request: ForgetTarget
 ) -> tuple[str, dict[str, Any]]:
     """The memory tool's `forget`: (answer text, answer data), committed."""
     session_pk, session_id = session.id, session.external_id
@@ -114,7 +114,7 @@ async def _forget(
     cache: Cache,
     session_pk: uuid.UUID,
     session_id: str,
-    request: MemoryRequest,
+    request: ForgetTarget,
 ) -> tuple[str, dict[str, Any]]:
     if request.memory_id is not None:
         return await _forget_memory(db, settings, cache, session_pk, session_id, request.memory_id)

@@ -24,8 +24,8 @@ from app.inspect.charts import (
     thin,
     watermark_series,
 )
-from app.memory.schemas import MemoryOut
-from app.memory.service import list_memories
+from app.memories.schemas import MemoryOut
+from app.memories.service import list_memories
 from app.notes.schemas import Notes
 from app.prompt.clearing import History, ToolClearing
 from app.sessions.schemas import SessionOut

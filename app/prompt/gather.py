@@ -17,7 +17,7 @@ from app.domain.callers import Caller
 from app.domain.dates import said_at
 from app.domain.records import RecalledItem, TurnRecord
 from app.domain.tokens import message_tokens
-from app.memory.policy import normalise
+from app.memories.policy import normalise
 from app.notes.policy import render_notes_block
 from app.notes.schemas import Notes
 from app.notes.service import NotesSnapshot, current_notes

@@ -7,6 +7,8 @@ from fastapi import FastAPI
 from starlette.routing import NoMatchFound
 
 from app import __version__
+from app.agent.endpoints import router as agent_router
+from app.agent.mcp import McpEndpoint
 from app.core.config import Settings, load_settings
 from app.core.context import AppContext
 from app.core.cpu import one_blas_thread
@@ -19,8 +21,7 @@ from app.http.errors import install_error_handlers
 from app.http.server import HostAllowList, RequestBodyGuard, SlashInSessionId, settled_heap
 from app.inspect.endpoints import router as inspect_router
 from app.inspect.security import InspectorHeaders
-from app.mcp.server import McpEndpoint
-from app.memory.endpoints import router as memory_router
+from app.memories.endpoints import router as memories_router
 from app.notes.endpoints import router as notes_router
 from app.offload.endpoints import router as offload_router
 from app.prompt.endpoints import DIRECT_ROUTES
@@ -71,7 +72,8 @@ def create_app(settings: Settings | None = None, metrics: Metrics | None = None)
     app.include_router(sessions_router)
     app.include_router(offload_router)
     app.include_router(notes_router)
-    app.include_router(memory_router)
+    app.include_router(agent_router)
+    app.include_router(memories_router)
     app.include_router(erasure_router)
     app.include_router(prompt_router)
     app.include_router(inspect_router)

@@ -16,7 +16,7 @@ from app.core.config import Settings
 from app.core.context import AppContext
 from app.erasure.tasks import blueprint as erasure_tasks
 from app.jobs.queue import BACKGROUND_QUEUE, DEFAULT_QUEUE
-from app.memory.tasks import blueprint as memory_tasks
+from app.memories.tasks import blueprint as memory_tasks
 from app.notes.tasks import blueprint as notes_tasks
 from app.offload.tasks import blueprint as offload_tasks
 

@@ -10,12 +10,12 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.agent.schemas import MemoryRequest, MemoryType
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.db import create_sessionmaker
 from app.erasure.erase import NotesRebuildFailed, run_erase
 from app.erasure.service import forget
-from app.memory.schemas import MemoryRequest, MemoryType
 from app.store.models import Session
 from tests.notes.test_notes_service import (
     ENGLISH,

@@ -6,10 +6,10 @@ import asyncio
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.agent.schemas import MemoryRequest, MemoryType
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.erasure.service import forget
-from app.memory.schemas import MemoryRequest, MemoryType
 from app.notes.schemas import Notes
 from app.store.models import Session
 from tests.notes.test_notes_service import (

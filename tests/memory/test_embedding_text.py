@@ -4,7 +4,7 @@ labels (a topic, a mood) count in recall's vector arm, its lexical terms stay th
 import httpx
 
 from app.core.config import Settings
-from app.memory.policy import embedding_text
+from app.memories.policy import embedding_text
 from tests.support.loopback import loopback_server, with_openai_embedder
 from tests.support.server import run_server
 from tests.support.waiting import wait_for

@@ -4,19 +4,13 @@ import uuid
 
 import pytest
 
+from app.agent.definition import parameters_schema
+from app.agent.policy import Enablement, allowed_types, check_allowed, check_params, is_match
+from app.agent.schemas import MemoryRequest, MemoryType
 from app.core.errors import Forbidden, InvalidInput
 from app.domain.callers import Caller, Scope
 from app.domain.text import terms
-from app.memory.policy import (
-    Enablement,
-    allowed_types,
-    check_allowed,
-    check_params,
-    is_match,
-    near_duplicate,
-)
-from app.memory.schemas import MemoryRequest, MemoryType
-from app.memory.tool import parameters_schema
+from app.memories.policy import near_duplicate
 
 
 def caller(*scopes: Scope) -> Caller:

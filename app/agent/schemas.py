@@ -1,13 +1,11 @@
-"""Wire shapes of the memory tool and the memories list."""
+"""Wire shapes of the memory tool: the call (`{"type": ...}` and its parameters) and its answer."""
 
-from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.http.input import BIGINT_MAX, RequestBody
-from app.store.models import Memory, Session
 
 
 class MemoryType(StrEnum):
@@ -57,43 +55,3 @@ class MemoryAnswer(BaseModel):
     type: MemoryType
     text: str
     data: dict[str, Any]
-
-
-class MemoryOut(BaseModel):
-    memory_id: str
-    text: str
-    tags: list[str]
-    key: str | None
-    scope: Literal["session", "user"]
-    source: str
-    trusted: bool
-    status: str
-    version: int
-    supersedes: str | None
-    session_id: str | None  # the session that wrote it (None once that session is deleted)
-    embedded: bool = Field(description="false until the worker has embedded the item")
-    created_at: datetime
-
-    @classmethod
-    def of(cls, memory: Memory, session: Session) -> "MemoryOut":
-        """`memory` as listed for `session`: its session id only if `session` wrote it."""
-        return cls(
-            memory_id=str(memory.id),
-            text=memory.text,
-            tags=list(memory.tags),
-            key=memory.key,
-            scope=memory.scope,
-            source=memory.source,
-            trusted=memory.trusted,
-            status=memory.status,
-            version=memory.version,
-            supersedes=str(memory.supersedes) if memory.supersedes else None,
-            session_id=session.external_id if memory.session_id == session.id else None,
-            embedded=memory.embedding_model is not None,
-            created_at=memory.created_at,
-        )
-
-
-class MemoryList(BaseModel):
-    memories: list[MemoryOut]
-    next_cursor: str | None

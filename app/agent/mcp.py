@@ -24,13 +24,13 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from app import __version__
+from app.agent import mcp_tools as tools
 from app.auth.deps import get_caller
 from app.core.config import Settings
 from app.core.context import AppContext
 from app.core.db import unit_of_work
 from app.core.errors import ContextdError, InternalError
 from app.domain.callers import Caller
-from app.mcp import tools
 
 logger = logging.getLogger("contextd.mcp")
 

@@ -13,6 +13,9 @@ import mcp_types as types
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.agent import service as service_agent
+from app.agent.definition import TOOL_NAME as MEMORY
+from app.agent.schemas import MemoryRequest
 from app.auth.service import require_scope
 from app.core.context import AppContext
 from app.core.errors import MissingField, NotFound
@@ -20,9 +23,6 @@ from app.domain.callers import Caller, Scope
 from app.domain.ids import SESSION_ID_PATTERN
 from app.http.errors import validation_error
 from app.http.params import require_session_id
-from app.memory import service as memory_service
-from app.memory.schemas import MemoryRequest
-from app.memory.tool import TOOL_NAME as MEMORY
 from app.prompt.schemas import BuildPromptRequest
 from app.prompt.service import build_prompt
 
@@ -50,7 +50,7 @@ def with_session(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 async def list_tools(db: AsyncSession, context: AppContext, caller: Caller) -> list[types.Tool]:
-    memory = await memory_service.tool(db, context, caller, "anthropic")
+    memory = await service_agent.tool(db, context, caller, "anthropic")
     return [
         types.Tool(
             name=memory["name"],
@@ -76,7 +76,7 @@ async def call_tool(
     session_id = require_session_id(args.pop("session_id"))  # the rule of the REST paths
     if name == MEMORY:
         request = _validated(MemoryRequest, args)
-        answer = await memory_service.call(db, context, caller, session_id, request)
+        answer = await service_agent.call(db, context, caller, session_id, request)
         return answer.model_dump(mode="json")
     if name == BUILD_PROMPT:
         require_scope(caller, Scope.READ)

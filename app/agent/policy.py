@@ -1,13 +1,11 @@
-"""Pure rules of the memory tool: who may call which type, parameters per type, near-duplicates,
-what counts as a recall match. No I/O, no settings objects.
-"""
+"""Pure rules of the memory tool: who may call which type, the parameters of each type, what
+counts as a recall match. No I/O, no settings objects."""
 
-import re
-import unicodedata
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.agent.schemas import MemoryRequest, MemoryType
 from app.core.errors import (
     ConflictingFields,
     Forbidden,
@@ -17,8 +15,7 @@ from app.core.errors import (
 )
 from app.domain.callers import Caller, Scope
 from app.domain.stem import stem
-from app.domain.text import match_terms, term_set, terms
-from app.memory.schemas import MemoryRequest, MemoryType
+from app.domain.text import match_terms, terms
 
 
 @dataclass(frozen=True)
@@ -126,44 +123,6 @@ def check_params(request: MemoryRequest) -> None:
 
 def _missing(kind: MemoryType, name: str) -> None:
     raise MissingField(f"type {kind.value!r} needs the parameter {name!r}", field=name)
-
-
-# --- remember: near-duplicates ----------------------------------------------------------------
-
-_PUNCT_RE = re.compile(r"[\W_]+", re.UNICODE)
-
-
-def embedding_text(text: str, tags: Sequence[str]) -> str:
-    """What the worker embeds for a remembered item: its text, then its tags in brackets
-    ("Bart danced at the Christmas party. (Activity, Happy)"), so an item's labels (a topic, a
-    mood) count in the vector arm too. Its lexical terms stay those of the text. MADial offline
-    (scene and emotion as tags), e5, R@5 tune / check: en .651 / .546 -> .673 / .573, zh .648 /
-    .567 -> .656 / .552."""
-    return f"{text} ({', '.join(tags)})" if tags else text
-
-
-def normalise(text: str) -> str:
-    """Case-, width- and punctuation-insensitive form (NFKC folds full-width CJK punctuation)."""
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    return _PUNCT_RE.sub(" ", folded).strip()
-
-
-def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    if not a and not b:
-        return 1.0
-    return len(a & b) / len(a | b)
-
-
-def near_duplicate(text: str, others: Iterable[tuple[str, str]], threshold: float) -> str | None:
-    """The id of the first of `others` (id, text) that says the same as `text`, else None."""
-    norm, terms_of = normalise(text), term_set(text)
-    for other_id, other in others:
-        if normalise(other) == norm or jaccard(terms_of, term_set(other)) >= threshold:
-            return other_id
-    return None
-
-
-# --- recall: what counts as a match -------------------------------------------------------------
 
 
 # A hit found by the vector arm alone matches when its cosine similarity stands this far above the

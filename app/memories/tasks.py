@@ -8,7 +8,7 @@ from procrastinate import Blueprint, JobContext
 from app.core.db import unit_of_work
 from app.jobs.embedding import embed_pending
 from app.jobs.queue import BACKGROUND_QUEUE, DEFAULT_RETRY, TaskName, app_context, enqueue
-from app.memory.policy import embedding_text
+from app.memories.policy import embedding_text
 from app.store import memories as memories_store
 from app.store import sessions as sessions_store
 

@@ -6,8 +6,8 @@ that would be refused.
 
 from typing import Any, Literal
 
-from app.memory.policy import RULES
-from app.memory.schemas import MemoryType
+from app.agent.policy import RULES
+from app.agent.schemas import MemoryType
 
 TOOL_NAME = "memory"
 

@@ -1,10 +1,12 @@
-"""HTTP endpoints of the memory tool, remembered items and erase receipts."""
+"""HTTP endpoints of the memory tool: a call, and its function definition."""
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
-from app.auth.deps import ReadCaller, ToolCaller
+from app.agent import service
+from app.agent.schemas import MemoryAnswer, MemoryRequest
+from app.auth.deps import ToolCaller
 from app.core.errors import (
     Conflict,
     ConflictingFields,
@@ -19,10 +21,7 @@ from app.core.errors import (
 from app.http.deps import ContextDep, DbDep
 from app.http.errors import COMMON_ERRORS, Rule, error_responses, with_rules
 from app.http.input import BODY_RULES
-from app.http.pagination import BIGINT_KEY, UUID_KEY, Page, page_params
 from app.http.params import SessionIdPath
-from app.memory import service
-from app.memory.schemas import MemoryAnswer, MemoryList, MemoryRequest
 
 router = APIRouter(tags=["memory tool"], responses=error_responses(*COMMON_ERRORS))
 
@@ -96,25 +95,3 @@ async def memory_tool_definition(
     format: Literal["openai", "anthropic"] = "openai",
 ) -> dict[str, Any]:
     return await service.tool(db, context, caller, format)
-
-
-@router.get(
-    "/v1/sessions/{session_id}/memories",
-    operation_id="list_memories",
-    summary="List remembered items",
-    description=(
-        "Items visible in the session (its own and its user's), oldest first. With "
-        "`include_superseded=true` the replaced versions of keyed items too (`supersedes` links "
-        "each version to the previous one)."
-    ),
-)
-async def list_memories(
-    session_id: SessionIdPath,
-    caller: ReadCaller,
-    db: DbDep,
-    page: Annotated[Page, Depends(page_params(BIGINT_KEY, UUID_KEY))],
-    include_superseded: bool = False,
-) -> MemoryList:
-    return await service.list_memories(
-        db, caller, session_id, page, include_superseded=include_superseded
-    )
