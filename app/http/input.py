@@ -21,7 +21,7 @@ BIGINT_MAX = 2**63 - 1  # PostgreSQL bigint: seq, turn ranges, cursor keys
 MAX_JSON_DEPTH = 32  # nesting of objects and arrays in a request body, the body itself being 1
 _BAD_CHAR_RE = re.compile("[\x00\ud800-\udfff]")
 
-# The rules every request body obeys beyond its schema (see `app.core.errors.with_rules`).
+# The rules every request body obeys beyond its schema (see `app.http.errors.with_rules`).
 BODY_RULES = (
     Rule(InvalidText, "no string or object key holds NUL (U+0000) or a lone surrogate"),
     Rule(TooDeep, f"JSON nested at most {MAX_JSON_DEPTH} levels"),
