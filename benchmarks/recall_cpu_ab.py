@@ -76,7 +76,9 @@ def serve(tree: Path, data_dir: Path, port: int) -> Iterator[tuple[str, int]]:
         PYTHONPATH=str(tree.resolve()),
     )
     log = (data_dir.parent / f"serve-{port}.log").open("w")
-    command = [sys.executable, "-m", "app.runtime.cli", "serve"]
+    # Trees from before the composition roots moved to app/runtime keep their CLI at app/cli.py.
+    cli = "app.runtime.cli" if (tree / "app" / "runtime" / "cli.py").exists() else "app.cli"
+    command = [sys.executable, "-m", cli, "serve"]
     server = subprocess.Popen(command, env=env, cwd=tree, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
