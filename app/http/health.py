@@ -5,9 +5,9 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from sqlalchemy import text
 
 from app.http.deps import ContextDep
+from app.store.jobs import queue_state
 
 router = APIRouter(tags=["health"])
 
@@ -15,30 +15,6 @@ router = APIRouter(tags=["health"])
 @router.get("/healthz", operation_id="healthz", summary="Liveness: the process is up")
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}
-
-
-# The job queue as readiness sees it: jobs waiting, running, and running on a worker whose
-# heartbeat stopped (its process died; the stalled-job watcher of a live worker retries them).
-_QUEUE = text(
-    """
-    WITH live AS (
-        SELECT id FROM procrastinate_workers
-        WHERE last_heartbeat > now() - make_interval(secs => :stalled)
-    )
-    SELECT
-        count(*) FILTER (WHERE j.status = 'todo'),
-        coalesce(extract(epoch FROM now() - min(e.at) FILTER (WHERE j.status = 'todo')), 0),
-        count(*) FILTER (WHERE j.status = 'doing'),
-        count(*) FILTER (
-            WHERE j.status = 'doing'
-            AND (j.worker_id IS NULL OR j.worker_id NOT IN (SELECT id FROM live))
-        ),
-        (SELECT count(*) FROM live)
-    FROM procrastinate_jobs j
-    LEFT JOIN procrastinate_events e ON e.job_id = j.id AND e.type = 'deferred'
-    WHERE j.status IN ('todo', 'doing')
-    """
-)
 
 
 @router.get(
@@ -58,10 +34,8 @@ async def readyz(context: ContextDep) -> JSONResponse:
     parts: dict[str, Any] = {}
     try:
         async with context.engine.connect() as conn:
-            queue = await conn.execute(
-                _QUEUE, {"stalled": context.settings.worker.stalled_after_seconds}
-            )
-            pending, oldest, doing, stuck, live = queue.one()
+            stalled = context.settings.worker.stalled_after_seconds
+            pending, oldest, doing, stuck, live = await queue_state(conn, stalled)
         parts["database"] = {"ok": True}
         parts["worker"] = {
             "ok": live > 0 and stuck == 0,

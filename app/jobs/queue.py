@@ -17,11 +17,11 @@ from enum import StrEnum
 from typing import Any
 
 from procrastinate import JobContext, RetryStrategy
-from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppContext
+from app.store.jobs import defer_job, pending_under, waiting_under
 
 # A session's short jobs (offload, notes, erasure) and the long background work (embeddings,
 # sweeps, vector index builds): see `QUEUE`.
@@ -82,12 +82,6 @@ PRIORITY: dict[TaskName, int] = {
 # turn for each. The jobs are independent, so their order within the lock may change.
 BY_LOCK_BACKLOG = frozenset({TaskName.EMBED_CHUNKS})
 
-_DEFER = text(
-    "SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW("
-    ":queue, :task, :priority, :lock, :queueing_lock, CAST(:args AS jsonb), :scheduled_at"
-    ")]::procrastinate_job_to_defer_v1[]))"
-)
-
 
 async def enqueue(
     db: AsyncSession,
@@ -104,7 +98,7 @@ async def enqueue(
     )
     priority = PRIORITY[task_name]
     if task_name in BY_LOCK_BACKLOG and lock is not None:
-        priority -= await _waiting_under(db, lock)
+        priority -= await waiting_under(db, lock)
     params = {
         "queue": QUEUE[task_name],
         "task": task_name,
@@ -115,19 +109,10 @@ async def enqueue(
         "scheduled_at": scheduled_at,
     }
     try:
-        async with db.begin_nested():
-            await db.execute(_DEFER, params)
+        await defer_job(db, params)
     except IntegrityError:
         return False  # queueing lock held by a pending job: the work is already scheduled
     return True
-
-
-async def _waiting_under(db: AsyncSession, lock: str) -> int:
-    result = await db.execute(
-        text("SELECT count(*) FROM procrastinate_jobs WHERE lock = :lock AND status = 'todo'"),
-        {"lock": lock},
-    )
-    return int(result.scalar_one())
 
 
 def session_lock(session_pk: uuid.UUID) -> str:
@@ -159,11 +144,4 @@ async def enqueue_offload(db: AsyncSession, session_pk: uuid.UUID, *, trigger: s
 
 async def pending_jobs(db: AsyncSession, session_pk: uuid.UUID) -> int:
     """Jobs of one session waiting or running (those under its lock and its embedding jobs)."""
-    result = await db.execute(
-        text(
-            "SELECT count(*) FROM procrastinate_jobs WHERE lock IN (:session, :embeddings) "
-            "AND status IN ('todo', 'doing')"
-        ),
-        {"session": session_lock(session_pk), "embeddings": embedding_lock(session_pk)},
-    )
-    return int(result.scalar_one())
+    return await pending_under(db, session_lock(session_pk), embedding_lock(session_pk))

@@ -15,13 +15,11 @@ from sqlalchemy import (
     Float,
     String,
     cast,
-    column,
     delete,
     exists,
     func,
     or_,
     select,
-    table,
     tuple_,
     update,
 )
@@ -35,6 +33,7 @@ from app.core.errors import NotFound
 from app.domain.budget import REPLY_PRIMING_TOKENS, Budget, BudgetConfig
 from app.domain.callers import Caller
 from app.domain.ids import SESSION_ID_PATTERN
+from app.store.jobs import JOBS
 from app.store.models import Session, Turn
 
 # The session-state helpers log as the sessions service they came from.
@@ -55,10 +54,6 @@ def _not_erasing() -> ColumnElement[bool]:
     session was tombstoned (its turns forgotten, its chunks tombstoned), so the sweep, which
     recounts and offloads, leaves them alone."""
     return ~Session.external_id.startswith(TOMBSTONE_PREFIX, autoescape=True)
-
-
-# procrastinate's job table (its schema is procrastinate's, not ours): what the sweep checks.
-JOBS = table("procrastinate_jobs", column("queueing_lock"), column("status"))
 
 
 async def get_session(
