@@ -85,7 +85,7 @@ def server(shared_settings: Settings) -> Iterator[RunningServer]:
 def contextd(settings: Settings) -> Iterator[RunningServer]:
     """API and worker in one process, on the module's database (the module declares
     `OWN_DATABASE = True`); `contextd dev` runs its worker in a child process
-    (tests/test_dev_worker.py)."""
+    (tests/runtime/test_dev_worker.py)."""
     with run_server(settings, with_worker=True) as running:
         yield running
 

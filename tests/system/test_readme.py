@@ -1,7 +1,7 @@
 """The README, executed: its test command is the one CI runs, every fallback flag is documented
 (docs/CONCEPTS.md), and its walkthrough — every shell command of the walkthrough sections, in
 order, as written — runs against a fresh `contextd dev` in a directory of its own and answers as
-documented. (The configuration page and the links: tests/test_docs.py.)
+documented. (The configuration page and the links: tests/system/test_docs.py.)
 
 A documented answer is the comment `# -> ...` under a command (continued on `#     ...` lines);
 `...` (or `…`) stands for any text, everything else must match the command's output exactly."""
@@ -15,7 +15,7 @@ from pathlib import Path
 from tests.support.dev import dev_server, user_env
 from tests.support.server import free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 CONCEPTS = REPO / "docs" / "CONCEPTS.md"
 WALKTHROUGH = (

@@ -12,7 +12,7 @@ import httpx
 
 from tests.support.hostile import HOSTILE_STRINGS, internal_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = json.loads((ROOT / "openapi" / "openapi.json").read_text())
 VALID: dict[str, str] = {
     "session_id": "probe-session",

@@ -73,7 +73,7 @@ def contextd_dev(settings: Settings, tmp_path: Path) -> Iterator[tuple[str, Path
         proc = subprocess.Popen(
             [sys.executable, "-m", "app.runtime.cli", "dev", "--auth", "--port", str(port)],
             env=env,
-            cwd=Path(__file__).resolve().parents[1],
+            cwd=Path(__file__).resolve().parents[2],
             stdout=out,
             stderr=subprocess.STDOUT,
         )

@@ -3,7 +3,7 @@ an LLM notes endpoint answering garbage, and N clients x M turns on their own se
 hot session with inline offloads and a worker (every acknowledged turn stored exactly once,
 counters equal to a recount, no 5xx, every session under its trigger once the queue drains).
 
-PostgreSQL restarted mid-appends: tests/test_worker_recovery.py; Valkey killed and restarted:
+PostgreSQL restarted mid-appends: tests/runtime/test_worker.py; Valkey killed and restarted:
 tests/sessions/test_cache_outage.py; a worker SIGKILLed mid-offload: tests/offload/test_worker.py;
 an embedder hanging, dripping or answering garbage: tests/prompt/test_build_faults.py."""
 

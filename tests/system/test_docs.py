@@ -14,7 +14,7 @@ from app.runtime.cli import OPENAPI_PATH, api_doc_with_index
 from app.sessions.schemas import SessionConfigUpdate
 from tests.clients.toolchain import TSCONFIG
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 DOCS = REPO / "docs"
 PAGES = [README, *sorted(DOCS.glob("*.md"))]
