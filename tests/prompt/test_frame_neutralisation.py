@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from app.prompt.blocks import RecalledItem, neutralise_quoted, render_recalled_block
-from tests.memory.test_memory_api import offloaded_session
+from tests.agent.test_memory_tool_api import offloaded_session
 from tests.support.server import RunningServer
 
 FRAME_TAG = re.compile(r"<\s*/?\s*recalled_history", re.IGNORECASE)

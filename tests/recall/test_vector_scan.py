@@ -22,10 +22,10 @@ from app.recall.vectors import ChunkVectors
 from app.store import chunks as chunks_store
 from app.store import vector_index as vector_index_store
 from app.store.models import Chunk
-from tests.offload.test_vector_index import MODEL, add_session, clustered_vectors
 from tests.prompt.test_recall_needles import filler, load, offloaded, recalled_block
 from tests.recall.test_kept_rows import DIM, bag_of_terms
 from tests.recall.test_shown_lines import same_build
+from tests.store.test_vector_index import MODEL, add_session, clustered_vectors
 from tests.support.factories import transaction
 from tests.support.loopback import loopback_server, with_openai_embedder
 from tests.support.server import run_server

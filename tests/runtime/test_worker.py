@@ -13,7 +13,7 @@ from app.core.config import Settings
 from app.jobs.queue import enqueue_offload
 from app.runtime.embedded import EmbeddedStack
 from app.runtime.worker import create_job_app, retry_stalled_jobs
-from tests.sessions.test_counters import turn
+from tests.offload.test_sweep_counters import turn
 from tests.support.factories import session_of_key, transaction
 from tests.support.server import run_server
 from tests.support.waiting import wait_for

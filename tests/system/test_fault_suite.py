@@ -20,8 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings
 from tests.notes.test_notes_service import chat_reply
+from tests.offload.test_sweep_counters import stored_and_counted, turn
 from tests.offload.test_worker import worker_env
-from tests.sessions.test_counters import stored_and_counted, turn
 from tests.support.factories import session_of_key
 from tests.support.faults import faulty_server
 from tests.support.loopback import loopback_server

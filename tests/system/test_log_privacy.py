@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from app.core.config import Settings
-from tests.memory.test_memory_api import offloaded_session
+from tests.agent.test_memory_tool_api import offloaded_session
 from tests.support.server import run_server
 
 SECRET = "where did we put the blue-falcon-7731 invoice?"

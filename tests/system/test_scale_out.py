@@ -28,7 +28,7 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.store.sessions import session_cache_key
 from tests.core.test_cache_cluster import on_cluster
-from tests.sessions.test_counters import stored_and_counted
+from tests.offload.test_sweep_counters import stored_and_counted
 from tests.support.fake_notes_model import reply
 from tests.support.loopback import Handler, loopback_server
 from tests.support.valkey_cluster import ValkeyCluster, valkey_cluster

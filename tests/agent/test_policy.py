@@ -1,4 +1,4 @@
-"""Pure rules of the memory tool: parameters per type, who may call what, duplicates, matches."""
+"""Pure rules of the memory tool: parameters per type, who may call what, matches."""
 
 import uuid
 
@@ -10,7 +10,6 @@ from app.agent.schemas import MemoryRequest, MemoryType
 from app.core.errors import Forbidden, InvalidInput
 from app.domain.callers import Caller, Scope
 from app.domain.text import terms
-from app.memories.policy import near_duplicate
 
 
 def caller(*scopes: Scope) -> Caller:
@@ -57,17 +56,6 @@ def test_parameters_are_checked_per_type(body: dict, field: str, code: str) -> N
     with pytest.raises(InvalidInput) as err:
         check_params(MemoryRequest.model_validate(body))
     assert (err.value.field, err.value.code) == (field, code)
-
-
-def test_near_duplicates_in_english_and_chinese() -> None:
-    stored = [
-        ("a", "User prefers window seats on trains."),
-        ("b", "发票只寄电子版到 finance@example.com，不要纸质版"),
-    ]
-    assert near_duplicate("user prefers WINDOW seats on trains", stored, 0.85) == "a"
-    assert near_duplicate("发票只寄电子版到 finance@example.com，不要纸质版。", stored, 0.85) == "b"
-    assert near_duplicate("User prefers aisle seats on planes", stored, 0.85) is None
-    assert near_duplicate("发票寄纸质版", stored, 0.85) is None
 
 
 def test_a_match_needs_a_shared_word_or_bigram_or_an_exact_hit() -> None:

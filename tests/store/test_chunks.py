@@ -14,7 +14,7 @@ from app.core.config import Settings
 from app.core.db import driver_connection
 from app.store import chunks as chunks_store
 from app.store.models import Chunk
-from tests.offload.test_vector_index import MODEL, add_session, clustered_vectors
+from tests.store.test_vector_index import MODEL, add_session, clustered_vectors
 from tests.support.factories import transaction
 
 

@@ -12,7 +12,7 @@ from mcp_types import CallToolResult
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.errors import InvalidSessionId
-from tests.mcp.test_mcp_server import mcp_client
+from tests.agent.test_mcp_server import mcp_client
 from tests.sessions.test_bad_input import tenant_rows
 from tests.support.hostile import HOSTILE_STRINGS, MARK, internal_text, mcp_post
 from tests.support.server import RunningServer
