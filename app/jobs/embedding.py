@@ -3,49 +3,54 @@ lack a vector of the embedder's model, embed their texts as passages, store, rep
 left. A provider failure counts an attempt on the batch, commits that, and re-raises so the job
 retries later; the rows stay searchable lexically meanwhile."""
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+import uuid
+from collections.abc import Callable, Sequence
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
+from app.core.context import AppContext
 from app.core.db import unit_of_work
 from app.embeddings.base import Embedder, EmbedderUnavailable
+from app.store import embedding_backlog as embedding_backlog_store
+from app.store import sessions as sessions_store
+from app.store.embedding_backlog import Backlog, Row
 
-Row = TypeVar("Row")
 
-
-async def embed_pending(
-    maker: async_sessionmaker[AsyncSession],
+async def embed_backlog(
+    context: AppContext,
     embedder: Embedder,
+    backlog: Backlog[Row],
+    ids: Sequence[uuid.UUID],
     *,
-    load: Callable[[AsyncSession], Awaitable[Sequence[Row]]],
+    batch: int,
     text_of: Callable[[Row], str],
-    store: Callable[[AsyncSession, Row, list[float]], Awaitable[Any]],
-    count_failure: Callable[[AsyncSession, Sequence[Row]], Awaitable[Any]],
-    lock_sessions: Callable[[AsyncSession, Sequence[Row]], Awaitable[Any]],
 ) -> int:
-    """Embed what `load` returns, batch after batch; rows embedded.
+    """Embed the rows of `ids` that lack a vector of the embedder's model, batch after batch;
+    rows embedded.
 
     The rows are read in one short transaction and stored in another: no transaction stays open
     while the encoder works (a slow batch would otherwise hold a connection and hit the
-    idle-in-transaction timeout, and the job would retry forever). `store` writes only rows
-    still active, so an item erased meanwhile keeps no vector. The rows' sessions are locked
-    before any row is stored (`lock_sessions`, the lock order of `app.store`): an
-    erase updates the same rows in its own order, under the session lock."""
+    idle-in-transaction timeout, and the job would retry forever). `store_vector` writes only
+    rows still active, so an item erased meanwhile keeps no vector. The rows' sessions are locked
+    before any row is stored (the lock order of `app.store`): an erase updates the same rows in
+    its own order, under the session lock."""
+    maker = context.sessionmaker
     done = 0
     while True:
         async with unit_of_work(maker) as db:
-            rows = await load(db)
+            rows = await embedding_backlog_store.pending(db, backlog, ids, embedder.name, batch)
         if not rows:
             return done
         try:
             vectors = await embedder.embed_passages([text_of(row) for row in rows])
         except EmbedderUnavailable:
             async with unit_of_work(maker) as db:
-                await count_failure(db, rows)
+                await embedding_backlog_store.count_failure(db, backlog, [r.id for r in rows])
             raise
         async with unit_of_work(maker) as db:
-            await lock_sessions(db, rows)
+            await sessions_store.lock_sessions(
+                db, {r.session_id for r in rows if r.session_id is not None}
+            )
             for row, vector in zip(rows, vectors, strict=True):
-                await store(db, row, vector.tolist())
+                await embedding_backlog_store.store_vector(
+                    db, backlog, row.id, vector.tolist(), embedder.name
+                )
         done += len(rows)

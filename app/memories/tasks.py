@@ -6,11 +6,11 @@ import uuid
 from procrastinate import Blueprint, JobContext
 
 from app.core.db import unit_of_work
-from app.jobs.embedding import embed_pending
+from app.jobs.embedding import embed_backlog
 from app.jobs.queue import BACKGROUND_QUEUE, DEFAULT_RETRY, TaskName, app_context, enqueue
 from app.memories.policy import embedding_text
-from app.store import memories as memories_store
-from app.store import sessions as sessions_store
+from app.store import embedding_backlog as embedding_backlog_store
+from app.store.embedding_backlog import MEMORIES
 
 SWEEP_BATCH = 512
 
@@ -23,20 +23,13 @@ async def embed_memories(job_context: JobContext, memory_ids: list[str]) -> int:
         return 0
     ids = [uuid.UUID(m) for m in memory_ids]
     batch = context.settings.embedding.batch_size
-    return await embed_pending(
-        context.sessionmaker,
+    return await embed_backlog(
+        context,
         embedder,
-        load=lambda db: memories_store.memories_to_embed(db, ids, embedder.name, batch),
+        MEMORIES,
+        ids,
+        batch=batch,
         text_of=lambda memory: embedding_text(memory.text, memory.tags),
-        store=lambda db, memory, vector: memories_store.store_memory_embedding(
-            db, memory.id, vector, embedder.name
-        ),
-        count_failure=lambda db, memories: memories_store.count_memory_embed_failure(
-            db, [m.id for m in memories]
-        ),
-        lock_sessions=lambda db, memories: sessions_store.lock_sessions(
-            db, {m.session_id for m in memories if m.session_id is not None}
-        ),
     )
 
 
@@ -47,7 +40,9 @@ async def sweep_embeddings(job_context: JobContext, timestamp: int) -> int:
     if embedder is None:
         return 0
     async with unit_of_work(context.sessionmaker) as db:
-        missing = await memories_store.memories_to_embed(db, None, embedder.name, SWEEP_BATCH)
+        missing = await embedding_backlog_store.pending(
+            db, MEMORIES, None, embedder.name, SWEEP_BATCH
+        )
         if missing:
             await enqueue(
                 db,

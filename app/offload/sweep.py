@@ -22,6 +22,7 @@ from app.store import embedding_backlog as embedding_backlog_store
 from app.store import sessions as sessions_store
 from app.store import vector_index as vector_index_store
 from app.store.chunks import active_chunk_count
+from app.store.embedding_backlog import CHUNKS
 from app.store.sessions import Counters, session_budget, write_session
 
 logger = logging.getLogger("contextd.offload")
@@ -45,7 +46,7 @@ async def sweep(job_context: JobContext, timestamp: int) -> dict[str, int]:
             await enqueue_offload(db, session_pk, trigger="sweeper")
         embedder = context.embedder
         missing = (
-            await embedding_backlog_store.chunks_to_embed(db, None, embedder.name, 512)
+            await embedding_backlog_store.pending(db, CHUNKS, None, embedder.name, 512)
             if embedder
             else []
         )

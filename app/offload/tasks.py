@@ -6,7 +6,7 @@ import uuid
 from procrastinate import Blueprint, JobContext
 
 from app.core.db import unit_of_work
-from app.jobs.embedding import embed_pending
+from app.jobs.embedding import embed_backlog
 from app.jobs.queue import (
     BACKGROUND_QUEUE,
     DEFAULT_QUEUE,
@@ -17,8 +17,7 @@ from app.jobs.queue import (
 )
 from app.offload.service import offload_session
 from app.offload.sweep import sweep
-from app.store import embedding_backlog as embedding_backlog_store
-from app.store import sessions as sessions_store
+from app.store.embedding_backlog import CHUNKS
 
 logger = logging.getLogger("contextd.offload")
 
@@ -53,20 +52,8 @@ async def embed_chunks(job_context: JobContext, chunk_ids: list[str]) -> int:
         return 0
     batch = context.settings.embedding.batch_size
     ids = [uuid.UUID(c) for c in chunk_ids[:batch]]
-    done = await embed_pending(
-        context.sessionmaker,
-        embedder,
-        load=lambda db: embedding_backlog_store.chunks_to_embed(db, ids, embedder.name, batch),
-        text_of=lambda chunk: chunk.raw_text,
-        store=lambda db, chunk, vector: embedding_backlog_store.store_embedding(
-            db, chunk.id, vector, embedder.name
-        ),
-        count_failure=lambda db, chunks: embedding_backlog_store.count_embed_failure(
-            db, [c.id for c in chunks]
-        ),
-        lock_sessions=lambda db, chunks: sessions_store.lock_sessions(
-            db, {c.session_id for c in chunks}
-        ),
+    done = await embed_backlog(
+        context, embedder, CHUNKS, ids, batch=batch, text_of=lambda chunk: chunk.raw_text
     )
     if len(chunk_ids) > batch:
         async with unit_of_work(context.sessionmaker) as db:

@@ -16,6 +16,7 @@ from app.core.db import unit_of_work
 from app.core.progress import say
 from app.embeddings.base import EmbedderUnavailable
 from app.store import embedding_backlog as embedding_backlog_store
+from app.store.embedding_backlog import CHUNKS
 
 
 async def reembed(
@@ -35,26 +36,26 @@ async def reembed(
         progress("embedding kind is 'none': nothing to re-embed")
         return 0
     async with unit_of_work(context.sessionmaker) as db:
-        total = await embedding_backlog_store.count_chunks_to_embed(db, embedder.name)
+        total = await embedding_backlog_store.count_pending(db, CHUNKS, embedder.name)
     progress(f"re-embedding {total} chunks with {embedder.name} ({embedder.dim}-d)")
     done = 0
     while True:
         async with unit_of_work(context.sessionmaker) as db:
-            chunks = await embedding_backlog_store.chunks_to_embed(
-                db, None, embedder.name, batch_size
+            chunks = await embedding_backlog_store.pending(
+                db, CHUNKS, None, embedder.name, batch_size
             )
             if not chunks:
                 break
             try:
                 vectors = await embedder.embed_passages([c.raw_text for c in chunks])
             except EmbedderUnavailable as exc:
-                await embedding_backlog_store.count_embed_failure(db, [c.id for c in chunks])
+                await embedding_backlog_store.count_failure(db, CHUNKS, [c.id for c in chunks])
                 await db.commit()
                 progress(f"stopped after {done}/{total}: {exc}; run again to resume")
                 raise
             for chunk, vector in zip(chunks, vectors, strict=True):
-                await embedding_backlog_store.store_embedding(
-                    db, chunk.id, vector.tolist(), embedder.name
+                await embedding_backlog_store.store_vector(
+                    db, CHUNKS, chunk.id, vector.tolist(), embedder.name
                 )
         done += len(chunks)
         progress(f"{done}/{total} chunks re-embedded")

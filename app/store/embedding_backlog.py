@@ -1,53 +1,82 @@
-"""Chunks that lack a vector of the deployment's embedding model: which to embed, storing a
-vector, and counting a failed attempt."""
+"""Rows that lack a vector of the deployment's embedding model, for chunks and for remembered
+items alike: a `Backlog` says which table and which of its rows, and `pending`, `count_pending`,
+`store_vector` and `count_failure` read and write any of them."""
 
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.store.models import Chunk
+from app.store.models import Chunk, Memory
+
+Row = TypeVar("Row", Chunk, Memory)
 
 
-def _lacks_vector_of(model: str) -> Any:
-    return Chunk.embedding.is_(None) | Chunk.embedding_model.is_distinct_from(model)
+@dataclass(frozen=True)
+class Backlog(Generic[Row]):
+    """A table whose rows get a vector of the deployment's model in the background."""
+
+    table: type[Row]
+    live: Any  # which rows may still be embedded
+    lacks: Callable[[str], Any]  # rows lacking a vector of model m
 
 
-async def chunks_to_embed(
-    db: AsyncSession, chunk_ids: Sequence[uuid.UUID] | None, model: str, limit: int
-) -> list[Chunk]:
-    """Active chunks lacking an embedding of `model` (all of them when `chunk_ids` is None)."""
+# The two tables test "lacks a vector" differently (`is_distinct_from` vs `!=`): they differ only
+# for a row with a vector and no model. Remembered items erased keep an empty text.
+CHUNKS: Backlog[Chunk] = Backlog(
+    Chunk,
+    Chunk.status == "active",
+    lambda model: Chunk.embedding.is_(None) | Chunk.embedding_model.is_distinct_from(model),
+)
+MEMORIES: Backlog[Memory] = Backlog(
+    Memory,
+    (Memory.status == "active") & (Memory.text != ""),
+    lambda model: (Memory.embedding.is_(None)) | (Memory.embedding_model != model),
+)
+
+
+async def pending(
+    db: AsyncSession,
+    backlog: Backlog[Row],
+    ids: Sequence[uuid.UUID] | None,
+    model: str,
+    limit: int,
+) -> list[Row]:
+    """Live rows lacking an embedding of `model`, oldest first (all of them when `ids` is None)."""
+    table = backlog.table
     query = (
-        select(Chunk)
-        .where(Chunk.status == "active", _lacks_vector_of(model))
-        .order_by(Chunk.created_at)
+        select(table)
+        .where(backlog.live, backlog.lacks(model))
+        .order_by(table.created_at)
         .limit(limit)
     )
-    if chunk_ids is not None:
-        query = query.where(Chunk.id.in_(list(chunk_ids)))
+    if ids is not None:
+        query = query.where(table.id.in_(list(ids)))
     return list((await db.execute(query)).scalars().all())
 
 
-async def count_chunks_to_embed(db: AsyncSession, model: str) -> int:
-    query = select(func.count()).where(Chunk.status == "active", _lacks_vector_of(model))
+async def count_pending(db: AsyncSession, backlog: Backlog[Row], model: str) -> int:
+    query = select(func.count()).where(backlog.live, backlog.lacks(model))
     return int((await db.execute(query)).scalar_one())
 
 
-async def store_embedding(
-    db: AsyncSession, chunk_id: uuid.UUID, embedding: list[float], model: str
+async def store_vector(
+    db: AsyncSession, backlog: Backlog[Row], row_id: uuid.UUID, vector: list[float], model: str
 ) -> None:
+    """Store the row's vector, only while the row is still active (an erased row keeps none)."""
+    table = backlog.table
     await db.execute(
-        update(Chunk)
-        .where(Chunk.id == chunk_id, Chunk.status == "active")
-        .values(embedding=embedding, embedding_model=model)
+        update(table)
+        .where(table.id == row_id, table.status == "active")
+        .values(embedding=vector, embedding_model=model)
     )
 
 
-async def count_embed_failure(db: AsyncSession, chunk_ids: Sequence[uuid.UUID]) -> None:
+async def count_failure(db: AsyncSession, backlog: Backlog[Row], ids: Sequence[uuid.UUID]) -> None:
+    table = backlog.table
     await db.execute(
-        update(Chunk)
-        .where(Chunk.id.in_(list(chunk_ids)))
-        .values(embed_attempts=Chunk.embed_attempts + 1)
+        update(table).where(table.id.in_(list(ids))).values(embed_attempts=table.embed_attempts + 1)
     )

@@ -1,4 +1,5 @@
-"""SQL for remembered items (the `memories` table): every query of it lives here."""
+"""SQL for remembered items (the `memories` table): every query of it lives here, but those of
+the embedding backlog (`app.store.embedding_backlog`)."""
 
 import uuid
 from collections.abc import Sequence
@@ -97,43 +98,6 @@ async def insert_memory(db: AsyncSession, values: dict[str, Any], lexical_source
     await db.flush()
     await db.refresh(memory)
     return memory
-
-
-async def memories_to_embed(
-    db: AsyncSession, memory_ids: Sequence[uuid.UUID] | None, model: str, limit: int
-) -> list[Memory]:
-    """Active items lacking an embedding of `model` (all of them when `memory_ids` is None)."""
-    query = (
-        select(Memory)
-        .where(
-            Memory.status == "active",
-            Memory.text != "",
-            (Memory.embedding.is_(None)) | (Memory.embedding_model != model),
-        )
-        .order_by(Memory.created_at)
-        .limit(limit)
-    )
-    if memory_ids is not None:
-        query = query.where(Memory.id.in_(list(memory_ids)))
-    return list((await db.execute(query)).scalars().all())
-
-
-async def store_memory_embedding(
-    db: AsyncSession, memory_id: uuid.UUID, embedding: list[float], model: str
-) -> None:
-    await db.execute(
-        update(Memory)
-        .where(Memory.id == memory_id, Memory.status == "active")
-        .values(embedding=embedding, embedding_model=model)
-    )
-
-
-async def count_memory_embed_failure(db: AsyncSession, memory_ids: Sequence[uuid.UUID]) -> None:
-    await db.execute(
-        update(Memory)
-        .where(Memory.id.in_(list(memory_ids)))
-        .values(embed_attempts=Memory.embed_attempts + 1)
-    )
 
 
 async def active_visible_memories(
