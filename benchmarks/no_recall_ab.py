@@ -38,6 +38,7 @@ from benchmarks.floor_compare import (
     floor_module,
     load_contextd,
 )
+from benchmarks.recall_cpu_ab import cli_module
 
 Round = tuple[float, float, float, float]  # p50 ms, p95 ms, req/s, server CPU ms per request
 
@@ -47,7 +48,7 @@ def path_of(j: int) -> str:
 
 
 def start(code: Path, port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "app.runtime.cli", "dev", "--port", str(port)]
+    command = [sys.executable, "-m", cli_module(code), "dev", "--port", str(port)]
     with log.open("w") as out:
         return subprocess.Popen(command, cwd=code, env=env, stdout=out, stderr=subprocess.STDOUT)
 

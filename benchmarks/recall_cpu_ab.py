@@ -65,6 +65,12 @@ def prepare(data_dir: Path, port: int, turns: int) -> None:
     asyncio.run(load())
 
 
+def cli_module(tree: Path) -> str:
+    """The `contextd` command's module in `tree`: trees from before the composition roots moved
+    to app/runtime keep it at app/cli.py."""
+    return "app.runtime.cli" if (tree / "app" / "runtime" / "cli.py").exists() else "app.cli"
+
+
 @contextmanager
 def serve(tree: Path, data_dir: Path, port: int) -> Iterator[tuple[str, int]]:
     """`contextd serve` (API only) run from `tree`'s sources against the running dev stack."""
@@ -76,9 +82,7 @@ def serve(tree: Path, data_dir: Path, port: int) -> Iterator[tuple[str, int]]:
         PYTHONPATH=str(tree.resolve()),
     )
     log = (data_dir.parent / f"serve-{port}.log").open("w")
-    # Trees from before the composition roots moved to app/runtime keep their CLI at app/cli.py.
-    cli = "app.runtime.cli" if (tree / "app" / "runtime" / "cli.py").exists() else "app.cli"
-    command = [sys.executable, "-m", cli, "serve"]
+    command = [sys.executable, "-m", cli_module(tree), "serve"]
     server = subprocess.Popen(command, env=env, cwd=tree, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:

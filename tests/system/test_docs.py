@@ -59,8 +59,8 @@ def test_slug_is_githubs() -> None:
     )
     assert slug("A user's data") == "a-users-data"
     assert slug("Sizing contextd serve --workers N") == "sizing-contextd-serve---workers-n"
-    assert slug("API conformance (tests/api/test_schemathesis.py)") == (
-        "api-conformance-testsapitest_schemathesispy"
+    assert slug("API conformance (tests/system/test_schemathesis.py)") == (
+        "api-conformance-testssystemtest_schemathesispy"
     )
 
 

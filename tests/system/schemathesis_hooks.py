@@ -1,4 +1,5 @@
-"""Checks added to schemathesis's own (loaded with SCHEMATHESIS_HOOKS=tests.api.schemathesis_hooks).
+"""Checks added to schemathesis's own
+(loaded with SCHEMATHESIS_HOOKS=tests.system.schemathesis_hooks).
 
 `schemathesis.toml` lets a schema-valid request get a 413 or 422, because some rules span fields,
 stored state or configured limits, which JSON Schema cannot state. This check narrows that back:

@@ -1,5 +1,5 @@
 """schemathesis against the committed OpenAPI document and a live server: every operation, every
-check (plus tests/api/schemathesis_hooks.py), all phases including stateful sequences. A bounded
+check (plus tests/system/schemathesis_hooks.py), all phases including stateful sequences. A bounded
 run; docs/RELIABILITY.md gives the command for a long one."""
 
 import json
@@ -29,7 +29,7 @@ def test_every_operation_passes_every_check(server: RunningServer, admin_key: st
         "--request-timeout=30",
         "--no-color",
     ]
-    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.api.schemathesis_hooks"}
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.system.schemathesis_hooks"}
     run = subprocess.run(
         command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False
     )
