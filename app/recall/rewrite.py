@@ -2,14 +2,14 @@
 
 Lexical and vector search only see the words of the query. "What was that order number?" has no
 word that identifies the order; the turn before it does. Context from the last `CONTEXT_TURNS`
-turns is appended only when the query leans on it: a deictic or pronoun that points at what was
-just said (这个/那个/这些/它/刚才/刚刚/上面, it/that/this/these/those/them/"that one"/"the same"),
-or a query with at most `SHORT_QUERY_TERMS` content word of its own and no ID or quoted string
-("and the price?"). Words that refer to the conversation's past in general ("again", "earlier",
-"last time", 之前, 上次) do not: "What was my order number again?" stands on its own, and the last
-turns' words would only pull recall towards them. Then the most specific items of those turns are
-appended: IDs, quoted strings, names, numbers, then content words and CJK bigrams, at most
-`MAX_APPENDED_TERMS`. Otherwise rewritten == raw.
+turns is appended only when the query needs it (`needs_context`): a demonstrative or pronoun with
+no referent in the query (这个/那家/它/他/刚才/第二个, "that one"/"the other one"/it/they), or an
+ellipsis ("what about the second one?", "那这个呢？", a fragment such as "price?" with no ID,
+name or first person of its own). A self-contained question ("What is my name?", "我叫什么名字？",
+"What was my order number again?": words about the past in general, again/earlier/之前/上次, do
+not count) is searched as asked: the last turns' words would only pull recall towards them. Then
+the most specific items of those turns are appended: IDs, quoted strings, names, numbers, then
+content words and CJK bigrams, at most `MAX_APPENDED_TERMS`. Otherwise rewritten == raw.
 Pure, regex-based; CJK names are only taken in honorific form (王先生) or as katakana runs.
 
 IDs are exact keys: recall's exact arm looks for them verbatim and its rerank puts a candidate
@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.domain.dates import MONTHS
 from app.domain.records import TurnRecord
 from app.domain.text import ENGLISH_STOPWORDS, is_cjk, terms
 
@@ -104,17 +105,60 @@ _CJK_NAME_RE = re.compile(
     r"[\u4e00-\u9fff](?:先生|女士|小姐|老师|老板|经理|总监|教授|医生|同学|师傅|阿姨)|[\u30a1-\u30fa\u30fc]{2,}"
 )
 
-_ZH_DEICTIC_RE = re.compile("[这那](?:个|些|件|种|款|次|位|家|本|条)|它|刚才|刚刚|上面|上述")
-_EN_STRONG_RE = re.compile(
-    r"\b(?:(?:that|this|the) (?:one|ones|same)|the above|the latter|the former)\b", re.IGNORECASE
+# Context-dependent questions (`needs_context`). Chinese: a demonstrative with a measure word
+# (这个, 那家, 这几个; "this month" is a date; "小王推荐的那本书" names its own referent, "你说的
+# 那个" does not), 它, 他/她 (not 其他/吉他), 刚才/上面/前面说的,
+# 前者/后者/另一个, an ordinal with a measure word (第二个); a short question ending in 呢
+# ("价格呢？") or opening with 那/还有 ("那周二怎么样？").
+_ZH_DEICTIC_RE = re.compile(
+    "(?:(?:(?<!的)|(?<=[说提讲]的))[这那][几两一]?"
+    "(?:个|些|件|种|款|次|位|家|本|条|里|儿|边|张|台|辆|趟|份|套|双|间|座|班)"
+    "(?!月|星期|礼拜|周末|季度|年))|它|刚才|刚刚|上面|上述|前面(?:说|提|讲)|前者|后者|另一|另外(?:一|那)"
+    "|第[一二三四五六七八九十两\\d]+(?:个|家|款|种|条|件|位|本|张|趟|班|间|套|份)"
 )
-# "that"/"this" followed by a subject or a determiner introduce a clause ("the cake that she
-# baked", "so that we"), they do not point back.
-_EN_WEAK_RE = re.compile(
-    r"\b(?:it|those|these|them|(?:that|this)(?!\s+(?:i|you|he|she|we|they|it|the|a|an|my|your"
-    r"|his|her|our|their|is|was|are|were)\b))\b",
+_ZH_PERSON_RE = re.compile("(?<![其吉])[他她]")
+_ZH_ELLIPSIS_RE = re.compile(
+    r"^\s*(?:(?:那么?|还有|另外)\s*\S{0,10}|\S{1,8})\s*呢[\s？?！!。.]*$"
+    r"|^\s*(?:那么?|还有)\s*[^\s，,。？?]{1,8}(?:怎么样|如何|行吗|可以吗|多少)[\s？?！!。.]*$"
+)
+# English: "that one", "the second one", "which ones", "the same", the former / latter / above;
+# an elliptical opening ("what about ...", "how about ...", "and the ...", "same for ...").
+_EN_STRONG_RE = re.compile(
+    r"\b(?:(?:that|this|these|those|the|which|another|each)\s+(?:\w+\s+)?ones?"
+    r"|the\s+(?:same|above|latter|former|rest)|another\s+one)\b(?!-)",
     re.IGNORECASE,
 )
+_EN_ELLIPSIS_RE = re.compile(
+    r"^\s*(?:(?:and|or|but|so)\s+)?(?:what|how)\s+(?:about|else)\b|^\s*(?:and|or|same)\b",
+    re.IGNORECASE,
+)
+# "it" that stands for nothing ("is it possible", "what time is it", "it is raining").
+_EN_DUMMY_IT_RE = re.compile(
+    r"\b(?:is|was|will|would|isn't|it's|it is|it will be)\s+it\s+(?:possible|necessary|safe|okay"
+    r"|ok|true|worth|better|best|easier|cheaper|faster|legal|allowed|normal|common|usual|too late"
+    r"|too early|going to rain|raining|cold|hot|late|early)\b|\bwhat time is it\b"
+    r"|\bhow (?:far|long) is it (?:from|to|between)\b"
+    r"|\bit(?:'s| is| was| will be) (?:possible|necessary|safe|raining|cold|hot|late|early|time)\b",
+    re.IGNORECASE,
+)
+# Pronouns that point at something named earlier. "that"/"this" followed by a subject, a
+# determiner or a verb introduce a clause ("the cake that she baked", "so that we"), and before a
+# unit of time they name a date ("this week"), so neither points back.
+_EN_PRONOUN_RE = re.compile(
+    r"\b(?:it|those|these|them|(?:that|this)(?!\s+(?:i|you|he|she|we|they"
+    r"|it|the|a|an|my|your|his|her|our|their|is|was|are|were|'s|week|weekend|month|year|morning"
+    r"|afternoon|evening|night|summer|winter|spring|autumn|fall|season|quarter|time)\b))\b",
+    re.IGNORECASE,
+)
+# Third persons and "the other ...": the question's own names are their referent when it has any
+# ("What did Jon and Gina compare their journeys to?").
+_EN_THIRD_PERSON_RE = re.compile(
+    r"\b(?:he|she|him|her|his|hers|its|they|their|theirs|the other)\b", re.IGNORECASE
+)
+_DATE_NAMES = frozenset(
+    [*MONTHS, *(f"{d}day" for d in "mon tues wednes thurs fri satur sun".split())]
+)
+_FIRST_PERSON_RE = re.compile(r"\b(?:i|i'm|i've|i'd|me|my|mine|we|our|ours|us)\b|我", re.IGNORECASE)
 # Conversational words that carry no subject of their own: "again?" is not a search term.
 _DISCOURSE_WORDS = frozenset("again also still please anyway now then exactly".split())
 # Function characters that make a CJK bigram useless as a search term.
@@ -134,6 +178,16 @@ _GENERIC_WORDS = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
+class ContextNeed:
+    """Why a question needs the last turns to be understood: `reason` is "deictic" (这个, 刚才,
+    "that one", "the other one"), "pronoun" (it, they, 他, 它) or "ellipsis" ("what about the
+    price?", "价格呢？", a fragment with no subject of its own); `marker` the words that show it."""
+
+    reason: str
+    marker: str
+
+
+@dataclass(frozen=True, slots=True)
 class RewrittenQuery:
     raw: str
     rewritten: str
@@ -143,6 +197,7 @@ class RewrittenQuery:
     quoted: list[str] = field(default_factory=list)
     resolved_anaphora: bool = False
     short_query: bool = False
+    context_need: ContextNeed | None = None
     appended: list[str] = field(default_factory=list)
 
 
@@ -297,16 +352,38 @@ def content_term_count(text: str) -> int:
     return words + sum(max(1, len(run) // 2) for run in _CJK_RUN_RE.findall(text))
 
 
-def has_anaphora(query: str, *, has_exact_keys: bool) -> bool:
-    """Whether `query` points at what was just said (and so needs the last turns' words).
+def _context_need(question: str, own: _Extracted) -> ContextNeed | None:
+    """`needs_context` with the question's own IDs, quotes and names already extracted."""
+    for reason, rx in (
+        ("deictic", _ZH_DEICTIC_RE),
+        ("deictic", _EN_STRONG_RE),
+        ("ellipsis", _EN_ELLIPSIS_RE),
+        ("ellipsis", _ZH_ELLIPSIS_RE),
+    ):
+        if m := rx.search(question):
+            return ContextNeed(reason, m.group(0).strip())
+    # Bare pronouns also point inside the question: at its own ID ("is it shipped, AB-12?") or,
+    # for a person, at the person it names ("what did Caroline say she liked?").
+    if own.ids or own.quoted:
+        return None
+    if m := _EN_PRONOUN_RE.search(_EN_DUMMY_IT_RE.sub(" ", question)):
+        return ContextNeed("pronoun", m.group(0))
+    if any(name.lower() not in _DATE_NAMES for name in own.names):
+        return None
+    if m := _EN_THIRD_PERSON_RE.search(question) or _ZH_PERSON_RE.search(question):
+        return ContextNeed("pronoun", m.group(0))
+    # A fragment ("price?", "多少钱？") has at most one word of its own and nothing that anchors
+    # it: no ID, name (days and months are dates) or first person ("What is my name?").
+    if content_term_count(question) <= SHORT_QUERY_TERMS and not _FIRST_PERSON_RE.search(question):
+        return ContextNeed("ellipsis", question.strip())
+    return None
 
-    Chinese deictics (这个, 那些, 它, 刚才, 上面 ...) and "that one" / "the same" always count.
-    Bare pronouns (it, that, this) are also used as conjunctions or point inside the query, so
-    they count only when the query has no ID or quoted string of its own.
-    """
-    if _ZH_DEICTIC_RE.search(query) or _EN_STRONG_RE.search(query):
-        return True
-    return not has_exact_keys and bool(_EN_WEAK_RE.search(query))
+
+def needs_context(question: str) -> ContextNeed | None:
+    """Whether `question` leans on the turns before it, and why; None: it stands on its own and
+    recall searches it as asked. Words about the past in general ("again", "earlier", 之前, 上次)
+    do not count: "What was my order number again?" names its subject."""
+    return _context_need(question, _extract(question))
 
 
 def _cjk_bigrams(text: str) -> list[str]:
@@ -357,7 +434,6 @@ def rewrite_query(
     recent_turns: Sequence[str],
     *,
     context_turns: int = CONTEXT_TURNS,
-    short_query_terms: int = SHORT_QUERY_TERMS,
     max_appended: int = MAX_APPENDED_TERMS,
 ) -> RewrittenQuery:
     """Extract exact keys from `query` and append context from `recent_turns` when it refers back.
@@ -367,9 +443,7 @@ def rewrite_query(
     and words only to the rewritten text.
     """
     own = _extract(query)
-    exact = bool(own.ids or own.quoted)
-    anaphora = has_anaphora(query, has_exact_keys=exact)
-    short = not exact and content_term_count(query) <= short_query_terms
+    need = _context_need(query, own)
     base = RewrittenQuery(
         raw=query,
         rewritten=query,
@@ -378,7 +452,7 @@ def rewrite_query(
         numbers=own.numbers,
         quoted=own.quoted,
     )
-    if not (anaphora or short):
+    if need is None:
         return base
     candidates, ctx_ids, ctx_names = salient_terms(
         recent_turns, context_turns=context_turns, limit=max_appended * 2
@@ -400,8 +474,9 @@ def rewrite_query(
         ids=_dedupe([*own.ids, *(i for i in ctx_ids if i.casefold() in kept)]),
         numbers=own.numbers,
         quoted=own.quoted,
-        resolved_anaphora=anaphora,
-        short_query=short and not anaphora,
+        resolved_anaphora=need.reason != "ellipsis",
+        short_query=need.reason == "ellipsis",
+        context_need=need,
         appended=appended,
     )
 

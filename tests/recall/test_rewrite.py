@@ -1,5 +1,5 @@
 from app.domain.text import terms
-from app.recall.rewrite import content_term_count, has_anaphora, rewrite_query
+from app.recall.rewrite import content_term_count, needs_context, rewrite_query
 
 ORDER_TURNS = [
     "Hi, I need help with a delivery.",
@@ -107,17 +107,48 @@ def test_names_skip_sentence_starts_and_stopwords():
     assert q.entities == ["Bob Smith", "New York"]
 
 
-def test_anaphora_markers():
-    assert has_anaphora("那个预算是多少", has_exact_keys=False)
-    assert has_anaphora("刚才说的方案", has_exact_keys=True)
-    assert has_anaphora("do the same for that one", has_exact_keys=True)
-    assert has_anaphora("how much was that?", has_exact_keys=False)
-    assert not has_anaphora("之前提到的预算", has_exact_keys=False)
-    assert not has_anaphora("what did we decide earlier", has_exact_keys=True)
-    assert not has_anaphora("the cake that she baked", has_exact_keys=False)
-    assert has_anaphora("is it ready", has_exact_keys=False)
-    assert not has_anaphora("is it ready", has_exact_keys=True)  # "it" likely points at the ID
-    assert not has_anaphora("schedule the database migration", has_exact_keys=False)
+def test_context_markers_and_their_reasons():
+    cases = {
+        "那个预算是多少": ("deictic", "那个"),
+        "刚才说的方案": ("deictic", "刚才"),
+        "第二家酒店有早餐吗？": ("deictic", "第二家"),
+        "do the same for that one": ("deictic", "the same"),
+        "Is the other one cheaper?": ("deictic", "the other one"),
+        "what about the second one?": ("deictic", "the second one"),
+        "how much was that?": ("pronoun", "that"),
+        "is it ready": ("pronoun", "it"),
+        "他几点到？": ("pronoun", "他"),
+        "When do they open?": ("pronoun", "they"),
+        "What about my allergy?": ("ellipsis", "What about"),
+        "价格呢？": ("ellipsis", "价格呢？"),
+        "那周二怎么样？": ("ellipsis", "那周二怎么样？"),
+        "How much?": ("ellipsis", "How much?"),
+    }
+    for question, (reason, marker) in cases.items():
+        need = needs_context(question)
+        assert need is not None, question
+        assert (need.reason, need.marker) == (reason, marker), question
+
+
+def test_questions_that_stand_on_their_own():
+    for question in (
+        "之前提到的预算",
+        "what did we decide earlier",
+        "so that we can leave early",
+        "is it ready for order AB-12345",  # "it" is the order it names
+        "What did Jon and Gina compare their journeys to?",  # "their": Jon and Gina
+        "schedule the database migration",
+        "What is my name?",
+        "What am I allergic to?",
+        "我叫什么名字？",
+        "Who is Anthony?",
+        "Is it safe to drink tap water in Tokyo?",  # "it" stands for nothing
+        "How far is it from Kyoto to Osaka?",
+        "这个月的预算是多少？",  # "this month" is a date
+        "其他航班几点起飞？",  # 其他 is "other", not 他
+        "Can you book the one-way ticket to Rome?",
+    ):
+        assert needs_context(question) is None, (question, needs_context(question))
 
 
 def test_content_term_count_counts_cjk_words_roughly():
