@@ -34,7 +34,7 @@ class Outcome:
 
     @property
     def left_alone(self) -> bool:
-        return self.rewritten.rewritten == self.item["question"]
+        return self.rewritten.rewritten == str(self.item["question"])
 
     @property
     def resolved(self) -> bool:
