@@ -63,6 +63,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.domain.records import TurnRecord
+from app.domain.text import ascii_lower
 from app.notes.constraints import constraint
 from app.notes.decisions import (
     SUGGESTION_RE,
@@ -78,7 +79,6 @@ from app.notes.schemas import Notes, Source
 from app.notes.sentences import (
     COMMIT_RE,
     TIME_RE,
-    ascii_lower,
     is_question,
     sentences,
     strip_lead,
