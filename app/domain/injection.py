@@ -66,113 +66,144 @@ _ZH_AGREED = r"(?:同意|批准|授权|确认|允许|接受|要求|放弃|默认
 
 @dataclass(frozen=True, slots=True)
 class _Cue:
-    """A cue: the words it opens with (space-separated phrases, `|` between them), the pattern
-    that follows them, and whether it must open a line (a role header)."""
+    """A cue: the words it opens with (`|` between them), the pattern that follows them, whether
+    it must open a line (a role header), and words it cannot match without (a text holding none
+    of them skips the cue with a substring test: most tool results hold no cue at all)."""
 
     kind: CueKind
     openers: str
     rest: str
     line_start: bool = False
+    needs: str = ""  # words (`|` between them) one of which the text must hold, else skipped
 
 
 _CUES: tuple[_Cue, ...] = (
     _Cue("override", "ignore|disregard|forget|override|bypass|skip|drop|discard|abandon",
-         rf"\s+{_PRIOR}\s+{_RULES}\b"),
+         rf"\s+{_PRIOR}\s+{_RULES}\b",
+         needs="instruction|prompt|rule|direction|directive|guideline|guidance|context|message|order|constraint|programming|command"),
     _Cue("override", "ignore|disregard|forget",
-         r"\s+(?:all|everything)\s+(?:you were|you've been|you have been|that was|above|before)\b"),
-    _Cue("override", "ignore|disregard", rf"\s+(?:all|any|your)\s+{_RULES}\b"),
+         r"\s+(?:all|everything)\s+(?:you were|you've been|you have been|that was|above|before)\b",
+         needs="all|everything"),
+    _Cue("override", "ignore|disregard", rf"\s+(?:all|any|your)\s+{_RULES}\b",
+         needs="instruction|prompt|rule|direction|directive|guideline|guidance|context|message|order|constraint|programming|command"),
     _Cue("override", "忽略|无视|忘记|忘掉|忽视|不要理会|别管|抛开|跳过|覆盖",
-         rf"(?:掉)?(?:你的?|{_ZH_PRIOR}|的|所有|全部)+{_ZH_RULES}"),
-    _Cue("role_header", "system", r"\s*(?:prompt|message|instructions?|override|note)\s*[:：]"),
+         rf"(?:掉)?(?:你的?|{_ZH_PRIOR}|的|所有|全部)+{_ZH_RULES}",
+         needs="指令|指示|说明|规则|提示|设定|要求|命令|约束|对话|内容|限制"),
+    _Cue("role_header", "system", r"\s*(?:prompt|message|instructions?|override|note)\s*[:：]",
+         needs="prompt|message|instruction|override|note"),
     _Cue("role_header", "<", r"\|?\s*(?:im_start|im_end|system|endoftext|start_header_id|eot_id)"
-         r"\s*\|?>|<\s*/?sys\s*>>|\s*/?\s*(?:system|sys|instructions?)\s*>"),
-    _Cue("role_header", "[", r"/?inst\]"),
+         r"\s*\|?>|<\s*/?sys\s*>>|\s*/?\s*(?:system|sys|instructions?)\s*>",
+         needs="im_start|im_end|system|endoftext|start_header|eot_id|sys>>|instruction"),
+    _Cue("role_header", "[", r"/?inst\]",
+         needs="inst]"),
     _Cue("role_header", "系统提示|系统指令|系统消息|系统通知|系统设定|系统提示词|管理员指令",
          r"\s*[:：]"),
     _Cue("role_header", "system|assistant|developer",
-         rf"\s*[:：]\s*(?:you\b|{_VERBS}|from now on\b|new\b|the user\b)", line_start=True),
+         rf"\s*[:：]\s*(?:you\b|{_VERBS}|from now on\b|new\b|the user\b)", line_start=True,
+         needs=":|："),
     _Cue("role_header", "系统|助手|开发者", rf"\s*[:：]\s*(?:你|请|从现在|忽略|{_ZH_VERBS})",
-         line_start=True),
-    _Cue("role_header", "#", r"#+\s*(?:system|instruction|new instructions?)\b", line_start=True),
+         line_start=True,
+         needs=":|："),
+    _Cue("role_header", "#", r"#+\s*(?:system|instruction|new instructions?)\b", line_start=True,
+         needs="system|instruction"),
     _Cue("tool_markup", "<", r"\s*/?\s*(?:tool_call|tool_use|function_calls?|antml:invoke"
-         r"|invoke\s+name\s*=|tool_code)\b|\|\s*(?:tool_call|python_tag|function)\s*\|>"),
-    _Cue("tool_markup", "[", r"tool_calls?\]"),
+         r"|invoke\s+name\s*=|tool_code)\b|\|\s*(?:tool_call|python_tag|function)\s*\|>",
+         needs="tool_call|tool_use|function|invoke|tool_code|python_tag"),
+    _Cue("tool_markup", "[", r"tool_calls?\]",
+         needs="tool_call"),
     _Cue("memory_plant", "remember|note|memorise|memorize|record|keep in mind|be aware|store|save",
          r"\s+(?:that\s+)?(?:the user|the customer|i|we|they|he|she)\s+"
          r"(?:has\s+|have\s+|had\s+|already\s+|previously\s+)*(?:approved|agreed|authori[sz]ed"
-         r"|consented|confirmed|accepted|allowed|permitted|requested|waived|opted)\b"),
+         r"|consented|confirmed|accepted|allowed|permitted|requested|waived|opted)\b",
+         needs="approved|agreed|authori|consented|confirmed|accepted|allowed|permitted|requested|waived|opted"),
     _Cue("memory_plant", "store|save|add|write|put|keep",
          r"\s+(?:this|that|the following)\s+(?:\w+\s+)?(?:in|to|into)\s+(?:your\s+)?"
-         r"(?:long-term\s+)?memory\b"),
+         r"(?:long-term\s+)?memory\b",
+         needs="memory"),
     _Cue("memory_plant", "update|add to|write to",
-         r"\s+(?:your|the user's|the)\s+(?:long-term\s+)?memory\b"),
+         r"\s+(?:your|the user's|the)\s+(?:long-term\s+)?memory\b",
+         needs="memory"),
     _Cue("memory_plant", "请|记住|记下|牢记|注意",
-         rf"(?:记住|记下|牢记|注意)?[，,：:\s]*(?:用户|客户|他|她|我)(?:已经?|之前|早就)*{_ZH_AGREED}"),
-    _Cue("memory_plant", "写入|存入|保存到|加入|记到", r"(?:你的)?(?:长期)?记忆"),
+         rf"(?:记住|记下|牢记|注意)?[，,：:\s]*(?:用户|客户|他|她|我)(?:已经?|之前|早就)*{_ZH_AGREED}",
+         needs="同意|批准|授权|确认|允许|接受|要求|放弃|默认"),
+    _Cue("memory_plant", "写入|存入|保存到|加入|记到", r"(?:你的)?(?:长期)?记忆",
+         needs="记忆"),
     _Cue("directive", "you", rf"\s+(?:must|should|will|need to|have to|are required to)\s+now\s+"
          rf"{_VERBS}|\s+are now\s+(?:a|an|in|the|my|no longer|free|dan|unrestricted|jailbroken"
-         r"|operating)\b"),
-    _Cue("directive", "now", rf"\s+you\s+(?:must|will|should)\s+{_VERBS}"),
+         r"|operating)\b",
+         needs="now"),
+    _Cue("directive", "now", rf"\s+you\s+(?:must|will|should)\s+{_VERBS}",
+         needs="you"),
     _Cue("directive", "from now on",
          r"[,\s]+(?:you|always|never|only|respond|reply|answer|ignore|treat|the assistant)\b"),
-    _Cue("directive", "new", r" (?:instructions?|rules|system prompt|directives?)\s*[:：]"),
+    _Cue("directive", "new", r" (?:instructions?|rules|system prompt|directives?)\s*[:：]",
+         needs="instruction|rules|system prompt|directive"),
     _Cue("directive", "do not|don't|never",
-         r"\s+(?:tell|inform|mention (?:this|it) to|reveal (?:this|it) to|let)\s+the user\b"),
-    _Cue("directive", "without", r" (?:telling|informing|asking|notifying) the user\b"),
+         r"\s+(?:tell|inform|mention (?:this|it) to|reveal (?:this|it) to|let)\s+the user\b",
+         needs="the user"),
+    _Cue("directive", "without", r" (?:telling|informing|asking|notifying) the user\b",
+         needs="the user"),
     _Cue("directive", "reveal|print|output|show|repeat|leak|disclose",
          r"\s+(?:your|the)\s+(?:system prompt|hidden instructions|initial instructions"
-         r"|instructions verbatim)\b"),
+         r"|instructions verbatim)\b",
+         needs="system prompt|hidden instructions|initial instructions|instructions verbatim"),
     _Cue("directive", "if you are|to|note to|attention|dear|all|any",
          rf"\s+(?:an?\s+)?{_AI}(?:\s+{_AI})?(?:\s+reading this)?[,:\s]+(?:you\s+)?{_MODAL}\s+"
-         rf"{_VERBS}"),
+         rf"{_VERBS}",
+         needs=" ai|a.i.|assistant|chatbot|language model|llm|model|agent|gpt|claude|copilot"),
     _Cue("directive", _AI_WORDS.replace(" ", "|").replace("language", "language model"),
-         r"s?\s+reading this\b"),
+         r"s?\s+reading this\b",
+         needs="reading this"),
     _Cue("directive", "pretend", r" (?:to be|that you are|you are)\b"),
     _Cue("directive", "act as", r" (?:if you (?:were|are) )?(?:an? )?(?:unrestricted|jailbroken"
          r"|dan|developer mode|different (?:ai|assistant))\b"),
     _Cue("directive", "你|您", rf"现在(?:必须|要|得|应该|只能|开始|就是|是一个|扮演|改为)"
-         rf"(?:立即|立刻|马上)?{_ZH_VERBS}?|(?:现在)?(?:要|来)?扮演"),
+         rf"(?:立即|立刻|马上)?{_ZH_VERBS}?|(?:现在)?(?:要|来)?扮演",
+         needs="现在|扮演"),
     _Cue("directive", "从现在开始|从现在起|从今以后|此后",
          r"[，,\s]*(?:你|您|助手|模型|请|一律|永远|总是|只)"),
     _Cue("directive", "假装", r"(?:你|您)是"),
-    _Cue("directive", "新", r"(?:的)?(?:指令|规则|系统提示|任务)\s*[:：]"),
-    _Cue("directive", "不要|别|不准|不得", r"(?:告诉|通知|提醒|让)用户"),
-    _Cue("directive", "瞒着|不经|未经|无需", r"用户"),
+    _Cue("directive", "新", r"(?:的)?(?:指令|规则|系统提示|任务)\s*[:：]",
+         needs="指令|规则|系统提示|任务"),
+    _Cue("directive", "不要|别|不准|不得", r"(?:告诉|通知|提醒|让)用户",
+         needs="用户"),
+    _Cue("directive", "瞒着|不经|未经|无需", r"用户",
+         needs="用户"),
     _Cue("directive", "泄露|输出|打印|显示|重复|透露",
-         r"(?:你的|出)?(?:系统提示|初始指令|隐藏指令)"),
-    _Cue("directive", "如果你是|致|给", rf"{_ZH_AI}[，,：:\s]*(?:你)?(?:必须|应该|需要|请)"),
+         r"(?:你的|出)?(?:系统提示|初始指令|隐藏指令)",
+         needs="系统提示|初始指令|隐藏指令"),
+    _Cue("directive", "如果你是|致|给", rf"{_ZH_AI}[，,：:\s]*(?:你)?(?:必须|应该|需要|请)",
+         needs="ai|人工智能|模型|助手|智能体"),
 )  # fmt: skip
 
 
-def _trie(words: list[str]) -> str:
-    """One regex matching any of `words`, longest first, as a trie: `re` tries the branches of
-    an alternation one by one at every position, ~4x slower than the trie on a long text."""
-    ends = "" in words
-    heads: dict[str, list[str]] = {}
-    for word in words:
-        if word:
-            heads.setdefault(word[0], []).append(word[1:])
-    if not heads:
-        return ""
-    branches = [re.escape(head) + _trie(tails) for head, tails in sorted(heads.items())]
-    body = branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"
-    return f"(?:{body})?" if ends else body
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    cue: _Cue
+    pattern: re.Pattern[str]
+    openers: tuple[str, ...]
+    needs: tuple[str, ...]
+    chinese: bool  # every opener is Chinese: an ASCII text cannot hold the cue
+
+    def possible(self, low: str, ascii_only: bool) -> bool:
+        """Whether the text holds an opener and a needed word (substring tests)."""
+        if ascii_only and self.chinese:
+            return False
+        return any(o in low for o in self.openers) and (
+            not self.needs or any(n in low for n in self.needs)
+        )
 
 
-def _by_anchor(cues: tuple[_Cue, ...]) -> dict[str, list[tuple[_Cue, re.Pattern[str]]]]:
-    """Each opener's first word, with the cues (compiled) that may open there."""
-    index: dict[str, list[tuple[_Cue, re.Pattern[str]]]] = {}
-    for cue in cues:
-        openers = cue.openers.split("|")
-        pattern = re.compile(f"(?:{'|'.join(map(re.escape, openers))})(?:{cue.rest})")
-        for anchor in dict.fromkeys(o.split(" ")[0] for o in openers):
-            index.setdefault(anchor, []).append((cue, pattern))
-    return index
-
-
-# The scan finds an opener's first word, then tries only the cues that open with it there.
-_BY_ANCHOR = _by_anchor(_CUES)
-_ANCHOR_RE = re.compile(_trie(sorted(_BY_ANCHOR)))
+_COMPILED = tuple(
+    _Compiled(
+        cue,
+        re.compile(f"(?:{'|'.join(map(re.escape, cue.openers.split('|')))})(?:{cue.rest})"),
+        tuple(cue.openers.split("|")),
+        tuple(cue.needs.split("|")) if cue.needs else (),
+        not cue.openers.isascii(),
+    )
+    for cue in _CUES
+)
 # A cue quoted while the text talks about it is an example, not an order.
 _QUOTES = (('"', '"'), ("'", "'"), ("“", "”"), ("‘", "’"), ("「", "」"), ("『", "』"), ("`", "`"))
 _META_RE = re.compile(  # run on ascii_lower'd text
@@ -239,25 +270,28 @@ def _discussed(text: str, start: int, end: int) -> bool:
 
 
 def _cues(text: str) -> Iterator[InjectionCue]:
+    """Each cue where it stands, by cue (not in text order)."""
     low = ascii_lower(text)
-    end = 0
-    for anchor in _ANCHOR_RE.finditer(low):
-        at = anchor.start()
-        if at < end or not _word_start(low, at):
+    ascii_only = low.isascii()
+    for compiled in _COMPILED:
+        if not compiled.possible(low, ascii_only):
             continue
-        for cue, pattern in _BY_ANCHOR[anchor.group(0)]:
-            match = pattern.match(low, at)
-            if match is None or (cue.line_start and not _line_start(low, at)):
+        for match in compiled.pattern.finditer(low):
+            at, end = match.span()
+            if not _word_start(low, at) or (compiled.cue.line_start and not _line_start(low, at)):
                 continue
-            if not _discussed(text, at, match.end()):
-                end = match.end()
-                yield InjectionCue(cue.kind, at, end, text[at:end])
-                break
+            if not _discussed(text, at, end):
+                yield InjectionCue(compiled.cue.kind, at, end, text[at:end])
 
 
 def injection_cues(text: str) -> list[InjectionCue]:
-    """Every place `text` gives orders to the model, in order of appearance (kinds above)."""
-    return list(_cues(text))
+    """Every place `text` gives orders to the model, in order of appearance (kinds above); where
+    cues overlap, the first (the longest on a tie) stands for them."""
+    found: list[InjectionCue] = []
+    for cue in sorted(_cues(text), key=lambda c: (c.start, -c.end)):
+        if not found or cue.start >= found[-1].end:
+            found.append(cue)
+    return found
 
 
 def gives_orders(text: str) -> bool:

@@ -2,7 +2,8 @@
 and hard negatives — ordinary requests, manuals and recipes addressing their reader, code comments,
 and injection cues quoted while the text talks about them — English and Chinese.
 
-`python -m tests.domain.injection_cases` prints precision and recall on it.
+`python -m tests.domain.injection_cases` prints precision and recall on it, and the detector's
+cost on a long tool result (median of 21 runs).
 """
 
 POSITIVES_EN: tuple[str, ...] = (
@@ -223,7 +224,23 @@ HELD_OUT_NEGATIVES: tuple[str, ...] = (
 )
 
 
+def _cost_ms(text: str) -> float:
+    import statistics
+    import time
+
+    from app.domain.injection import gives_orders
+
+    runs = []
+    for _ in range(21):
+        started = time.perf_counter()
+        gives_orders(text)
+        runs.append((time.perf_counter() - started) * 1000)
+    return statistics.median(runs)
+
+
 def main() -> None:
+    import json
+
     from app.domain.injection import gives_orders
 
     for name, positives, negatives in (
@@ -240,6 +257,19 @@ def main() -> None:
             f"{name}: {len(positives)} positives, {len(negatives)} hard negatives; "
             f"precision {precision:.3f}, recall {recall:.3f}"
         )
+    rows = [
+        {"id": f"A-{n}", "name": "Hotel Lyon Centre", "price": 120 + n,
+         "note": "You must bring your passport to the front desk. The system is up."}
+        for n in range(400)
+    ]  # fmt: skip
+    for name, text in (
+        ("JSON tool result", json.dumps(rows)),
+        (
+            "Chinese text",
+            "酒店位于市中心，你必须在入住时出示护照给前台。系统运行正常，请注意新规。" * 700,
+        ),
+    ):
+        print(f"{name}, {len(text) / 1000:.0f} KB, no orders: {_cost_ms(text):.1f} ms")
 
 
 if __name__ == "__main__":
