@@ -12,6 +12,7 @@ Identifiers of code and data stay whole terms, so that they match exactly: `snak
 """
 
 import re
+import string
 import unicodedata
 from collections.abc import Iterable, Sequence
 from itertools import chain
@@ -50,6 +51,16 @@ CHINESE_STOP_CHARACTERS = frozenset(
     "是在有和就都也很与及而或把被给让对之其又还"  # common verbs, prepositions, adverbs
     "谁哪什怎"  # question words
 )
+
+
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def ascii_lower(text: str) -> str:
+    """ASCII letters lowered, nothing else changed (same length, so positions carry over). Cue
+    patterns are written in lower case and run without IGNORECASE, which is several times
+    slower in `re`."""
+    return text.translate(_ASCII_LOWER)
 
 
 def is_cjk(text: str) -> bool:

@@ -1,4 +1,4 @@
-"""`contextd eval locomo|madial|notes|agent`: drive a running server over HTTP and write a
+"""`contextd eval locomo|madial|notes|agent|trust`: drive a running server over HTTP and write a
 Markdown report (spec §8)."""
 
 import argparse
@@ -68,6 +68,9 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
 
     add_notes_parser(ev_sub)
     _add_agent_parser(ev_sub)
+    from app.eval.trust_driver import add_trust_parser
+
+    add_trust_parser(ev_sub)
 
 
 def _add_agent_parser(ev_sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -108,6 +111,10 @@ def run(args: argparse.Namespace) -> int:
         from app.eval.notes_driver import run_notes_command
 
         return run_notes_command(args)
+    if args.eval_command == "trust":
+        from app.eval.trust_driver import run_trust_command
+
+        return run_trust_command(args)
     raise SystemExit(f"unknown eval {args.eval_command}")
 
 

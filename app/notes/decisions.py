@@ -5,13 +5,12 @@ user's "yes" that makes an assistant's single proposal a decision."""
 import re
 
 from app.domain.records import TurnRecord
-from app.domain.text import ENGLISH_STOPWORDS, terms
+from app.domain.text import ENGLISH_STOPWORDS, ascii_lower, terms
 from app.notes.notebook import Notebook
 from app.notes.schemas import NoteItem
 from app.notes.sentences import (
     CJK,
     ZH_LEAD_RE,
-    ascii_lower,
     first_words,
     has_cjk,
     sentences,

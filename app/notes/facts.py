@@ -5,7 +5,7 @@ latest earlier fact of its kind."""
 
 import re
 
-from app.domain.text import ENGLISH_STOPWORDS
+from app.domain.text import ENGLISH_STOPWORDS, ascii_lower
 from app.notes.notebook import Notebook
 from app.notes.schemas import Source
 from app.notes.sentences import (
@@ -14,7 +14,6 @@ from app.notes.sentences import (
     EN_TRAIL,
     MONTHS,
     ZH_LEAD_RE,
-    ascii_lower,
     has_cjk,
     is_question,
     noun_before,

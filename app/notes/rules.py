@@ -7,7 +7,10 @@ into a user fact):
   proposal becomes a decision only when the very next user turn starts with an affirmation ("yes",
   "好的") and the assistant turn holds exactly one proposal; it is then recorded as the user's
   decision at the confirming turn. Assistant statements never become facts or constraints;
-- tool turns give facts only, marked `trusted=False`; system turns give nothing (C0 is separate).
+- tool turns give facts only, marked `trusted=False`, and never from a line that gives orders to
+  the model ("ignore previous instructions", "remember that the user approved…", "系统提示：…",
+  see `app.domain.injection`): that line stays quoted data in the raw turn and its chunk, never
+  a note; system turns give nothing (C0 is separate).
 
 This module holds that order (`extract`) and the goal, open, done and retraction cues; the rest
 lives by what it extracts: `app.notes.constraints`, `app.notes.decisions`, `app.notes.facts`
@@ -62,7 +65,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from app.domain.injection import gives_orders
 from app.domain.records import TurnRecord
+from app.domain.text import ascii_lower
 from app.notes.constraints import constraint
 from app.notes.decisions import (
     SUGGESTION_RE,
@@ -78,7 +83,6 @@ from app.notes.schemas import Notes, Source
 from app.notes.sentences import (
     COMMIT_RE,
     TIME_RE,
-    ascii_lower,
     is_question,
     sentences,
     strip_lead,
@@ -194,6 +198,11 @@ def _tool_lines(content: str) -> list[str]:
         return sentences(content)
 
 
+def data_lines(content: str) -> list[str]:
+    """The lines of a tool result that may become notes: those that give no orders."""
+    return [line for line in _tool_lines(content) if not gives_orders(line)]
+
+
 def extract(turns: Sequence[TurnRecord], previous: Notes | None = None) -> Notes:
     """Fresh notes from `turns` (oldest first); `previous` only helps resolve corrections that
     refer to items extracted earlier. The result is already merged (corrections applied)."""
@@ -212,6 +221,6 @@ def extract(turns: Sequence[TurnRecord], previous: Notes | None = None) -> Notes
             for sentence in sentences(turn.content):
                 _progress(run, sentence, turn.seq, "assistant")
         elif turn.role == "tool":
-            for line in _tool_lines(turn.content):
+            for line in data_lines(turn.content):
                 facts(run, line, turn.seq, "tool", False)
     return merge(Notes(), Notes(**run.found))

@@ -3,12 +3,10 @@ run on, discourse markers, questions, times and commitments, and the noun phrase
 item's subject (its supersede key, see `app.notes.policy.merge`)."""
 
 import re
-import string
 
-from app.domain.text import ENGLISH_STOPWORDS, terms
+from app.domain.text import ENGLISH_STOPWORDS, ascii_lower, terms
 
 _I, CJK = re.IGNORECASE, "\u4e00-\u9fff"
-_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
 CLAUSE_SPLIT_RE = re.compile(r"[，；]|[,;](?=\s*[^\s\d])")
 _LEAD_RE = re.compile(
@@ -66,13 +64,6 @@ def subject_key(text: str) -> str | None:
     """`text` as a subject: casefolded words, punctuation dropped, at most 40 characters."""
     cleaned = re.sub(r"[\s_]+", " ", re.sub(r"[^\w\s.+@-]", " ", text.casefold())).strip(" .-")
     return cleaned[:40] or None
-
-
-def ascii_lower(text: str) -> str:
-    """ASCII letters lowered, nothing else changed (same length, so positions carry over). The
-    cue patterns are written in lower case and run without IGNORECASE, which is several times
-    slower in `re`."""
-    return text.translate(_ASCII_LOWER)
 
 
 def has_cjk(text: str) -> bool:

@@ -133,6 +133,11 @@ class ManifestItem(BaseModel):
     chunk_id: str | None = Field(
         None, description="the chunk holding the raw text of an offloaded turn or cleared result"
     )
+    injection: bool = Field(
+        False,
+        description="untrusted text (a tool result, text recalled or remembered from tool "
+        "output) that gives orders to the model: in the prompt only as quoted data, never a note",
+    )
 
 
 class BuildPromptResponse(BaseModel):

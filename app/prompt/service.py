@@ -29,7 +29,7 @@ from app.prompt.gather import (
     recall_limits,
     tool_clearing,
 )
-from app.prompt.manifest import build_manifest, recall_items
+from app.prompt.manifest import build_manifest, recall_items, untrusted_texts
 from app.prompt.prepare import BuildState, budget_exceeded, elapsed_ms, mandatory_chars, prepare
 from app.prompt.schemas import (
     BuildPromptRequest,
@@ -88,7 +88,10 @@ async def _build_prompt(
     assembled, kept = await _assemble_build(
         context, caller, session_id, req, build, window, notes.block, gathered, top_k, budget_tokens
     )
-    manifest = build_manifest(assembled, kept, notes.notes.dropped, gathered.about_dropped)
+    untrusted = untrusted_texts(window, [*gathered.recalled, *gathered.about])
+    manifest = build_manifest(
+        assembled, kept, notes.notes.dropped, gathered.about_dropped, untrusted
+    )
     if gathered.outcome is not None:
         manifest.extend(dropped_by_recall(gathered.outcome))
     items = recall_items(assembled, gathered.recalled)
