@@ -56,8 +56,11 @@ def _connect_options(settings: Settings, *extra: str) -> str:
     return " ".join(f"-c {setting}" for setting in [*limits, *extra])
 
 
-def create_engine(settings: Settings, url: str | None = None, *extra: str) -> AsyncEngine:
-    """The engine of `settings`' primary, or of `url` with `extra` connection settings."""
+def create_engine(
+    settings: Settings, url: str | None = None, *extra: str, **connect: object
+) -> AsyncEngine:
+    """The engine of `settings`' primary, or of `url` with `extra` settings and `connect`
+    arguments for its connections."""
     db = settings.db
     return create_async_engine(
         url or settings.sqlalchemy_url,
@@ -66,7 +69,7 @@ def create_engine(settings: Settings, url: str | None = None, *extra: str) -> As
         pool_pre_ping=True,
         # Database errors are logged; their SQL parameters hold conversation text.
         hide_parameters=not settings.log_text,
-        connect_args={"options": _connect_options(settings, *extra)},
+        connect_args={"options": _connect_options(settings, *extra), **connect},
     )
 
 
@@ -87,6 +90,9 @@ REPLICA_LAG = text(
 # A read endpoint never writes; on the replica a write fails anyway, and should the URL name a
 # writable server (a promoted replica) nothing is written there either.
 REPLICA_OPTIONS = "default_transaction_read_only=on"
+# A replica host that does not answer at all (no refusal) holds a request this long at most
+# before it reads from the primary (libpq's smallest).
+REPLICA_CONNECT_SECONDS = 2
 
 
 class Replica:
@@ -98,7 +104,9 @@ class Replica:
     A replica that cannot be connected to is not tried again before the next measure is due."""
 
     def __init__(self, settings: Settings, url: str) -> None:
-        self.engine = create_engine(settings, url, REPLICA_OPTIONS)
+        self.engine = create_engine(
+            settings, url, REPLICA_OPTIONS, connect_timeout=REPLICA_CONNECT_SECONDS
+        )
         self.sessionmaker = create_sessionmaker(self.engine)
         self._max_lag = settings.db.replica_max_lag_seconds
         self._every = settings.db.replica_check_seconds

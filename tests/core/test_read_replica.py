@@ -101,9 +101,17 @@ async def turn_texts(http: httpx.AsyncClient, sid: str) -> list[str]:
     return [turn["content"] for turn in resp.json()["turns"]]
 
 
-def set_replay(replica: StreamingReplica, paused: bool) -> None:
-    with psycopg.connect(replica.url, autocommit=True) as conn:
-        conn.execute(f"SELECT pg_wal_replay_{'pause' if paused else 'resume'}()")
+async def set_replay(replica: StreamingReplica, paused: bool) -> None:
+    """Pause or resume the replica's replay; a pause is waited for (it is only requested)."""
+    async with await psycopg.AsyncConnection.connect(replica.url, autocommit=True) as conn:
+        await conn.execute(f"SELECT pg_wal_replay_{'pause' if paused else 'resume'}()")
+
+        async def state() -> str:
+            row = await (await conn.execute("SELECT pg_get_wal_replay_pause_state()")).fetchone()
+            assert row is not None
+            return str(row[0])
+
+        await wait_for(state, lambda s: s == ("paused" if paused else "not paused"), what="replay")
 
 
 def in_recovery(url: str) -> bool:
@@ -125,7 +133,7 @@ async def test_reads_come_from_the_replica_and_writes_and_builds_from_the_primar
         lambda: turn_texts(patient_http, sid), lambda t: t == [first], timeout=30, what="replay"
     )
     before = await reads(patient_http)
-    set_replay(replica, paused=True)
+    await set_replay(replica, paused=True)
     try:
         await append(patient_http, sid, second)  # the primary takes the write
         assert await turn_texts(patient_http, sid) == [first]  # the paused replica's answer
@@ -136,7 +144,7 @@ async def test_reads_come_from_the_replica_and_writes_and_builds_from_the_primar
         shown = " ".join(str(m["content"]) for m in built.json()["messages"])
         assert first in shown and second in shown  # build-prompt reads its own writes
     finally:
-        set_replay(replica, paused=False)
+        await set_replay(replica, paused=False)
     await wait_for(
         lambda: turn_texts(patient_http, sid),
         lambda t: t == [first, second],
@@ -155,7 +163,7 @@ async def test_a_replica_lagging_past_its_bound_leaves_the_reads_on_the_primary(
     await wait_for(
         lambda: read_then_count(strict_http, sid), lambda r: r["replica"] > 0, what="a replica read"
     )
-    set_replay(replica, paused=True)
+    await set_replay(replica, paused=True)
     try:
         await append(strict_http, sid, "第二条：副本还没有重放")
         before = await reads(strict_http)
@@ -166,7 +174,7 @@ async def test_a_replica_lagging_past_its_bound_leaves_the_reads_on_the_primary(
         assert texts[1] == "第二条：副本还没有重放"
         assert (await reads(strict_http))["primary"] > before["primary"]
     finally:
-        set_replay(replica, paused=False)
+        await set_replay(replica, paused=False)
     before = await reads(strict_http)
     await wait_for(
         lambda: read_then_count(strict_http, sid),
