@@ -4,7 +4,8 @@ The outer layer owns the transaction: `unit_of_work` commits once on success and
 error, so services only flush and nothing is ever half-written. The exception is a wait on the
 network: a service first ends its transaction (`release`), so no connection idles in a transaction
 and no row lock is held meanwhile. PostgreSQL bounds every statement, lock wait and idle
-transaction (`create_engine`).
+transaction (`create_engine`). The read-only endpoints may read from a streaming replica instead
+(`Replica`).
 """
 
 import asyncio
