@@ -113,7 +113,6 @@ class Replica:
         self._every = settings.db.replica_check_seconds
         self._usable: bool | None = None  # None: not measured yet
         self._measured_at = -math.inf
-        self.lag_seconds = math.inf  # the last measure (inf: down, or not measured yet)
 
     async def session(self) -> AsyncSession | None:
         """A session on the replica with its transaction begun, or None: read from the primary."""
@@ -123,18 +122,19 @@ class Replica:
             return None
         if due:
             self._measured_at = now  # one measure at a time: the others meanwhile go by the last
-        db = self.sessionmaker()
+        db, usable = self.sessionmaker(), False
         try:
             conn = await db.connection()  # the pool's ping finds a replica that went down
             if due:
                 self._judge(float((await conn.execute(REPLICA_LAG)).scalar_one()))
+            usable = bool(self._usable)
         except (DBAPIError, OSError) as exc:
             self._judge(math.inf, exc)
-        if not self._usable:
-            async with db:  # closed, also if this task is being cancelled
-                await db.rollback()
-            return None
-        return db
+        finally:
+            if not usable:  # passed over, or this task cancelled: its connection goes back
+                async with db:  # closed, also if this task is being cancelled
+                    await db.rollback()
+        return db if usable else None
 
     def _judge(self, lag: float, error: BaseException | None = None) -> None:
         usable = lag <= self._max_lag
@@ -145,7 +145,7 @@ class Replica:
                 logger.warning("read replica %.1f s behind, reading from the primary", lag)
             else:
                 logger.info("read replica %.3f s behind, reading from it again", lag)
-        self._usable, self.lag_seconds = usable, lag
+        self._usable = usable
 
     async def dispose(self) -> None:
         await self.engine.dispose()
