@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from pgserver._commands import POSTGRES_BIN_PATH  # type: ignore[attr-defined]
+from pgserver._commands import POSTGRES_BIN_PATH
 
 from app.runtime.embedded import DATABASE_NAME
 from tests.support.server import free_port
