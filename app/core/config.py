@@ -1,8 +1,8 @@
 """Typed settings, read from the environment by `load_settings()` (never at import time).
 
 Variables use the `CONTEXTD_` prefix and `__` between a group and its field, e.g.
-`CONTEXTD_SESSION_DEFAULTS__CONTEXT_LIMIT=32000`. `DATABASE_URL` and `REDIS_URL` are read without
-the prefix, as every hosting platform names them.
+`CONTEXTD_SESSION_DEFAULTS__CONTEXT_LIMIT=32000`. `DATABASE_URL`, `DATABASE_REPLICA_URL` and
+`REDIS_URL` are read without the prefix, as every hosting platform names them.
 """
 
 import json
@@ -18,6 +18,7 @@ from app.embeddings.settings import EmbeddingSettings
 MAX_PAGE_SIZE = 10_000  # the largest `max_page_size` a deployment may set
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 ANY_HOST = "*"
+UNPREFIXED = ("database_url", "database_replica_url", "redis_url")  # variables without CONTEXTD_
 
 
 # prometheus_client's multiprocess directory, set by `serve --workers N` and `dev` for their
@@ -125,6 +126,18 @@ class DatabaseSettings(BaseModel):
     )
     idle_in_transaction_timeout_seconds: float = Field(
         60.0, gt=0, description="PostgreSQL ends a session idle this long inside a transaction"
+    )
+    replica_max_lag_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="the read-only endpoints read from the primary while the replica "
+        "(`DATABASE_REPLICA_URL`) is further behind than this",
+    )
+    replica_check_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="how often each process measures the replica's lag, or tries again to "
+        "connect to a replica found down",
     )
 
 
@@ -317,6 +330,12 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("DATABASE_URL", "CONTEXTD_DATABASE_URL"),
         description="PostgreSQL with pgvector; unset under `contextd dev` (embedded server)",
     )
+    database_replica_url: str | None = Field(
+        None,
+        validation_alias=AliasChoices("DATABASE_REPLICA_URL", "CONTEXTD_DATABASE_REPLICA_URL"),
+        description="a streaming replica of `DATABASE_URL` the read-only endpoints read from "
+        "(docs/RELIABILITY.md, Read replicas); unset: every read on the primary",
+    )
     redis_url: str | None = Field(
         None,
         validation_alias=AliasChoices("REDIS_URL", "CONTEXTD_REDIS_URL"),
@@ -382,6 +401,10 @@ class Settings(BaseSettings):
             )
         return to_sqlalchemy_url(self.database_url)
 
+    @property
+    def replica_sqlalchemy_url(self) -> str | None:
+        return to_sqlalchemy_url(self.database_replica_url) if self.database_replica_url else None
+
 
 def to_sqlalchemy_url(url: str) -> str:
     """Accept plain `postgresql://` URLs and select the psycopg 3 driver."""
@@ -405,7 +428,7 @@ def settings_table() -> str:
             if isinstance(annotation, type) and issubclass(annotation, BaseModel):
                 walk(annotation, f"{prefix}{name.upper()}__")
                 continue
-            env = name.upper() if name in ("database_url", "redis_url") else prefix + name.upper()
+            env = name.upper() if name in UNPREFIXED else prefix + name.upper()
             default = field.default
             if isinstance(default, list):  # as the variable is written
                 default = ",".join(default)

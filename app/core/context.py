@@ -14,7 +14,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.core.breaker import CircuitBreaker
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.core.db import ReaderPool, create_engine, create_reader_pool, create_sessionmaker
+from app.core.db import (
+    ReaderPool,
+    Replica,
+    create_engine,
+    create_reader_pool,
+    create_sessionmaker,
+)
 from app.core.lru import VersionedLRU
 from app.core.observability import Metrics
 from app.core.ratelimit import RateLimiter
@@ -40,11 +46,13 @@ class AppContext:
     rate_limiter: RateLimiter  # per-minute limits: Redis, else counted in this process
     query_embedder: CircuitBreaker  # skips the embedder in recall while it keeps failing
     embedder: Embedder | None = None  # set by `start_embedder`; None means lexical recall only
+    replica: Replica | None = None  # the read-only endpoints' replica (`DATABASE_REPLICA_URL`)
 
     @classmethod
     def create(cls, settings: Settings, metrics: Metrics | None = None) -> "AppContext":
         engine = create_engine(settings)
         cache = Cache(settings.redis_url, settings.cache)
+        replica_url = settings.replica_sqlalchemy_url
         return cls(
             settings=settings,
             engine=engine,
@@ -61,6 +69,7 @@ class AppContext:
                 settings.recall.embedder_breaker_failures,
                 settings.recall.embedder_breaker_cooldown_seconds,
             ),
+            replica=Replica(settings, replica_url) if replica_url else None,
         )
 
     async def start_embedder(self, warm: Collection[str] = ("query", "passage")) -> None:
@@ -81,3 +90,5 @@ class AppContext:
         await self.cache.aclose()
         await self.engine.dispose()
         await self.reader.dispose()
+        if self.replica is not None:
+            await self.replica.dispose()

@@ -4,12 +4,15 @@ The outer layer owns the transaction: `unit_of_work` commits once on success and
 error, so services only flush and nothing is ever half-written. The exception is a wait on the
 network: a service first ends its transaction (`release`), so no connection idles in a transaction
 and no row lock is held meanwhile. PostgreSQL bounds every statement, lock wait and idle
-transaction (`create_engine`).
+transaction (`create_engine`). The read-only endpoints may read from a streaming replica instead
+(`Replica`).
 """
 
 import asyncio
 import logging
+import math
 import random
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -54,17 +57,98 @@ def _connect_options(settings: Settings, *extra: str) -> str:
     return " ".join(f"-c {setting}" for setting in [*limits, *extra])
 
 
-def create_engine(settings: Settings) -> AsyncEngine:
+def create_engine(
+    settings: Settings, url: str | None = None, *extra: str, **connect: object
+) -> AsyncEngine:
+    """The engine of `settings`' primary, or of `url` with `extra` settings and `connect`
+    arguments for its connections."""
     db = settings.db
     return create_async_engine(
-        settings.sqlalchemy_url,
+        url or settings.sqlalchemy_url,
         pool_size=db.pool_size,
         max_overflow=db.max_overflow,
         pool_pre_ping=True,
         # Database errors are logged; their SQL parameters hold conversation text.
         hide_parameters=not settings.log_text,
-        connect_args={"options": _connect_options(settings)},
+        connect_args={"options": _connect_options(settings, *extra), **connect},
     )
+
+
+# Seconds the replica is behind, measured on the replica alone (no second round trip to the
+# primary): 0 while it has replayed all the WAL it received and its WAL receiver runs (it streams);
+# else the age of the last commit it replayed, which also grows while it is cut off from the
+# primary (no receiver), so a replica that stopped following is soon refused. A replica that
+# receives WAL after an idle spell looks as old as that spell until it has replayed it, a moment:
+# its reads go to the primary meanwhile, the safe side. Not in recovery (promoted): 0.
+REPLICA_LAG = text(
+    "SELECT CASE"
+    " WHEN NOT pg_is_in_recovery() THEN 0"
+    " WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn()"
+    " AND EXISTS (SELECT FROM pg_stat_wal_receiver) THEN 0"
+    " ELSE coalesce(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 'Infinity')"
+    " END::float8"
+)
+# A read endpoint never writes; on the replica a write fails anyway, and should the URL name a
+# writable server (a promoted replica) nothing is written there either.
+REPLICA_OPTIONS = "default_transaction_read_only=on"
+# A replica host that does not answer at all (no refusal) holds a request this long at most
+# before it reads from the primary (libpq's smallest).
+REPLICA_CONNECT_SECONDS = 2
+
+
+class Replica:
+    """A streaming replica the read-only endpoints read from while it answers and is at most
+    `db.replica_max_lag_seconds` behind; else they read from the primary (`session`).
+
+    Its lag is measured at most every `db.replica_check_seconds`, by the request that finds the
+    last measure due, on the connection it then reads with; the others go by the last verdict.
+    A replica that cannot be connected to is not tried again before the next measure is due."""
+
+    def __init__(self, settings: Settings, url: str) -> None:
+        self.engine = create_engine(
+            settings, url, REPLICA_OPTIONS, connect_timeout=REPLICA_CONNECT_SECONDS
+        )
+        self.sessionmaker = create_sessionmaker(self.engine)
+        self._max_lag = settings.db.replica_max_lag_seconds
+        self._every = settings.db.replica_check_seconds
+        self._usable: bool | None = None  # None: not measured yet
+        self._measured_at = -math.inf
+
+    async def session(self) -> AsyncSession | None:
+        """A session on the replica with its transaction begun, or None: read from the primary."""
+        now = time.monotonic()
+        due = now - self._measured_at >= self._every
+        if not (due or self._usable):
+            return None
+        if due:
+            self._measured_at = now  # one measure at a time: the others meanwhile go by the last
+        db, usable = self.sessionmaker(), False
+        try:
+            conn = await db.connection()  # the pool's ping finds a replica that went down
+            if due:
+                self._judge(float((await conn.execute(REPLICA_LAG)).scalar_one()))
+            usable = bool(self._usable)
+        except (DBAPIError, OSError) as exc:
+            self._judge(math.inf, exc)
+        finally:
+            if not usable:  # passed over, or this task cancelled: its connection goes back
+                async with db:  # closed, also if this task is being cancelled
+                    await db.rollback()
+        return db if usable else None
+
+    def _judge(self, lag: float, error: BaseException | None = None) -> None:
+        usable = lag <= self._max_lag
+        if usable is not self._usable:
+            if error is not None:
+                logger.warning("read replica unreachable, reading from the primary: %s", error)
+            elif not usable:
+                logger.warning("read replica %.1f s behind, reading from the primary", lag)
+            else:
+                logger.info("read replica %.3f s behind, reading from it again", lag)
+        self._usable = usable
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
 
 
 # The reader pool runs a few fixed statements, each the same read of one session with other

@@ -153,6 +153,12 @@ class Metrics:
             "notes results discarded because a newer version was written first",
             registry=r,
         )
+        self.db_reads = Counter(
+            "contextd_db_reads",
+            "read-only requests, by the server they read from (replica, primary)",
+            ["server"],
+            registry=r,
+        )
         self.embed_seconds = Histogram(
             "contextd_embed_seconds",
             "embedder call latency (one batch), by input kind",
@@ -170,6 +176,8 @@ class Metrics:
             self.recall.labels(outcome=outcome)
         for kind in ("query", "passage"):
             self.embed_seconds.labels(kind=kind)
+        for server in ("replica", "primary"):
+            self.db_reads.labels(server=server)
 
     def _child(self, metric: Histogram | Counter, *values: str) -> Any:
         key = (id(metric), values)
@@ -219,6 +227,10 @@ class Metrics:
             self.notes_writes.inc()
         elif outcome == "stale":
             self.notes_stale_writes.inc()
+
+    def observe_db_read(self, server: str) -> None:
+        """A read-only request's transaction, on the "replica" or the "primary"."""
+        self._child(self.db_reads, server).inc()
 
     def observe_embed(self, kind: str, seconds: float) -> None:
         """The `Embedder.observer` callback: `kind` is "query" or "passage"."""

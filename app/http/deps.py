@@ -50,6 +50,24 @@ async def get_db(context: ContextDep) -> AsyncIterator[AsyncSession]:
             await commit(db)
 
 
+DbDep = Annotated[AsyncSession, Depends(get_db, scope="function")]
+
+
+async def get_read_db(context: ContextDep, primary: DbDep) -> AsyncIterator[AsyncSession]:
+    """The transaction of an endpoint that only reads: on the replica while it is up and not
+    lagging past its bound (`app.core.db.Replica`), else, and without a replica, the request's
+    own on the primary (`get_db`, the one the caller was authenticated in: a revoked key stops at
+    once, and a request reading from the primary holds one connection)."""
+    replica = await context.replica.session() if context.replica is not None else None
+    if replica is None:
+        context.metrics.observe_db_read("primary")
+        yield primary
+        return
+    context.metrics.observe_db_read("replica")
+    async with replica:  # closed, its read-only transaction rolled back, also after an error
+        yield replica
+
+
 def request_db(context: AppContext) -> AbstractAsyncContextManager[AsyncSession]:
     """`get_db` where no dependency solving runs (`app.http.direct`): the same transaction rules."""
     return asynccontextmanager(get_db)(context)
@@ -57,4 +75,4 @@ def request_db(context: AppContext) -> AbstractAsyncContextManager[AsyncSession]
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 CacheDep = Annotated[Cache, Depends(get_cache)]
-DbDep = Annotated[AsyncSession, Depends(get_db, scope="function")]
+ReadDbDep = Annotated[AsyncSession, Depends(get_read_db, scope="function")]

@@ -25,7 +25,7 @@ from app.core.errors import ContextdError, NotFound, Unauthorized
 from app.domain.callers import Caller, Scope
 from app.domain.ids import is_session_id
 from app.domain.text import shorten
-from app.http.deps import ContextDep, DbDep
+from app.http.deps import ContextDep, DbDep, ReadDbDep
 from app.inspect import service
 from app.inspect.security import from_this_site
 
@@ -68,6 +68,7 @@ def _login(request: Request, message: str, status_code: int) -> HTMLResponse:
 async def sessions_page(
     request: Request,
     db: DbDep,
+    reads: ReadDbDep,
     context: ContextDep,
     page: Annotated[int, Query(ge=1, le=10_000)] = 1,
 ) -> Response:
@@ -75,7 +76,7 @@ async def sessions_page(
         caller = await _caller(request, db, context)
     except ContextdError as exc:
         return _login(request, exc.message, exc.status_code)
-    rows, more = await service.sessions_list(db, context, caller, page)
+    rows, more = await service.sessions_list(reads, context, caller, page)
     return templates.TemplateResponse(
         request,
         "sessions.html",
@@ -88,6 +89,7 @@ async def session_page(
     request: Request,
     session_id: str,
     db: DbDep,
+    reads: ReadDbDep,
     context: ContextDep,
     build: Annotated[str | None, Query(max_length=64)] = None,
 ) -> Response:
@@ -99,7 +101,7 @@ async def session_page(
     try:
         if not is_session_id(session_id):
             raise NotFound(f"session {session_id!r} not found", field="session_id")
-        page = await service.session_page(db, context, caller, session_id, build)
+        page = await service.session_page(reads, context, caller, session_id, build)
     except NotFound as exc:
         return templates.TemplateResponse(
             request,

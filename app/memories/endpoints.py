@@ -5,7 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 
 from app.auth.deps import ReadCaller
-from app.http.deps import DbDep
+from app.http.deps import ReadDbDep
 from app.http.errors import COMMON_ERRORS, error_responses
 from app.http.pagination import BIGINT_KEY, UUID_KEY, Page, page_params
 from app.http.params import SessionIdPath
@@ -29,7 +29,7 @@ router = APIRouter(tags=["memory tool"], responses=error_responses(*COMMON_ERROR
 async def list_memories(
     session_id: SessionIdPath,
     caller: ReadCaller,
-    db: DbDep,
+    db: ReadDbDep,
     page: Annotated[Page, Depends(page_params(BIGINT_KEY, UUID_KEY))],
     include_superseded: bool = False,
 ) -> MemoryList:

@@ -4,7 +4,7 @@ from fastapi import APIRouter, status
 from pydantic import BaseModel, Field
 
 from app.auth.deps import ReadCaller, WriteCaller
-from app.http.deps import DbDep
+from app.http.deps import DbDep, ReadDbDep
 from app.http.errors import COMMON_ERRORS, error_responses
 from app.http.params import SessionIdPath
 from app.jobs.queue import TaskName, enqueue, session_lock
@@ -42,7 +42,7 @@ class RebuildAccepted(BaseModel):
     "each item with the turn it came from.",
 )
 async def read_scratchpad(
-    session_id: SessionIdPath, caller: ReadCaller, db: DbDep
+    session_id: SessionIdPath, caller: ReadCaller, db: ReadDbDep
 ) -> ScratchpadOut:
     session = await require_session(db, caller, session_id)
     pad = await get_scratchpad(db, session.id)

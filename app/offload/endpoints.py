@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Path
 
 from app.auth.deps import ReadCaller
 from app.core.errors import Conflict, InvalidChunkId, NotFound
-from app.http.deps import DbDep
+from app.http.deps import ReadDbDep
 from app.http.errors import COMMON_ERRORS, error_responses
 from app.http.pagination import BIGINT_KEY, INT_KEY, Page, encode_cursor, page_of, page_params
 from app.http.params import SessionIdPath
@@ -30,7 +30,7 @@ router = APIRouter(
 async def list_chunks(
     session_id: SessionIdPath,
     caller: ReadCaller,
-    db: DbDep,
+    db: ReadDbDep,
     page: Annotated[Page, Depends(page_params(BIGINT_KEY, INT_KEY))],
 ) -> ChunkPage:
     session = await require_session(db, caller, session_id)
@@ -51,7 +51,7 @@ async def get_chunk(
     session_id: SessionIdPath,
     chunk_id: Annotated[uuid.UUID, Path()],
     caller: ReadCaller,
-    db: DbDep,
+    db: ReadDbDep,
 ) -> ChunkDetail:
     session = await require_session(db, caller, session_id)
     chunk = await chunks_store.get_chunk(db, session.id, chunk_id)
@@ -73,7 +73,7 @@ async def get_turn_text(
     session_id: SessionIdPath,
     seq: Annotated[int, Path(ge=1, le=2**63 - 1)],
     caller: ReadCaller,
-    db: DbDep,
+    db: ReadDbDep,
 ) -> TurnText:
     session = await require_session(db, caller, session_id)
     pieces = await chunks_store.turn_pieces(db, session.id, seq)

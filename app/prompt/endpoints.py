@@ -21,7 +21,7 @@ from app.core.errors import (
 from app.core.observability import logged_by_route
 from app.domain.callers import Scope
 from app.domain.ids import is_session_id
-from app.http.deps import ContextDep, DbDep, get_context, request_db
+from app.http.deps import ContextDep, DbDep, ReadDbDep, get_context, request_db
 from app.http.direct import DirectRoute
 from app.http.errors import COMMON_ERRORS, Rule, error_responses, with_rules
 from app.http.input import BODY_RULES
@@ -133,7 +133,7 @@ async def get_build(
     session_id: SessionIdPath,
     build_id: Annotated[uuid.UUID, Path()],
     caller: ReadCaller,
-    db: DbDep,
+    db: ReadDbDep,
 ) -> dict[str, Any]:
     session = await require_session(db, caller, session_id)
     build = await builds_store.get_build(db, session.id, build_id)

@@ -15,7 +15,7 @@ from app.core.errors import (
     RequestTimeout,
     UnknownToolCall,
 )
-from app.http.deps import CacheDep, ContextDep, DbDep, SettingsDep
+from app.http.deps import CacheDep, ContextDep, DbDep, ReadDbDep, SettingsDep
 from app.http.errors import COMMON_ERRORS, Rule, error_responses, with_rules
 from app.http.input import BODY_RULES, PARAMETER_RULE, StorableText
 from app.http.pagination import BIGINT_KEY, CURSOR_VALUE_MAX, UUID_KEY, Page, page_params
@@ -125,7 +125,7 @@ async def append_turns(
 )
 async def list_sessions(
     caller: ReadCaller,
-    db: DbDep,
+    db: ReadDbDep,
     settings: SettingsDep,
     page: Annotated[Page, Depends(page_params(BIGINT_KEY, UUID_KEY))],
     user_id: Annotated[str | None, Query(min_length=1, max_length=128), StorableText] = None,
@@ -142,7 +142,7 @@ async def list_sessions(
 async def list_turns(
     session_id: SessionIdPath,
     caller: ReadCaller,
-    db: DbDep,
+    db: ReadDbDep,
     page: Annotated[Page, Depends(page_params(BIGINT_KEY))],
     since_seq: Annotated[int | None, Query(ge=0, le=CURSOR_VALUE_MAX)] = None,
     role: Role | None = None,
@@ -159,7 +159,7 @@ async def list_turns(
 async def get_session(
     session_id: SessionIdPath,
     caller: ReadCaller,
-    db: DbDep,
+    db: ReadDbDep,
     settings: SettingsDep,
     cache: CacheDep,
 ) -> SessionOut:
