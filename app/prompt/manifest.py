@@ -6,6 +6,7 @@ orders to the model (`app.domain.injection`) is flagged `injection`: the prompt 
 quoted data, and the notes never take its orders. A cleared result's stub shows values only, so
 it is not flagged."""
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -18,6 +19,22 @@ from app.prompt.assembly import AssembledPrompt, ManifestEntry
 from app.prompt.schemas import ManifestItem, RecalledItemOut
 
 _MANIFEST_ITEMS = TypeAdapter(list[ManifestItem])
+
+# Whether a text gives orders, under a digest of it, per process: a tool loop rebuilds its window
+# at every step, and checking a 55 KB result again each time cost ~7 ms a build. Digests, not the
+# texts, are kept (results can be megabytes); the oldest goes first once full.
+_GIVES_ORDERS: dict[bytes, bool] = {}
+_GIVES_ORDERS_KEPT = 4096
+
+
+def _gives_orders_once(text: str) -> bool:
+    digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
+    found = _GIVES_ORDERS.get(digest)
+    if found is None:
+        found = _GIVES_ORDERS[digest] = gives_orders(text)
+        if len(_GIVES_ORDERS) > _GIVES_ORDERS_KEPT:
+            _GIVES_ORDERS.pop(next(iter(_GIVES_ORDERS)), None)
+    return found
 
 
 class KeptTurnItems(Protocol):
@@ -99,7 +116,7 @@ def _manifest_items(
 
 def _injection(entry: ManifestEntry, untrusted: Mapping[str, str]) -> bool:
     text = untrusted.get(entry.id)
-    return text is not None and entry.source != "tool_result_stub" and gives_orders(text)
+    return text is not None and entry.source != "tool_result_stub" and _gives_orders_once(text)
 
 
 def _validated(entries: list[ManifestEntry], untrusted: Mapping[str, str]) -> list[ManifestItem]:
