@@ -19,8 +19,9 @@ the bytes of the chunks' columns (text, lexical `tsvector`, term counts, vector)
 (lexical) and HNSW index sizes per 1,000 chunks (an HNSW index is built for every session here,
 as the worker's sweep does for a session past `recall.vector_index_min_chunks`), and, after two
 build-prompts on every session, the Redis memory of one active session: `MEMORY USAGE` of every
-key carrying the session's hash tag, and the `INFO memory` delta over the builds divided by the
-sessions (with the query-vector keys the builds wrote).
+key carrying the session's hash tag (again after one `GET` of each session's view, which caches
+it), the query-vector keys the builds wrote, and the `INFO memory` delta over the builds divided
+by the sessions.
 """
 
 import argparse
@@ -191,7 +192,7 @@ async def hnsw_per_kchunk(engine: AsyncEngine, work_mem_mb: int) -> str:
         sessions = (
             await conn.execute(
                 text(
-                    "SELECT session_id, embedding_model, vector_dims(min(embedding)::vector),"
+                    "SELECT session_id, embedding_model, max(vector_dims(embedding)),"
                     " count(*) FROM chunks WHERE embedding IS NOT NULL AND status = 'active'"
                     " GROUP BY session_id, embedding_model"
                 )
@@ -226,6 +227,24 @@ async def session_keys_bytes(
         kinds[kind] = kinds.get(kind, 0) + used
         total += used
     return total, kinds
+
+
+async def redis_per_session(
+    client: redis.Redis, prefix: str, tenant: uuid.UUID, sessions: list[str]
+) -> str:
+    """Median and largest bytes of one session's keys, and the median per key kind."""
+    per_session = []
+    kinds: dict[str, list[int]] = {}
+    for sid in sessions:
+        total, by_kind = await session_keys_bytes(client, prefix, tenant, sid)
+        per_session.append(total)
+        for kind, used in by_kind.items():
+            kinds.setdefault(kind, []).append(used)
+    return (
+        f"median {statistics.median(per_session):,.0f} B, max {max(per_session):,} B ("
+        + ", ".join(f"{k} {statistics.median(v):,.0f}" for k, v in sorted(kinds.items()))
+        + ")"
+    )
 
 
 async def used_memory(client: redis.Redis) -> int:
@@ -337,26 +356,22 @@ async def main(args: argparse.Namespace) -> None:
                             )
                         )
                     memory_after = await used_memory(cache)
+                    measured = [await redis_per_session(cache, prefix, tenant, everyone)]
+                    # A client (or the inspector) reading each session's view caches it too.
+                    for sid in everyone:
+                        assert (await fleet.call("GET", f"/v1/sessions/{sid}")).status_code == 200
+                    measured.append(await redis_per_session(cache, prefix, tenant, everyone))
                 finally:
                     await fleet.aclose()
-            per_session = []
-            kinds: dict[str, list[int]] = {}
-            for sid in everyone:
-                total, by_kind = await session_keys_bytes(cache, prefix, tenant, sid)
-                per_session.append(total)
-                for kind, used in by_kind.items():
-                    kinds.setdefault(kind, []).append(used)
             qemb = [0]
             async for key in cache.scan_iter(match=f"{prefix}:qemb:*", count=1000):
                 qemb.append(int(await cache.memory_usage(key) or 0))
             print(
-                f"\nRedis, {len(everyone)} active sessions: MEMORY USAGE of a session's keys"
-                f" median {statistics.median(per_session):,.0f} B, max {max(per_session):,} B"
-                " ("
-                + ", ".join(f"{k} {statistics.median(v):,.0f}" for k, v in sorted(kinds.items()))
-                + f"); query vectors {len(qemb) - 1} keys, {statistics.mean(qemb[1:] or [0]):,.0f}"
-                f" B each; INFO used_memory delta over the builds"
-                f" {(memory_after - memory_before) / len(everyone):,.0f} B per session"
+                f"\nRedis, {len(everyone)} active sessions, MEMORY USAGE of the keys tagged with"
+                f" the session: after two builds each {measured[0]}; after a view read too"
+                f" {measured[1]}. Query vectors: {len(qemb) - 1} keys,"
+                f" {statistics.mean(qemb[1:] or [0]):,.0f} B each. INFO used_memory delta over the"
+                f" builds: {(memory_after - memory_before) / len(everyone):,.0f} B per session"
             )
             print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
             await cache.aclose()
