@@ -276,12 +276,23 @@ class Fleet:
         return body
 
     async def run_client(
-        self, client: int, session: str, turns: int, build_every: int, progress: dict[int, int]
+        self,
+        client: int,
+        session: str,
+        turns: int,
+        build_every: int,
+        progress: dict[int, int],
+        pace_seconds: float = 0,
     ) -> None:
         """`turns` turns appended one or two at a time, a build-prompt every `build_every`
-        appends; `progress[client]` counts the turns appended so far."""
+        appends, an append every `pace_seconds` at most (0: each right after the one before);
+        `progress[client]` counts the turns appended so far."""
         i, step = 0, 0
+        due = time.monotonic()
         while i < turns:
+            if pace_seconds:
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+                due += pace_seconds
             batch = [client_turn(client, j) for j in range(i, min(turns, i + 1 + step % 2))]
             await self.append(session, batch)
             i += len(batch)
