@@ -20,6 +20,10 @@ PURPOSE: dict[MemoryType, str] = {
     MemoryType.FORGET: (
         "delete a chunk, a turn range or a remembered item (erased in the background)"
     ),
+    MemoryType.VERIFY: (
+        "confirm an unconfirmed remembered item (one recall marks unconfirmed) once the user "
+        "has confirmed it: from then on it is stated as a fact"
+    ),
 }
 
 EXAMPLES: dict[MemoryType, list[dict[str, Any]]] = {
@@ -43,6 +47,7 @@ EXAMPLES: dict[MemoryType, list[dict[str, Any]]] = {
         {"type": "forget", "turn_range": [12, 15]},
         {"type": "forget", "memory_id": "<memory_id from remember>"},
     ],
+    MemoryType.VERIFY: [{"type": "verify", "memory_id": "<memory_id of an unconfirmed match>"}],
 }
 
 PARAMETERS: dict[str, dict[str, Any]] = {
@@ -82,7 +87,10 @@ PARAMETERS: dict[str, dict[str, Any]] = {
         "maxItems": 2,
         "description": "forget: [first, last] turn numbers, inclusive",
     },
-    "memory_id": {"type": "string", "description": "forget: a remembered item's id"},
+    "memory_id": {
+        "type": "string",
+        "description": "forget, verify: a remembered item's id",
+    },
 }
 
 

@@ -42,6 +42,7 @@ RULES: dict[MemoryType, TypeRule] = {
     MemoryType.FORGET: TypeRule(
         one_of=("chunk_id", "turn_range", "memory_id"), privileged=Scope.MEMORY_FORGET
     ),
+    MemoryType.VERIFY: TypeRule(required=("memory_id",), scope=Scope.WRITE),
 }
 
 

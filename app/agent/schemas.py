@@ -13,6 +13,7 @@ class MemoryType(StrEnum):
     RECALL = "recall"
     REMEMBER = "remember"
     STATUS = "status"
+    VERIFY = "verify"
     OFFLOAD = "offload"
     FORGET = "forget"
 

@@ -21,8 +21,10 @@ from app.domain.dates import said_at
 from app.domain.records import RecalledItem
 from app.domain.text import terms
 from app.domain.tokens import count_tokens
-from app.erasure.service import forget
+from app.erasure.service import forget, resolve_ref
 from app.jobs.queue import pending_jobs
+from app.memories.lifecycle import unconfirmed_recall, verify
+from app.memories.schemas import Provenance
 from app.memories.service import remember
 from app.offload.service import offload_session
 from app.prompt.blocks import neutralise_quoted, render_item
@@ -65,8 +67,12 @@ async def call(
     session = await require_session(db, caller, session_id)
     if request.type is MemoryType.RECALL:
         text, data = await _recall(db, context, session, request)
+        text, data = await _with_unconfirmed(db, session, request, text, data)
     elif request.type is MemoryType.REMEMBER:
-        text, data = await remember(db, context, session, request)
+        provenance = Provenance(source="remember", actor="agent", key_id=caller.key_id)
+        text, data = await remember(db, context, session, request, provenance)
+    elif request.type is MemoryType.VERIFY:
+        text, data = await _verify(db, context, caller, session, request)
     elif request.type is MemoryType.STATUS:
         text, data = await _status(db, context, session)
     elif request.type is MemoryType.OFFLOAD:
@@ -74,6 +80,27 @@ async def call(
     else:
         text, data = await forget(db, context.settings, context.cache, session, request)
     return MemoryAnswer(type=request.type, text=text, data=data)
+
+
+async def _with_unconfirmed(
+    db: AsyncSession, session: Session, request: MemoryRequest, text: str, data: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """An explicit recall also shows the matching candidates and quarantined items, marked
+    unconfirmed (build-prompt never states them)."""
+    assert request.query is not None
+    extra, matches = await unconfirmed_recall(db, session, request.query)
+    if not matches:
+        return text, data
+    return f"{text}\n\n{extra}", {**data, "unconfirmed": matches}
+
+
+async def _verify(
+    db: AsyncSession, context: AppContext, caller: Caller, session: Session, request: MemoryRequest
+) -> tuple[str, dict[str, Any]]:
+    assert request.memory_id is not None
+    known = await memories_store.visible_memory_ids(db, session)
+    memory_pk = resolve_ref(request.memory_id, known, "memory_id", "memory")
+    return await verify(db, context, session, memory_pk, caller.key_id)
 
 
 async def _recall(

@@ -54,6 +54,7 @@ from app.store import receipts as receipts_store
 from app.store import scratchpads as scratchpads_store
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
+from app.store.memories import FORGOTTEN, SESSION_DELETED, USER_DELETED
 from app.store.models import EraseReceipt, Session, Turn
 from app.store.sessions import require_session, session_budget, session_cache_key, write_session
 from app.store.turns import to_record
@@ -271,7 +272,7 @@ async def _forget_memory(
     session = _live(locked, session_pk)
     if session is None:
         raise NotFound(f"session {session_id!r} not found", field="session_id")
-    await memories_store.set_memory_status(db, [memory_pk], "tombstoned")
+    await memories_store.set_memory_status(db, [memory_pk], "tombstoned", FORGOTTEN)
     await drop_from_notes(db, settings, cache, session, set())
     await _drop_from_others_notes(db, settings, cache, locked, session_pk)
     receipt_id = await _schedule_erase(
@@ -509,7 +510,9 @@ async def _forget_user_items(
     holder = _live(await sessions_store.lock_sessions(db, [holder_pk]), holder_pk)
     if holder is None:  # being erased: its items were tombstoned with it
         return None
-    memory_ids = await memories_store.tombstone_user_memories(db, holder_pk, tenant_id, user_id)
+    memory_ids = await memories_store.tombstone_user_memories(
+        db, holder_pk, tenant_id, user_id, USER_DELETED
+    )
     if not memory_ids:
         return None
     await drop_from_notes(db, settings, cache, holder, set())
@@ -541,7 +544,7 @@ async def _erase_session(
     now = datetime.now(UTC)
     await turns_store.forget_session_turns(db, session.id, now)
     await chunks_store.tombstone_session_chunks(db, session.id)
-    await memories_store.tombstone_session_memories(db, session.id)
+    await memories_store.tombstone_session_memories(db, session.id, SESSION_DELETED)
     await _drop_from_others_notes(db, settings, cache, locked, session_pk)
     key = session_cache_key(cache, tenant_id, session_id)
     version = await write_session(

@@ -1,14 +1,17 @@
-"""The memory tool: one entry point, `call`, dispatching on the request type.
-
-help, recall and status only read; remember, offload and forget write in the request's
-transaction (the outer layer commits once), and enqueue their follow-up jobs in it.
+"""Remembered items written and read: `remember` (the memory tool's, and the API's with its
+provenance), the list and one item, now or as of a date. Writes happen in the request's
+transaction (the outer layer commits once) and enqueue their follow-up jobs in it; changes of
+an item's lifecycle are in `app.memories.lifecycle`.
 """
 
+import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.config import Settings
 from app.core.context import AppContext
 from app.core.errors import InvalidInput, NotFound, TooLong
 from app.core.ratelimit import WINDOW_SECONDS, rate_limited
@@ -16,21 +19,70 @@ from app.domain.callers import Caller
 from app.domain.text import lexical_document
 from app.http.pagination import Page, created_after, created_cursor, page_of
 from app.jobs.queue import TaskName, enqueue, session_lock
-from app.memories.policy import near_duplicate
-from app.memories.schemas import MemoryList, MemoryOut, RememberRequest
+from app.memories.policy import (
+    expiry,
+    initial_status,
+    near_duplicate,
+    trusted_source,
+    validity_error,
+)
+from app.memories.schemas import (
+    MemoryIn,
+    MemoryList,
+    MemoryOut,
+    MemoryWritten,
+    Provenance,
+    RememberRequest,
+)
 from app.store import memories as memories_store
 from app.store import sessions as sessions_store
-from app.store.models import Memory, Session
+from app.store.memories import Change, stated_at
+from app.store.models import MEMORY_INJECTED, Memory, Session
 from app.store.sessions import require_session
 
 USER_SESSIONS_REFRESHED = 50  # notes of at most this many of a user's sessions refreshed per write
 
 
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    memory: Memory
+    outcome: str  # stored, candidate, superseded or duplicate
+    previous: Memory | None  # the value it replaces along its key
+
+
 async def remember(
-    db: AsyncSession, context: AppContext, session: Session, request: RememberRequest
+    db: AsyncSession,
+    context: AppContext,
+    session: Session,
+    request: RememberRequest,
+    provenance: Provenance,
 ) -> tuple[str, dict[str, Any]]:
-    settings = context.settings
-    text = " ".join((request.text or "").split())
+    """The memory tool's `remember`: (answer text, answer data)."""
+    done = await store_item(db, context, session, request, provenance)
+    memory, previous = done.memory, done.previous
+    data = {**_memory_data(memory), "outcome": done.outcome}
+    if done.outcome == "duplicate":
+        return (
+            f"Already remembered (id {memory.id}): {memory.text!r}. Nothing new was stored.",
+            data,
+        )
+    if done.outcome == "candidate":
+        return (
+            f"Stored as a candidate (id {memory.id}, source {memory.source}): it is not stated "
+            "as a fact until it is verified.",
+            data,
+        )
+    if previous is not None:
+        return (
+            f"Remembered (id {memory.id}, key {request.key!r}, version {memory.version}); "
+            f"it replaces the previous value {previous.text!r}.",
+            data,
+        )
+    return f"Remembered (id {memory.id}, scope {memory.scope}): {memory.text!r}.", data
+
+
+def checked_text(settings: Settings, raw: str | None) -> str:
+    text = " ".join((raw or "").split())
     if not text:
         raise InvalidInput("text is empty", field="text")
     if len(text) > settings.memory.remember_max_chars:
@@ -39,22 +91,37 @@ async def remember(
             f"{settings.memory.remember_max_chars} (store one short point, not a transcript)",
             field="text",
         )
+    return text
+
+
+def check_validity(valid_from: datetime | None, valid_until: datetime | None) -> None:
+    problem = validity_error(valid_from, valid_until)
+    if problem is not None:
+        raise InvalidInput(problem, field="valid_until")
+
+
+async def store_item(
+    db: AsyncSession,
+    context: AppContext,
+    session: Session,
+    request: RememberRequest,
+    provenance: Provenance,
+) -> Remembered:
+    """A new remembered item with its provenance (or the one that already says it). A trusted
+    item is active at once and replaces the live value of its key; an untrusted one waits as a
+    candidate and replaces it only once verified."""
+    settings = context.settings
+    text = checked_text(settings, request.text)
     scope = request.scope or "session"
     if scope == "user" and not session.user_id:
         raise InvalidInput(
             "scope 'user' needs the session's user_id (set it with PUT /v1/sessions/{id})",
             field="scope",
         )
+    check_validity(provenance.valid_from, provenance.valid_until)
     tags = sorted({t.strip()[:64] for t in request.tags or [] if t.strip()})
     await _check_rate(db, context, session)
-    # The session row before its items (the lock order of `app.store`): an erase
-    # of the session tombstones its items under that lock.
-    session_id = session.external_id
-    locked = await sessions_store.lock_session_by_pk(db, session.id)
-    if locked is None or sessions_store.erasing(locked):
-        raise NotFound(f"session {session_id!r} not found", field="session_id")
-    session = locked
-
+    session = await locked_session(db, session)
     owner = (
         f"memory:{session.tenant_id}:user:{session.user_id}"
         if scope == "user"
@@ -66,15 +133,10 @@ async def remember(
         text, [(str(m.id), m.text) for m in existing], settings.memory.dedup_jaccard
     )
     if same is not None:
-        found = next(m for m in existing if str(m.id) == same)
-        data = {**_memory_data(found), "outcome": "duplicate"}
-        return (
-            f"Already remembered (id {found.id}): {found.text!r}. Nothing new was stored.",
-            data,
-        )
+        return Remembered(next(m for m in existing if str(m.id) == same), "duplicate", None)
     previous: Memory | None = existing[-1] if request.key is not None and existing else None
-    if previous is not None:
-        await memories_store.set_memory_status(db, [m.id for m in existing], "superseded")
+    status = initial_status(provenance.source)
+    change = Change(provenance.actor, provenance.key_id, f"written ({provenance.source})")
     memory = await memories_store.insert_memory(
         db,
         {
@@ -85,27 +147,56 @@ async def remember(
             "key": request.key,
             "text": text,
             "tags": tags,
-            "source": "memory",
-            # The service cannot tell whether the model copied this from a tool result; the
-            # source "memory" marks it model-written wherever it appears.
-            "trusted": True,
-            "status": "active",
+            "source": provenance.source,
+            "source_tool": provenance.source_tool,
+            "turn_seqs": list(provenance.turn_seqs),
+            "actor": provenance.actor,
+            "actor_key_id": provenance.key_id,
+            # An explicit `remember` is trusted although the model may have copied it from a
+            # tool result it read: the source "remember" says the agent wrote it.
+            "trusted": trusted_source(provenance.source),
+            "status": status,
             "version": previous.version + 1 if previous else 1,
             "supersedes": previous.id if previous else None,
+            "valid_from": provenance.valid_from,
+            "valid_until": provenance.valid_until,
+            "expires_at": expiry(datetime.now(UTC), provenance.ttl_seconds),
         },
         lexical_document(text),
+        change,
     )
+    replaced = await supersede_same_key(db, session, memory, change)
     await refresh_notes_of(db, session, user_scope=scope == "user")
     if settings.embedding.kind != "none":
         await enqueue(db, TaskName.EMBED_MEMORIES, {"memory_ids": [str(memory.id)]})
-    data = {**_memory_data(memory), "outcome": "superseded" if previous else "stored"}
-    if previous is not None:
-        return (
-            f"Remembered (id {memory.id}, key {request.key!r}, version {memory.version}); "
-            f"it replaces the previous value {previous.text!r}.",
-            data,
-        )
-    return f"Remembered (id {memory.id}, scope {scope}): {text!r}.", data
+    if status not in MEMORY_INJECTED:
+        return Remembered(memory, "candidate", previous)
+    return Remembered(memory, "superseded" if replaced else "stored", previous)
+
+
+async def locked_session(db: AsyncSession, session: Session) -> Session:
+    """The session row locked before its items (the lock order of `app.store`): an erase of
+    the session tombstones its items under that lock."""
+    locked = await sessions_store.lock_session_by_pk(db, session.id)
+    if locked is None or sessions_store.erasing(locked):
+        raise NotFound(f"session {session.external_id!r} not found", field="session_id")
+    return locked
+
+
+async def supersede_same_key(
+    db: AsyncSession, session: Session, memory: Memory, change: Change
+) -> bool:
+    """Once a keyed item is a fact, the other live values of its key are superseded by it."""
+    if memory.key is None or memory.status not in MEMORY_INJECTED:
+        return False
+    others = await memories_store.live_keyed_memories(db, memory, session)
+    await memories_store.set_memory_status(
+        db,
+        [m.id for m in others],
+        "superseded",
+        Change(change.actor, change.key_id, f"replaced by {memory.id}"),
+    )
+    return bool(others)
 
 
 async def _check_rate(db: AsyncSession, context: AppContext, session: Session) -> None:
@@ -130,6 +221,9 @@ def _memory_data(memory: Memory) -> dict[str, Any]:
         "version": memory.version,
         "supersedes": str(memory.supersedes) if memory.supersedes else None,
         "status": memory.status,
+        "revision": memory.revision,
+        "source": memory.source,
+        "trusted": memory.trusted,
     }
 
 
@@ -153,9 +247,18 @@ async def refresh_notes_of(db: AsyncSession, session: Session, *, user_scope: bo
 
 
 async def list_memories(
-    db: AsyncSession, caller: Caller, session_id: str, page: Page, *, include_superseded: bool
+    db: AsyncSession,
+    caller: Caller,
+    session_id: str,
+    page: Page,
+    *,
+    include_superseded: bool,
+    as_of: datetime | None = None,
 ) -> MemoryList:
+    """The items the session sees; `as_of` a date, those stated as facts then, as they were."""
     session = await require_session(db, caller, session_id)
+    if as_of is not None:
+        return await _list_as_of(db, session, page, as_of)
     rows = await memories_store.list_memories(
         db,
         session,
@@ -164,4 +267,68 @@ async def list_memories(
         limit=page.fetch,
     )
     shown, next_cursor = page_of(rows, page, lambda m: created_cursor(m.created_at, m.id))
-    return MemoryList(memories=[MemoryOut.of(m, session) for m in shown], next_cursor=next_cursor)
+    now = datetime.now(UTC)
+    return MemoryList(
+        memories=[MemoryOut.of(m, session, stated_at(m, now)) for m in shown],
+        next_cursor=next_cursor,
+    )
+
+
+async def _list_as_of(db: AsyncSession, session: Session, page: Page, at: datetime) -> MemoryList:
+    after = created_after(page)
+    rows = [
+        (memory, then)
+        for memory, then in await memories_store.memories_as_of(db, session, at)
+        if stated_at(then, at) and (after is None or (memory.created_at, memory.id) > after)
+    ][: page.fetch]
+    shown, next_cursor = page_of(rows, page, lambda r: created_cursor(r[0].created_at, r[0].id))
+    return MemoryList(
+        memories=[MemoryOut.of(m, session, True, then) for m, then in shown],
+        next_cursor=next_cursor,
+    )
+
+
+async def get_memory(
+    db: AsyncSession,
+    caller: Caller,
+    session_id: str,
+    memory_id: uuid.UUID,
+    as_of: datetime | None = None,
+) -> MemoryOut:
+    """One item the session sees, whatever its status; `as_of` a date, as it was then."""
+    session = await require_session(db, caller, session_id)
+    if as_of is not None:
+        found = await memories_store.memories_as_of(db, session, as_of, memory_id)
+        if not found:
+            raise NotFound(
+                f"memory {memory_id} did not exist at {as_of.isoformat()}", field="memory_id"
+            )
+        item, then = found[0]
+        return MemoryOut.of(item, session, stated_at(then, as_of), then)
+    memory = await memories_store.find_memory(db, session, memory_id)
+    if memory is None:
+        raise NotFound(f"memory {memory_id} not found", field="memory_id")
+    return MemoryOut.of(memory, session, stated_at(memory, datetime.now(UTC)))
+
+
+async def create_memory(
+    db: AsyncSession, context: AppContext, caller: Caller, session_id: str, body: MemoryIn
+) -> MemoryWritten:
+    """An item written through the API, its provenance given; the writer is the API key."""
+    session = await require_session(db, caller, session_id)
+    provenance = Provenance(
+        source=body.source,
+        actor="api_key",
+        key_id=caller.key_id,
+        source_tool=body.source_tool,
+        turn_seqs=tuple(body.turn_seqs),
+        valid_from=body.valid_from,
+        valid_until=body.valid_until,
+        ttl_seconds=body.ttl_seconds,
+    )
+    done = await store_item(db, context, session, body, provenance)
+    memory = done.memory
+    return MemoryWritten(
+        outcome=done.outcome,
+        memory=MemoryOut.of(memory, session, stated_at(memory, datetime.now(UTC))),
+    )

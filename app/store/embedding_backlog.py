@@ -10,7 +10,7 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.store.models import Chunk, Memory
+from app.store.models import MEMORY_LIVE, Chunk, Memory
 
 Row = TypeVar("Row", Chunk, Memory)
 
@@ -33,7 +33,7 @@ CHUNKS: Backlog[Chunk] = Backlog(
 )
 MEMORIES: Backlog[Memory] = Backlog(
     Memory,
-    (Memory.status == "active") & (Memory.text != ""),
+    Memory.status.in_(MEMORY_LIVE) & (Memory.text != ""),
     lambda model: (Memory.embedding.is_(None)) | (Memory.embedding_model != model),
 )
 
@@ -70,7 +70,7 @@ async def store_vector(
     table = backlog.table
     await db.execute(
         update(table)
-        .where(table.id == row_id, table.status == "active")
+        .where(table.id == row_id, backlog.live)
         .values(embedding=vector, embedding_model=model)
     )
 

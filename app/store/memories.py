@@ -3,14 +3,39 @@ the embedding backlog (`app.store.embedding_backlog`)."""
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, text, tuple_, update
+from sqlalchemy import and_, case, func, insert, literal, or_, select, text, tuple_, update
+from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from app.embeddings.base import vector_literal
-from app.store.models import Memory, Session
+from app.store.models import (
+    MEMORY_HELD,
+    MEMORY_INJECTED,
+    MEMORY_LIVE,
+    Memory,
+    MemoryVersion,
+    Session,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """Who changes remembered items and why, written into each version the change makes."""
+
+    actor: str  # user, agent, api_key, rule, system
+    key_id: uuid.UUID | None
+    reason: str
+
+
+# The changes erasure makes: a forget through the memory tool, a session or a user deleted.
+FORGOTTEN = Change("agent", None, "forgotten")
+SESSION_DELETED = Change("api_key", None, "its session was deleted")
+USER_DELETED = Change("api_key", None, "its user was deleted")
 
 
 async def lock_owner(db: AsyncSession, owner: str) -> None:
@@ -28,9 +53,55 @@ def _visible(session: Session) -> Any:
     return own
 
 
+def _valid_at(at: Any, valid_from: Any, valid_until: Any, expires_at: Any) -> Any:
+    return and_(
+        or_(valid_from.is_(None), valid_from <= at),
+        or_(valid_until.is_(None), valid_until > at),
+        or_(expires_at.is_(None), expires_at > at),
+    )
+
+
+def in_force(at: Any = None) -> Any:
+    """Items stated as facts at `at` (default: the transaction's time): verified or active, and
+    within their validity and TTL."""
+    at = func.now() if at is None else at
+    return Memory.status.in_(MEMORY_INJECTED) & _valid_at(
+        at, Memory.valid_from, Memory.valid_until, Memory.expires_at
+    )
+
+
+def stated_at(state: Memory | MemoryVersion, at: datetime) -> bool:
+    """`in_force` for an item or a version already read."""
+    return (
+        state.status in MEMORY_INJECTED
+        and (state.valid_from is None or state.valid_from <= at)
+        and (state.valid_until is None or state.valid_until > at)
+        and (state.expires_at is None or state.expires_at > at)
+    )
+
+
 async def visible_memories(db: AsyncSession, session: Session) -> list[Memory]:
-    """Active remembered items of the session, and of its user when the session has one."""
-    return await list_memories(db, session, include_superseded=False)
+    """Items in force of the session, and of its user when the session has one."""
+    query = (
+        select(Memory)
+        .where(Memory.tenant_id == session.tenant_id, _visible(session), in_force())
+        .order_by(Memory.created_at, Memory.id)
+    )
+    return list((await db.execute(query)).scalars())
+
+
+async def unconfirmed_memories(db: AsyncSession, session: Session) -> list[Memory]:
+    """Candidates and quarantined items the session sees (an explicit recall shows them)."""
+    query = (
+        select(Memory)
+        .where(
+            Memory.tenant_id == session.tenant_id,
+            _visible(session),
+            Memory.status.in_(("candidate", "quarantined")),
+        )
+        .order_by(Memory.created_at, Memory.id)
+    )
+    return list((await db.execute(query)).scalars())
 
 
 async def list_memories(
@@ -41,8 +112,9 @@ async def list_memories(
     after: tuple[datetime, uuid.UUID] | None = None,
     limit: int | None = None,
 ) -> list[Memory]:
-    """Visible items, oldest first (`created_at`, then id); a page of them with `after`/`limit`."""
-    statuses = ["active", "superseded"] if include_superseded else ["active"]
+    """Visible items (unconfirmed ones too, expired ones kept as history), oldest first
+    (`created_at`, then id); a page of them with `after`/`limit`."""
+    statuses = MEMORY_HELD if include_superseded else MEMORY_LIVE
     query = (
         select(Memory)
         .where(
@@ -56,30 +128,57 @@ async def list_memories(
     return list((await db.execute(query)).scalars())
 
 
+def _owned_by(session: Session, scope: str) -> Any:
+    if scope == "user":
+        return (Memory.scope == "user") & (Memory.user_id == session.user_id)
+    return (Memory.scope == "session") & (Memory.session_id == session.id)
+
+
 async def owner_memories(
     db: AsyncSession, session: Session, scope: str, key: str | None
 ) -> list[Memory]:
-    """Active items of one owner (the session, or the session's user) — with `key`, of that key."""
-    owner = (
-        (Memory.scope == "user") & (Memory.user_id == session.user_id)
-        if scope == "user"
-        else (Memory.scope == "session") & (Memory.session_id == session.id)
-    )
+    """Items in force of one owner (the session, or the session's user) — with `key`, of that
+    key — oldest first."""
     query = select(Memory).where(
-        Memory.tenant_id == session.tenant_id, owner, Memory.status == "active"
+        Memory.tenant_id == session.tenant_id, _owned_by(session, scope), in_force()
     )
     if key is not None:
         query = query.where(Memory.key == key)
     return list((await db.execute(query.order_by(Memory.created_at))).scalars())
 
 
+async def live_keyed_memories(db: AsyncSession, memory: Memory, session: Session) -> list[Memory]:
+    """The other live items of `memory`'s owner and key (those a new value of it supersedes)."""
+    query = select(Memory).where(
+        Memory.tenant_id == memory.tenant_id,
+        _owned_by(session, memory.scope),
+        Memory.key == memory.key,
+        Memory.id != memory.id,
+        Memory.status.in_(MEMORY_LIVE),
+    )
+    return list((await db.execute(query.order_by(Memory.created_at))).scalars())
+
+
 async def visible_memory(db: AsyncSession, session: Session, memory_id: uuid.UUID) -> Memory | None:
+    """An item the session sees that a forget may still take."""
     query = select(Memory).where(
         Memory.id == memory_id,
         Memory.tenant_id == session.tenant_id,
         _visible(session),
-        Memory.status.in_(["active", "superseded"]),
+        Memory.status.in_(MEMORY_HELD),
     )
+    return (await db.execute(query)).scalar_one_or_none()
+
+
+async def find_memory(
+    db: AsyncSession, session: Session, memory_id: uuid.UUID, *, lock: bool = False
+) -> Memory | None:
+    """An item the session sees, whatever its status (its record outlives its text)."""
+    query = select(Memory).where(
+        Memory.id == memory_id, Memory.tenant_id == session.tenant_id, _visible(session)
+    )
+    if lock:
+        query = query.with_for_update()
     return (await db.execute(query)).scalar_one_or_none()
 
 
@@ -87,32 +186,155 @@ async def visible_memory_ids(db: AsyncSession, session: Session) -> list[uuid.UU
     query = select(Memory.id).where(
         Memory.tenant_id == session.tenant_id,
         _visible(session),
-        Memory.status.in_(["active", "superseded"]),
+        Memory.status.in_(MEMORY_HELD),
     )
     return list((await db.execute(query)).scalars().all())
 
 
-async def insert_memory(db: AsyncSession, values: dict[str, Any], lexical_source: str) -> Memory:
+async def insert_memory(
+    db: AsyncSession, values: dict[str, Any], lexical_source: str, change: Change
+) -> Memory:
+    """A new item and its first version."""
     memory = Memory(**values, lexical=func.to_tsvector("simple", lexical_source))
     db.add(memory)
     await db.flush()
     await db.refresh(memory)
+    await record_versions(db, [memory.id], change)
     return memory
+
+
+# --- versions ------------------------------------------------------------------------------------
+
+
+def _content_hash(column: Any) -> Any:
+    return case(
+        (column == "", None),
+        else_=func.encode(func.sha256(func.convert_to(column, "UTF8")), "hex"),
+    )
+
+
+async def record_versions(
+    db: AsyncSession, memory_ids: Sequence[uuid.UUID], change: Change
+) -> None:
+    """A version of each item as it now is (its current `revision`): call after each change."""
+    if not memory_ids:
+        return
+    state = select(
+        Memory.tenant_id,
+        Memory.id,
+        Memory.revision,
+        Memory.status,
+        func.nullif(Memory.text, ""),
+        _content_hash(Memory.text),
+        Memory.trusted,
+        literal(change.actor),
+        literal(change.key_id),
+        literal(change.reason),
+        Memory.valid_from,
+        Memory.valid_until,
+        Memory.expires_at,
+    ).where(Memory.id.in_(memory_ids))
+    columns = [
+        "tenant_id",
+        "memory_id",
+        "revision",
+        "status",
+        "text",
+        "content_hash",
+        "trusted",
+        "actor",
+        "actor_key_id",
+        "reason",
+        "valid_from",
+        "valid_until",
+        "expires_at",
+    ]
+    await db.execute(insert(MemoryVersion).from_select(columns, state))
+
+
+async def change_memory(
+    db: AsyncSession,
+    memory: Memory,
+    values: dict[str, Any],
+    change: Change,
+    *,
+    expected_revision: int,
+    lexical_source: str | None = None,
+) -> bool:
+    """Apply `values` to the item as a new revision, only if it is still at
+    `expected_revision` (compare-and-set); False when it moved on."""
+    if lexical_source is not None:
+        values = {**values, "lexical": func.to_tsvector("simple", lexical_source)}
+    result = await db.execute(
+        update(Memory)
+        .where(Memory.id == memory.id, Memory.revision == expected_revision)
+        .values(**values, revision=Memory.revision + 1)
+        .returning(Memory.id)
+    )
+    if result.scalar_one_or_none() is None:
+        return False
+    await record_versions(db, [memory.id], change)
+    await db.refresh(memory)
+    return True
+
+
+async def memory_versions(db: AsyncSession, memory: Memory) -> list[MemoryVersion]:
+    query = (
+        select(MemoryVersion)
+        .where(MemoryVersion.tenant_id == memory.tenant_id, MemoryVersion.memory_id == memory.id)
+        .order_by(MemoryVersion.revision)
+    )
+    return list((await db.execute(query)).scalars())
+
+
+async def redact_version(db: AsyncSession, memory: Memory, revision: int) -> MemoryVersion | None:
+    """Drop the text of one version of the item, keeping its record; None if there is none."""
+    result = await db.execute(
+        update(MemoryVersion)
+        .where(
+            MemoryVersion.tenant_id == memory.tenant_id,
+            MemoryVersion.memory_id == memory.id,
+            MemoryVersion.revision == revision,
+        )
+        .values(text=None, redacted_at=func.coalesce(MemoryVersion.redacted_at, func.now()))
+        .returning(MemoryVersion)
+    )
+    return result.scalar_one_or_none()
+
+
+async def memories_as_of(
+    db: AsyncSession, session: Session, at: datetime, memory_id: uuid.UUID | None = None
+) -> list[tuple[Memory, MemoryVersion]]:
+    """The items the session sees that existed at `at`, each with its version of that moment
+    (the last written by then), oldest first."""
+    last = (
+        select(MemoryVersion)
+        .where(MemoryVersion.tenant_id == session.tenant_id, MemoryVersion.created_at <= at)
+        .order_by(MemoryVersion.memory_id, MemoryVersion.revision.desc())
+        .ext(distinct_on(MemoryVersion.memory_id))
+    )
+    if memory_id is not None:
+        last = last.where(MemoryVersion.memory_id == memory_id)
+    then = last.subquery()
+    version = aliased(MemoryVersion, then)
+    query = (
+        select(Memory, version)
+        .join(then, then.c.memory_id == Memory.id)
+        .where(Memory.tenant_id == session.tenant_id, _visible(session))
+        .order_by(Memory.created_at, Memory.id)
+    )
+    return [(m, v) for m, v in (await db.execute(query)).all()]
 
 
 async def active_visible_memories(
     db: AsyncSession, session: Session, *, user_scope_only: bool = False
 ) -> list[Memory]:
-    """Active items the session sees (its own and its user's), oldest first; with
+    """Items in force the session sees (its own and its user's), oldest first; with
     `user_scope_only`, only its user's user-scope items."""
-    visible = (
-        (Memory.scope == "user") & (Memory.user_id == session.user_id)
-        if user_scope_only
-        else _visible(session)
-    )
+    visible = _owned_by(session, "user") if user_scope_only else _visible(session)
     query = (
         select(Memory)
-        .where(Memory.tenant_id == session.tenant_id, Memory.status == "active", visible)
+        .where(Memory.tenant_id == session.tenant_id, in_force(), visible)
         .order_by(Memory.created_at)
     )
     return list((await db.execute(query)).scalars().all())
@@ -136,24 +358,40 @@ async def nearest_memories(
             SELECT id, embedding::vector({int(dim)}) <=> CAST(:vector AS vector({int(dim)}))
                 AS distance
             FROM memories
-            WHERE id = ANY(:ids) AND status = 'active' AND embedding_model = :model
+            WHERE id = ANY(:ids) AND status = ANY(:statuses) AND embedding_model = :model
             ORDER BY distance LIMIT :limit
             """
         ),
-        {"ids": list(memory_ids), "model": model, "vector": vector_literal(vector), "limit": limit},
+        {
+            "ids": list(memory_ids),
+            "statuses": list(MEMORY_LIVE),
+            "model": model,
+            "vector": vector_literal(vector),
+            "limit": limit,
+        },
     )
     return {str(mid): 1.0 - float(dist) for mid, dist in rows}
 
 
-async def set_memory_status(db: AsyncSession, memory_ids: Sequence[uuid.UUID], status: str) -> None:
+async def set_memory_status(
+    db: AsyncSession, memory_ids: Sequence[uuid.UUID], status: str, change: Change
+) -> None:
+    """Move the items to `status`, a new version each."""
     if memory_ids:
-        await db.execute(update(Memory).where(Memory.id.in_(memory_ids)).values(status=status))
+        await db.execute(
+            update(Memory)
+            .where(Memory.id.in_(memory_ids))
+            .values(status=status, revision=Memory.revision + 1)
+        )
+        await record_versions(db, memory_ids, change)
 
 
 async def memories_written_since(db: AsyncSession, session_pk: uuid.UUID, since: datetime) -> int:
     """Rate-limit fallback when Redis is down: items this session wrote in the window."""
     query = select(func.count()).where(
-        Memory.session_id == session_pk, Memory.created_at >= since, Memory.source == "memory"
+        Memory.session_id == session_pk,
+        Memory.created_at >= since,
+        Memory.actor == "agent",
     )
     return int((await db.execute(query)).scalar_one())
 
@@ -188,9 +426,20 @@ async def erase_memories(
             embedding=None,
             embedding_model=None,
             status="erased",
+            revision=Memory.revision + 1,
         )
+        .returning(Memory.id)
     )
-    return int(result.rowcount or 0), texts  # type: ignore[attr-defined]
+    erased = list(result.scalars())
+    if erased:
+        # Every earlier version loses its text and its hash (a short text's hash gives it back).
+        await db.execute(
+            update(MemoryVersion)
+            .where(MemoryVersion.memory_id.in_(erased))
+            .values(text=None, content_hash=None)
+        )
+        await record_versions(db, erased, Change("system", None, "erased"))
+    return len(erased), texts
 
 
 async def session_memory_texts(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, list[str]]:
@@ -210,7 +459,7 @@ async def user_memories_by_session(
             Memory.tenant_id == tenant_id,
             Memory.user_id == user_id,
             Memory.session_id.is_not(None),
-            Memory.status.in_(["active", "superseded"]),
+            Memory.status.in_(MEMORY_HELD),
         )
         .order_by(Memory.session_id, Memory.id)
     )
@@ -222,7 +471,7 @@ async def user_memories_by_session(
 
 
 async def tombstone_user_memories(
-    db: AsyncSession, holder_pk: uuid.UUID, tenant_id: uuid.UUID, user_id: str
+    db: AsyncSession, holder_pk: uuid.UUID, tenant_id: uuid.UUID, user_id: str, change: Change
 ) -> list[uuid.UUID]:
     """Tombstone the items written for the user that the session holds; returns their ids."""
     result = await db.execute(
@@ -231,12 +480,14 @@ async def tombstone_user_memories(
             Memory.session_id == holder_pk,
             Memory.tenant_id == tenant_id,
             Memory.user_id == user_id,
-            Memory.status.in_(["active", "superseded"]),
+            Memory.status.in_(MEMORY_HELD),
         )
-        .values(status="tombstoned")
+        .values(status="tombstoned", revision=Memory.revision + 1)
         .returning(Memory.id)
     )
-    return sorted(result.scalars().all())
+    tombstoned = sorted(result.scalars().all())
+    await record_versions(db, tombstoned, change)
+    return tombstoned
 
 
 async def session_item_users(db: AsyncSession, session_pk: uuid.UUID) -> set[str]:
@@ -247,23 +498,27 @@ async def session_item_users(db: AsyncSession, session_pk: uuid.UUID) -> set[str
             Memory.session_id == session_pk,
             Memory.scope == "user",
             Memory.user_id.is_not(None),
-            Memory.status.in_(["active", "superseded"]),
+            Memory.status.in_(MEMORY_HELD),
         )
         .distinct()
     )
     return {user for user in rows.scalars() if user}
 
 
-async def tombstone_session_memories(db: AsyncSession, session_pk: uuid.UUID) -> set[str]:
+async def tombstone_session_memories(
+    db: AsyncSession, session_pk: uuid.UUID, change: Change
+) -> set[str]:
     """Includes user-scope items the session wrote: they leave the user's other sessions too.
     Returns the users whose items these were."""
     result = await db.execute(
         update(Memory)
-        .where(Memory.session_id == session_pk, Memory.status.in_(["active", "superseded"]))
-        .values(status="tombstoned")
-        .returning(Memory.scope, Memory.user_id)
+        .where(Memory.session_id == session_pk, Memory.status.in_(MEMORY_HELD))
+        .values(status="tombstoned", revision=Memory.revision + 1)
+        .returning(Memory.id, Memory.scope, Memory.user_id)
     )
-    return {user_id for scope, user_id in result.all() if scope == "user" and user_id}
+    rows = result.all()
+    await record_versions(db, [memory_id for memory_id, _, _ in rows], change)
+    return {user_id for _, scope, user_id in rows if scope == "user" and user_id}
 
 
 async def count_memories(
@@ -275,7 +530,5 @@ async def count_memories(
         select(Session.id).where(Session.tenant_id == tenant_id, Session.external_id == session_id)
     )
     visible = own | ((Memory.scope == "user") & (Memory.user_id == user_id)) if user_id else own
-    query = select(func.count()).where(
-        Memory.tenant_id == tenant_id, Memory.status == "active", visible
-    )
+    query = select(func.count()).where(Memory.tenant_id == tenant_id, in_force(), visible)
     return int((await db.execute(query)).scalar_one())

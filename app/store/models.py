@@ -206,6 +206,16 @@ class Scratchpad(Base):
     updated_at: Mapped[datetime] = _created_at()
 
 
+# The lifecycle of a remembered item. Only items in force (injected, and within their validity
+# and TTL) reach the prompt as facts; unconfirmed ones answer only an explicit recall; held ones
+# are what a forget or an erase still has to take.
+MEMORY_INJECTED = ("verified", "active")
+MEMORY_UNCONFIRMED = ("candidate", "quarantined")
+MEMORY_LIVE = (*MEMORY_UNCONFIRMED, *MEMORY_INJECTED)
+MEMORY_HELD = (*MEMORY_LIVE, "superseded")
+MEMORY_STATUSES = (*MEMORY_HELD, "tombstoned", "erased")
+
+
 class Memory(Base):
     __tablename__ = "memories"
     __table_args__ = (Index("ix_memories_scope", "tenant_id", "scope", "user_id", "session_id"),)
@@ -219,16 +229,56 @@ class Memory(Base):
     key: Mapped[str | None] = mapped_column(String(128))
     text: Mapped[str] = mapped_column(Text)
     tags: Mapped[list[str]] = mapped_column(server_default=sql_text("'{}'"))
+    # Provenance: where the text came from (`app.memories.policy.SOURCES`), the tool whose
+    # result it was, the turns it was read in, and who wrote it (an actor and its API key).
     source: Mapped[str] = mapped_column(String(16))
+    source_tool: Mapped[str | None] = mapped_column(String(128))
+    turn_seqs: Mapped[list[int]] = mapped_column(ARRAY(BigInteger), server_default=sql_text("'{}'"))
+    actor: Mapped[str] = mapped_column(String(16), server_default="agent")
+    actor_key_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     trusted: Mapped[bool] = mapped_column(Boolean, server_default=sql_text("true"))
+    # The lifecycle (`app.memories.policy`): candidate, quarantined, verified, active,
+    # superseded, tombstoned, erased; every change is a `MemoryVersion` numbered by `revision`.
     status: Mapped[str] = mapped_column(String(16), server_default="active")
+    revision: Mapped[int] = mapped_column(Integer, server_default="1")
+    # The value's version along its `key` (a new value is a new item that `supersedes` the last).
     version: Mapped[int] = mapped_column(Integer, server_default="1")
     supersedes: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    # When the item holds (NULL: open-ended) and when it leaves the prompt (a TTL, NULL: never).
+    valid_from: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    valid_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     lexical: Mapped[Any] = mapped_column(TSVECTOR)
     # Embedded by the worker with the deployment's embedder, like chunks (recall's vector arm).
     embedding: Mapped[Any | None] = mapped_column(Vector())
     embedding_model: Mapped[str | None] = mapped_column(String(64))
     embed_attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    created_at: Mapped[datetime] = _created_at()
+
+
+class MemoryVersion(Base):
+    """One immutable state of a remembered item, written at each change of it: who changed it,
+    when, why, and the item as it then was. Redaction drops `text` and keeps the rest."""
+
+    __tablename__ = "memory_versions"
+    tenant_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    memory_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("memories.id", ondelete="CASCADE"), primary_key=True
+    )
+    revision: Mapped[int] = mapped_column(Integer, primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))
+    text: Mapped[str | None] = mapped_column(Text)
+    content_hash: Mapped[str | None] = mapped_column(String(64))  # sha256 of the text, hex
+    trusted: Mapped[bool] = mapped_column(Boolean)
+    actor: Mapped[str] = mapped_column(String(16))
+    actor_key_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    reason: Mapped[str] = mapped_column(Text)
+    valid_from: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    valid_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    redacted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _created_at()
 
 

@@ -64,6 +64,7 @@ async def test_mcp_tools_recall_like_rest_and_build_prompts(
                 "recall",
                 "remember",
                 "status",
+                "verify",
             ]
 
             called = await client.call_tool(

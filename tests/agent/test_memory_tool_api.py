@@ -137,7 +137,7 @@ async def test_scripted_agent_loop_through_the_tool_definition(
     sid = "loop"
     definition = (await agent.get("/v1/memory/tool", params={"format": "openai"})).json()
     tool = FunctionCallingClient(agent, definition, sid)
-    assert tool.types == ["help", "recall", "remember", "status"]  # no privileged types offered
+    assert tool.types == ["help", "recall", "remember", "status", "verify"]  # none privileged
     desc = tool.function["description"]
     assert "Use:" in desc and "Do not use:" in desc and "No match" in desc
     anthropic = (await agent.get("/v1/memory/tool", params={"format": "anthropic"})).json()

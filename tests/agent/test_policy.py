@@ -24,6 +24,7 @@ def test_privileged_types_need_their_scope_or_the_tenant_switch() -> None:
         MemoryType.RECALL,
         MemoryType.REMEMBER,
         MemoryType.STATUS,
+        MemoryType.VERIFY,  # sessions:write: the agent confirms what it was told
     ]
     with pytest.raises(Forbidden, match="memory:forget"):
         check_allowed(plain, MemoryType.FORGET, off)
