@@ -32,20 +32,22 @@ router = APIRouter(tags=["memory tool"], responses=error_responses(*COMMON_ERROR
     summary="Call the memory tool",
     **with_rules(
         'One tool for agents, `{"type": ...}` with type help | recall | remember | status | '
-        "offload | forget. Returns `{type, text, data}`: `text` is what the agent puts in its "
-        "tool-result message. recall answers an explicit `No match` with empty `data.matches` "
-        "when nothing relevant is stored. offload and forget need the scopes `memory:offload` / "
+        "verify | offload | forget. Returns `{type, text, data}`: `text` is what the agent puts "
+        "in its tool-result message. recall answers an explicit `No match` with empty "
+        "`data.matches` when nothing relevant is stored, and lists unconfirmed remembered items "
+        "(candidates, quarantined) that match under `data.unconfirmed`; verify makes one a "
+        "fact. offload and forget need the scopes `memory:offload` / "
         "`memory:forget` (or the tenant setting); remember is rate-limited per session.",
         Rule(
             MissingField,
             "each type's required parameters: recall query, remember "
-            "text, forget one of chunk_id | turn_range | memory_id",
+            "text, verify memory_id, forget one of chunk_id | turn_range | memory_id",
         ),
         Rule(
             UnexpectedField,
             "a type takes only its own parameters (help, status: "
-            "none; recall: query, top_k; remember: text, tags, key, scope; offload: "
-            "until_tokens)",
+            "none; recall: query, top_k; remember: text, tags, key, scope; verify: memory_id; "
+            "offload: until_tokens)",
         ),
         Rule(ConflictingFields, "forget takes exactly one of its targets"),
         Rule(TooLong, "remember text within memory.remember_max_chars"),
@@ -53,7 +55,8 @@ router = APIRouter(tags=["memory tool"], responses=error_responses(*COMMON_ERROR
             InvalidInput,
             "turn_range is [first, last] with first <= last; scope "
             "'user' needs the session's user_id; remember text is not only whitespace; "
-            "forget ids are ids of this session",
+            "forget and verify ids are ids of this session; verify takes a candidate or "
+            "quarantined item",
         ),
         *BODY_RULES,
     ),

@@ -4,8 +4,10 @@ text their vectors are made of, normalisation and near-duplicates. No I/O."""
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
+from app.domain.dates import parse_when
+from app.domain.stem import stem
 from app.domain.text import term_set
 
 # --- provenance and the lifecycle -----------------------------------------------------------
@@ -54,6 +56,71 @@ def validity_error(valid_from: datetime | None, valid_until: datetime | None) ->
     return None
 
 
+# --- validity stated in the text -------------------------------------------------------------
+
+_WEEKDAYS = {
+    "monday": 0, "tuesday": 1, "wednesday": 2, "thursday": 3, "friday": 4, "saturday": 5,
+    "sunday": 6,
+}  # fmt: skip
+_ZH_WEEKDAYS = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
+# "until Friday", "till next Monday", "through tomorrow", "before June 3, 2027": the end of
+# that day (until, till, through) or its start (before).
+_EN_UNTIL_RE = re.compile(
+    r"\b(until|till|through|before)\s+(?:(next)\s+)?"
+    rf"({'|'.join(_WEEKDAYS)}|tomorrow|today|tonight)\b",
+    re.IGNORECASE,
+)
+_EN_UNTIL_DATE_RE = re.compile(r"\b(until|till|through|before)\s+(.{6,40})", re.IGNORECASE)
+# "下周一之前", "周五以前", "星期三前", "明天之前", "到周五为止"
+_ZH_UNTIL_RE = re.compile(
+    r"(下个?)?(?:周|星期|礼拜)([一二三四五六日天])\s*(之前|以前|前|为止)|(明天|今天)\s*(之前|以前|前|为止)"
+)
+
+
+def _day_start(day: date) -> datetime:
+    return datetime.combine(day, time(), tzinfo=UTC)
+
+
+def _weekday(today: date, weekday: int, next_week: bool) -> date:
+    """The coming `weekday` (today counts); with `next_week`, that day of next week."""
+    if next_week:
+        monday = today + timedelta(days=7 - today.weekday())
+        return monday + timedelta(days=weekday)
+    return today + timedelta(days=(weekday - today.weekday()) % 7)
+
+
+def stated_until(text: str, now: datetime) -> datetime | None:
+    """When a statement says it stops holding ("until Friday", "下周一之前"), as an instant in
+    UTC: the end of the named day, or its start for "before" (前, 之前, 以前); None if it does
+    not say, or names a moment already past. Weekdays are the coming ones ("next Friday",
+    下周五: of next week; "before Sunday" said on a Sunday: the next one)."""
+    today = now.astimezone(UTC).date()
+    weekly = False
+    if m := _EN_UNTIL_RE.search(text):
+        relative = {"today": 0, "tonight": 0, "tomorrow": 1}
+        named, weekly = m[3].lower(), m[3].lower() not in relative
+        day = (
+            _weekday(today, _WEEKDAYS[named], m[2] is not None)
+            if weekly
+            else today + timedelta(days=relative[named])
+        )
+        inclusive = m[1].lower() != "before"
+    elif m := _ZH_UNTIL_RE.search(text):
+        if m[2] is not None:
+            weekly, inclusive = True, m[3] == "为止"
+            day = _weekday(today, _ZH_WEEKDAYS[m[2]], m[1] is not None)
+        else:
+            day, inclusive = today + timedelta(days=1 if m[4] == "明天" else 0), m[5] == "为止"
+    elif (m := _EN_UNTIL_DATE_RE.search(text)) and (when := parse_when(m[2])) is not None:
+        day, inclusive = when.date(), m[1].lower() != "before"
+    else:
+        return None
+    end = _day_start(day + timedelta(days=1) if inclusive else day)
+    if end <= now and weekly:
+        end += timedelta(days=7)
+    return end if end > now else None
+
+
 # --- remember: near-duplicates ----------------------------------------------------------------
 
 _PUNCT_RE = re.compile(r"[\W_]+", re.UNICODE)
@@ -93,7 +160,8 @@ def near_duplicate(text: str, others: Iterable[tuple[str, str]], threshold: floa
 
 
 def shares_terms(query: str, text: str) -> bool:
-    """Whether an unconfirmed item answers an explicit recall: it holds a term of the query
-    (English words or Chinese characters alike, `app.domain.text.term_set`)."""
-    wanted = term_set(query)
-    return bool(wanted) and not wanted.isdisjoint(term_set(text))
+    """Whether an unconfirmed item answers an explicit recall: it shares a term with the query,
+    a word by its stem ("peanut" finds "peanuts") or a Chinese bigram, as the memory tool's
+    recall matches (`app.domain.text.term_set`)."""
+    wanted = {stem(t) for t in term_set(query)}
+    return bool(wanted) and not wanted.isdisjoint(stem(t) for t in term_set(text))

@@ -2,12 +2,12 @@
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Literal, Protocol
+from datetime import UTC, datetime
+from typing import Annotated, Literal, Protocol
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
-from app.http.input import RequestBody
+from app.http.input import BIGINT_MAX, RequestBody
 from app.store.models import Memory, MemoryVersion, Session
 
 Source = Literal[
@@ -21,6 +21,17 @@ Source = Literal[
     "retrieved",
 ]
 TTL_MAX_SECONDS = 10 * 365 * 24 * 3600
+
+
+def _in_utc(value: datetime) -> datetime:
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as exc:  # 0001-01-01T00:00+01:00 is before the year 1 in UTC
+        raise ValueError("a moment of the years 1 to 9999 in UTC") from exc
+
+
+# A moment with its time zone, held in UTC.
+Moment = Annotated[AwareDatetime, AfterValidator(_in_utc)]
 
 
 class RememberRequest(Protocol):
@@ -80,11 +91,11 @@ class MemoryIn(RequestBody):
     source_tool: str | None = Field(
         None, min_length=1, max_length=128, description="the tool whose result it was"
     )
-    turn_seqs: list[int] = Field(
+    turn_seqs: list[Annotated[int, Field(ge=1, le=BIGINT_MAX)]] = Field(
         default_factory=list, max_length=100, description="the turns it was read in"
     )
-    valid_from: AwareDatetime | None = Field(None, description="when it starts to hold")
-    valid_until: AwareDatetime | None = Field(None, description="when it stops holding")
+    valid_from: Moment | None = Field(None, description="when it starts to hold")
+    valid_until: Moment | None = Field(None, description="when it stops holding")
     ttl_seconds: int | None = Field(
         None, ge=1, le=TTL_MAX_SECONDS, description="it leaves the prompt this long after"
     )
@@ -107,8 +118,8 @@ class MemoryPatch(RequestBody):
         description="verified: a candidate or quarantined item becomes a fact; quarantined: "
         "a live item leaves the prompt until verified",
     )
-    valid_from: AwareDatetime | None = None
-    valid_until: AwareDatetime | None = None
+    valid_from: Moment | None = None
+    valid_until: Moment | None = None
     ttl_seconds: int | None = Field(None, ge=1, le=TTL_MAX_SECONDS)
     reason: str | None = Field(None, max_length=500, description="why, kept in the version")
 

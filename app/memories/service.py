@@ -23,6 +23,7 @@ from app.memories.policy import (
     expiry,
     initial_status,
     near_duplicate,
+    stated_until,
     trusted_source,
     validity_error,
 )
@@ -72,13 +73,18 @@ async def remember(
             "as a fact until it is verified.",
             data,
         )
+    until = (
+        f" It holds until {memory.valid_until:%Y-%m-%d %H:%M} UTC."
+        if memory.valid_until is not None
+        else ""
+    )
     if previous is not None:
         return (
             f"Remembered (id {memory.id}, key {request.key!r}, version {memory.version}); "
-            f"it replaces the previous value {previous.text!r}.",
+            f"it replaces the previous value {previous.text!r}.{until}",
             data,
         )
-    return f"Remembered (id {memory.id}, scope {memory.scope}): {memory.text!r}.", data
+    return f"Remembered (id {memory.id}, scope {memory.scope}): {memory.text!r}.{until}", data
 
 
 def checked_text(settings: Settings, raw: str | None) -> str:
@@ -118,7 +124,10 @@ async def store_item(
             "scope 'user' needs the session's user_id (set it with PUT /v1/sessions/{id})",
             field="scope",
         )
-    check_validity(provenance.valid_from, provenance.valid_until)
+    now = datetime.now(UTC)
+    # A validity the caller gave wins; else the one the text states ("until Friday").
+    valid_until = provenance.valid_until or stated_until(text, now)
+    check_validity(provenance.valid_from, valid_until)
     tags = sorted({t.strip()[:64] for t in request.tags or [] if t.strip()})
     await _check_rate(db, context, session)
     session = await locked_session(db, session)
@@ -159,8 +168,8 @@ async def store_item(
             "version": previous.version + 1 if previous else 1,
             "supersedes": previous.id if previous else None,
             "valid_from": provenance.valid_from,
-            "valid_until": provenance.valid_until,
-            "expires_at": expiry(datetime.now(UTC), provenance.ttl_seconds),
+            "valid_until": valid_until,
+            "expires_at": expiry(now, provenance.ttl_seconds),
         },
         lexical_document(text),
         change,
@@ -224,6 +233,7 @@ def _memory_data(memory: Memory) -> dict[str, Any]:
         "revision": memory.revision,
         "source": memory.source,
         "trusted": memory.trusted,
+        "valid_until": memory.valid_until.isoformat() if memory.valid_until else None,
     }
 
 

@@ -1,7 +1,9 @@
-"""Worker jobs of remembered items: `memory:embed` (their vectors, recall's vector arm) and the
-sweep that embeds items still lacking one."""
+"""Worker jobs of remembered items: `memory:embed` (their vectors, recall's vector arm), the
+sweep that embeds items still lacking one, and the one that refreshes the notes of sessions
+whose items entered or left force."""
 
 import uuid
+from datetime import UTC, datetime, timedelta
 
 from procrastinate import Blueprint, JobContext
 
@@ -9,10 +11,15 @@ from app.core.db import unit_of_work
 from app.jobs.embedding import embed_backlog
 from app.jobs.queue import BACKGROUND_QUEUE, DEFAULT_RETRY, TaskName, app_context, enqueue
 from app.memories.policy import embedding_text
+from app.memories.service import refresh_notes_of
 from app.store import embedding_backlog as embedding_backlog_store
+from app.store import memories as memories_store
+from app.store import sessions as sessions_store
 from app.store.embedding_backlog import MEMORIES
 
 SWEEP_BATCH = 512
+# The validity sweep runs every minute and looks back two: a tick missed is caught by the next.
+VALIDITY_LOOKBACK = timedelta(minutes=2)
 
 
 async def embed_memories(job_context: JobContext, memory_ids: list[str]) -> int:
@@ -53,6 +60,21 @@ async def sweep_embeddings(job_context: JobContext, timestamp: int) -> int:
     return len(missing)
 
 
+async def sweep_validity(job_context: JobContext, timestamp: int) -> int:
+    """Build-prompt reads the items in force at each build; the notes' `remembered` section is
+    written by a job. When an item's validity starts or ends or its TTL passes, the notes of the
+    sessions that see it are refreshed, so an expired item leaves them within a minute."""
+    context = app_context(job_context)
+    until = datetime.fromtimestamp(timestamp, UTC)
+    async with unit_of_work(context.sessionmaker) as db:
+        holders = await memories_store.crossed_validity(db, until - VALIDITY_LOOKBACK, until)
+        for session_pk, user_scope in holders:
+            session = await sessions_store.get_session_by_pk(db, session_pk)
+            if session is not None:
+                await refresh_notes_of(db, session, user_scope=user_scope)
+    return len(holders)
+
+
 def blueprint() -> Blueprint:
     """A fresh blueprint per job app (see `app.offload.tasks.blueprint`)."""
     tasks = Blueprint()
@@ -64,5 +86,8 @@ def blueprint() -> Blueprint:
         tasks.task(name="sweep_embeddings", queue=BACKGROUND_QUEUE, pass_context=True)(
             sweep_embeddings
         )
+    )
+    tasks.periodic(cron="* * * * *", periodic_id="sweep_validity")(
+        tasks.task(name="sweep_validity", queue=BACKGROUND_QUEUE, pass_context=True)(sweep_validity)
     )
     return tasks

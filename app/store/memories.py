@@ -386,6 +386,25 @@ async def set_memory_status(
         await record_versions(db, memory_ids, change)
 
 
+async def crossed_validity(
+    db: AsyncSession, since: datetime, until: datetime
+) -> list[tuple[uuid.UUID, bool]]:
+    """Sessions holding stated items that entered or left force in (since, until] (a
+    `valid_from`, `valid_until` or TTL passed): (session pk, whether one is user-scope)."""
+    crossed = or_(
+        *(
+            (column > since) & (column <= until)
+            for column in (Memory.valid_from, Memory.valid_until, Memory.expires_at)
+        )
+    )
+    query = (
+        select(Memory.session_id, func.bool_or(Memory.scope == "user"))
+        .where(Memory.status.in_(MEMORY_INJECTED), Memory.session_id.is_not(None), crossed)
+        .group_by(Memory.session_id)
+    )
+    return [(pk, bool(user)) for pk, user in (await db.execute(query)).all() if pk is not None]
+
+
 async def memories_written_since(db: AsyncSession, session_pk: uuid.UUID, since: datetime) -> int:
     """Rate-limit fallback when Redis is down: items this session wrote in the window."""
     query = select(func.count()).where(

@@ -15,6 +15,7 @@ TASKS = {
     "memory:erase": ("contextd", "receipt_id: str"),
     "memory:embed": ("contextd-background", "memory_ids: list[str]"),
     "memory:sweep_embeddings": ("contextd-background", "timestamp: int"),
+    "memory:sweep_validity": ("contextd-background", "timestamp: int"),
 }
 
 
@@ -35,5 +36,6 @@ def test_the_periodic_tasks_keep_their_ids() -> None:
     job_app = create_job_app(load_settings(database_url="postgresql://u@h/db"))
     assert sorted(job_app.periodic_registry.periodic_tasks) == [
         ("memory:sweep_embeddings", "sweep_embeddings"),
+        ("memory:sweep_validity", "sweep_validity"),
         ("offload:sweep", "sweep"),
     ]

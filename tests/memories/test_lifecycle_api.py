@@ -243,3 +243,20 @@ async def test_bad_input_names_the_field_and_stores_nothing(
     assert resp.status_code == 422, resp.text
     assert resp.json()["error"]["field"] == field
     assert (await client.get("/v1/sessions/bad/memories")).json()["memories"] == []
+
+
+@pytest.mark.parametrize(
+    "text", ["The hotel offer holds until Friday.", "下周一之前不要安排会议。"]
+)
+async def test_a_validity_stated_in_the_text_is_kept(client: httpx.AsyncClient, text: str) -> None:
+    await new_session(client, "stated")
+    resp = await client.post("/v1/sessions/stated/memory", json={"type": "remember", "text": text})
+    assert resp.status_code == 200, resp.text
+    until = datetime.fromisoformat(resp.json()["data"]["valid_until"])
+    now = datetime.now(UTC)
+    assert now < until <= now + timedelta(days=8) and (until.hour, until.minute) == (0, 0)
+    item = (
+        await client.get(f"/v1/sessions/stated/memories/{resp.json()['data']['memory_id']}")
+    ).json()
+    assert (item["source"], item["actor"], item["in_force"]) == ("remember", "agent", True)
+    assert datetime.fromisoformat(item["valid_until"]) == until
