@@ -406,12 +406,9 @@ async def crossed_validity(
 
 
 async def memories_written_since(db: AsyncSession, session_pk: uuid.UUID, since: datetime) -> int:
-    """Rate-limit fallback when Redis is down: items this session wrote in the window."""
-    query = select(func.count()).where(
-        Memory.session_id == session_pk,
-        Memory.created_at >= since,
-        Memory.actor == "agent",
-    )
+    """Rate-limit fallback when Redis is down: items this session wrote in the window (by the
+    memory tool or the API alike: both count against `memory.remember_per_minute`)."""
+    query = select(func.count()).where(Memory.session_id == session_pk, Memory.created_at >= since)
     return int((await db.execute(query)).scalar_one())
 
 
