@@ -40,7 +40,7 @@ async def update_memory(
 ) -> MemoryOut:
     """`PATCH …/memories/{id}`: the change as the API key's."""
     session = await require_session(db, caller, session_id)
-    change = Change("api_key", caller.key_id, patch.reason or _summary(patch))
+    change = Change(patch.actor, caller.key_id, patch.reason or _summary(patch))
     memory = await change_item(db, context, session, memory_id, patch, change)
     return MemoryOut.of(memory, session, stated_at(memory, datetime.now(UTC)))
 
@@ -62,7 +62,7 @@ async def verify(
 
 
 def _summary(patch: MemoryPatch) -> str:
-    changed = sorted(patch.model_fields_set - {"expected_revision", "reason"})
+    changed = sorted(patch.model_fields_set - {"expected_revision", "reason", "actor"})
     return "changed " + ", ".join(changed) if changed else "changed"
 
 

@@ -1,11 +1,12 @@
 """Wire shapes of the remembered items, and what a request to remember one must carry."""
 
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Literal, Protocol
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
 from app.http.input import BIGINT_MAX, RequestBody
 from app.store.models import Memory, MemoryVersion, Session
@@ -23,6 +24,19 @@ Source = Literal[
 TTL_MAX_SECONDS = 10 * 365 * 24 * 3600
 
 
+_RFC3339_RE = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def _rfc3339(value: object) -> object:
+    """Only a date-time string as its schema says (pydantic alone also takes 0.5 as a Unix
+    time)."""
+    if isinstance(value, str) and not _RFC3339_RE.fullmatch(value):
+        raise ValueError("a date and time with its time zone (RFC 3339)")
+    if not isinstance(value, str | datetime):
+        raise ValueError("a date and time with its time zone (RFC 3339), as a string")
+    return value
+
+
 def _in_utc(value: datetime) -> datetime:
     try:
         return value.astimezone(UTC)
@@ -30,8 +44,13 @@ def _in_utc(value: datetime) -> datetime:
         raise ValueError("a moment of the years 1 to 9999 in UTC") from exc
 
 
+# Who an API call speaks for: the key's own application, or the user it relays (a user who
+# confirms an item in the application's interface verifies it as "user").
+ApiActor = Literal["api_key", "user"]
+ACTOR_DESCRIPTION = "who the change comes from, recorded in its version: api_key, or user"
+
 # A moment with its time zone, held in UTC.
-Moment = Annotated[AwareDatetime, AfterValidator(_in_utc)]
+Moment = Annotated[AwareDatetime, BeforeValidator(_rfc3339), AfterValidator(_in_utc)]
 
 
 class RememberRequest(Protocol):
@@ -99,6 +118,7 @@ class MemoryIn(RequestBody):
     ttl_seconds: int | None = Field(
         None, ge=1, le=TTL_MAX_SECONDS, description="it leaves the prompt this long after"
     )
+    actor: ApiActor = Field("api_key", description=ACTOR_DESCRIPTION)
 
 
 class MemoryPatch(RequestBody):
@@ -122,6 +142,7 @@ class MemoryPatch(RequestBody):
     valid_until: Moment | None = None
     ttl_seconds: int | None = Field(None, ge=1, le=TTL_MAX_SECONDS)
     reason: str | None = Field(None, max_length=500, description="why, kept in the version")
+    actor: ApiActor = Field("api_key", description=ACTOR_DESCRIPTION)
 
 
 class MemoryOut(BaseModel):

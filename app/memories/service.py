@@ -328,7 +328,7 @@ async def create_memory(
     session = await require_session(db, caller, session_id)
     provenance = Provenance(
         source=body.source,
-        actor="api_key",
+        actor=body.actor,
         key_id=caller.key_id,
         source_tool=body.source_tool,
         turn_seqs=tuple(body.turn_seqs),

@@ -80,7 +80,9 @@ async def test_versions_record_every_change_and_a_past_one_can_be_redacted(
     url = f"/v1/sessions/versions/memories/{item['memory_id']}"
     changed = await client.patch(url, json={"text": second, "reason": "the user moved"})
     assert changed.status_code == 200, changed.text
-    verified = await client.patch(url, json={"expected_revision": 2, "status": "verified"})
+    verified = await client.patch(
+        url, json={"expected_revision": 2, "status": "verified", "actor": "user"}
+    )
     assert verified.status_code == 200, verified.text
     assert (verified.json()["status"], verified.json()["trusted"]) == ("verified", True)
 
@@ -92,7 +94,7 @@ async def test_versions_record_every_change_and_a_past_one_can_be_redacted(
     ]
     assert [v["content_hash"] for v in versions] == [sha256(first), sha256(second), sha256(second)]
     assert [v["reason"] for v in versions][1] == "the user moved"
-    assert {v["actor"] for v in versions} == {"api_key"}
+    assert [v["actor"] for v in versions] == ["api_key", "api_key", "user"]
 
     redacted = await client.post(f"{url}/versions/1/redact")
     assert redacted.status_code == 200, redacted.text
