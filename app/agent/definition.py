@@ -57,6 +57,12 @@ PARAMETERS: dict[str, dict[str, Any]] = {
         "include names, IDs, numbers you know",
     },
     "top_k": {"type": "integer", "minimum": 1, "description": "recall: at most this many results"},
+    "as_of": {
+        "type": "string",
+        "format": "date-time",
+        "description": "recall: instead, the remembered items stated as facts at this moment "
+        "(RFC 3339 with its time zone): what was believed then",
+    },
     "text": {"type": "string", "description": "remember: the point to keep, one short sentence"},
     "tags": {
         "type": "array",

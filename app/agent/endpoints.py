@@ -46,8 +46,8 @@ router = APIRouter(tags=["memory tool"], responses=error_responses(*COMMON_ERROR
         Rule(
             UnexpectedField,
             "a type takes only its own parameters (help, status: "
-            "none; recall: query, top_k; remember: text, tags, key, scope; verify: memory_id; "
-            "offload: until_tokens)",
+            "none; recall: query, top_k, as_of; remember: text, tags, key, scope; verify: "
+            "memory_id; offload: until_tokens)",
         ),
         Rule(ConflictingFields, "forget takes exactly one of its targets"),
         Rule(TooLong, "remember text within memory.remember_max_chars"),

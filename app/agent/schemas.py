@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.http.input import BIGINT_MAX, RequestBody
+from app.memories.schemas import Moment
 
 
 class MemoryType(StrEnum):
@@ -37,6 +38,9 @@ class MemoryRequest(RequestBody):
     query: str | None = Field(None, min_length=1, max_length=2_000)
     top_k: int | None = Field(
         None, ge=1, le=1000, description="at most this many (capped by the deployment's limit)"
+    )
+    as_of: Moment | None = Field(
+        None, description="recall: the remembered items stated as facts at this moment instead"
     )
     text: str | None = Field(None, min_length=1)
     tags: list[str] | None = Field(None, max_length=16)

@@ -23,7 +23,7 @@ from app.domain.text import terms
 from app.domain.tokens import count_tokens
 from app.erasure.service import forget, resolve_ref
 from app.jobs.queue import pending_jobs
-from app.memories.lifecycle import unconfirmed_recall, verify
+from app.memories.lifecycle import recall_as_of, unconfirmed_recall, verify
 from app.memories.schemas import Provenance
 from app.memories.service import remember
 from app.offload.service import offload_session
@@ -65,7 +65,10 @@ async def call(
         text, data = help_text(allowed_types(caller, enabled))
         return MemoryAnswer(type=request.type, text=text, data=data)
     session = await require_session(db, caller, session_id)
-    if request.type is MemoryType.RECALL:
+    if request.type is MemoryType.RECALL and request.as_of is not None:
+        assert request.query is not None
+        text, data = await recall_as_of(db, session, request.query, request.as_of)
+    elif request.type is MemoryType.RECALL:
         text, data = await _recall(db, context, session, request)
         text, data = await _with_unconfirmed(db, session, request, text, data)
     elif request.type is MemoryType.REMEMBER:

@@ -208,3 +208,42 @@ async def unconfirmed_recall(
         for m in found
     )
     return "\n\n".join(lines), matches
+
+
+async def recall_as_of(
+    db: AsyncSession, session: Session, query: str, at: datetime
+) -> tuple[str, dict[str, Any]]:
+    """The memory tool's recall `as_of` a moment: the remembered items stated as facts then
+    that match the query, each as it then was (what was believed at that moment)."""
+    found = [
+        (memory, then)
+        for memory, then in await memories_store.memories_as_of(db, session, at)
+        if stated_at(then, at) and then.text and shares_terms(query, then.text)
+    ]
+    data: dict[str, Any] = {
+        "as_of": at.isoformat(),
+        "matches": [
+            {
+                "memory_id": str(memory.id),
+                "ts": then.created_at.isoformat(),
+                "text": then.text,
+                "status": then.status,
+                "revision": then.revision,
+                "trusted": then.trusted,
+            }
+            for memory, then in found
+        ],
+    }
+    if not found:
+        return (
+            f"No match: nothing remembered about {query!r} was stated as a fact at "
+            f"{at.isoformat()}. Do not guess what was believed then.",
+            data,
+        )
+    lines = [f"{len(found)} remembered item(s) stated as facts at {at.isoformat()}:"]
+    lines.extend(
+        f"[stated {then.created_at:%Y-%m-%d %H:%M} UTC | revision {then.revision} | "
+        f"{memory.id}]\n{then.text}"
+        for memory, then in found
+    )
+    return "\n\n".join(lines), data

@@ -220,6 +220,19 @@ async def test_the_list_and_one_item_answer_as_of_a_date(client: httpx.AsyncClie
     gone = await client.get(url, params={"as_of": (created - timedelta(days=1)).isoformat()})
     assert gone.status_code == 404
 
+    async def recalled_as_of(at: datetime) -> dict[str, Any]:
+        body = {"type": "recall", "query": "checkout noon", "as_of": at.isoformat()}
+        resp = await client.post("/v1/sessions/asof/memory", json=body)
+        assert resp.status_code == 200, resp.text
+        answer: dict[str, Any] = resp.json()
+        return answer
+
+    believed = await recalled_as_of(before)
+    assert [m["memory_id"] for m in believed["data"]["matches"]] == [later["memory_id"]]
+    assert "Checkout is at noon" in believed["text"]
+    now = await recalled_as_of(datetime.now(UTC))
+    assert now["data"]["matches"] == [] and now["text"].startswith("No match")
+
 
 @pytest.mark.parametrize(
     ("body", "field"),
