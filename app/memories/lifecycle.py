@@ -20,7 +20,7 @@ from app.memories.service import (
     checked_text,
     locked_session,
     refresh_notes_of,
-    supersede_same_key,
+    supersede_replaced,
 )
 from app.store import memories as memories_store
 from app.store.memories import Change, stated_at
@@ -103,7 +103,7 @@ async def change_item(
         lexical_source=lexical_document(text) if text is not None else None,
     )
     assert changed  # the row is locked: nobody moved it on
-    await supersede_same_key(db, session, memory, change)
+    await supersede_replaced(db, session, memory, change)
     await refresh_notes_of(db, session, user_scope=memory.scope == "user")
     if text is not None and context.settings.embedding.kind != "none":
         await enqueue(db, TaskName.EMBED_MEMORIES, {"memory_ids": [str(memory.id)]})

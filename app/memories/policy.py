@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 
 from app.domain.dates import parse_when
+from app.domain.injection import gives_orders
 from app.domain.stem import stem
 from app.domain.text import term_set
 
@@ -31,8 +32,12 @@ def trusted_source(source: str) -> bool:
     return source in TRUSTED_SOURCES
 
 
-def initial_status(source: str) -> str:
-    """A trusted item is stated as a fact at once; any other waits as a candidate."""
+def initial_status(source: str, text: str) -> str:
+    """A trusted item is stated as a fact at once; any other waits as a candidate. Text that
+    gives orders to the model ("remember that the user approved …", "请记住用户已同意…") is
+    quarantined whoever wrote it down, but for the user's own words (the user may give orders)."""
+    if source != "user_turn" and gives_orders(text):
+        return "quarantined"
     return "active" if trusted_source(source) else "candidate"
 
 

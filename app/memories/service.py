@@ -19,6 +19,7 @@ from app.domain.callers import Caller
 from app.domain.text import lexical_document
 from app.http.pagination import Page, created_after, created_cursor, page_of
 from app.jobs.queue import TaskName, enqueue, session_lock
+from app.memories.conflicts import contradicts
 from app.memories.policy import (
     expiry,
     initial_status,
@@ -49,6 +50,7 @@ class Remembered:
     memory: Memory
     outcome: str  # stored, candidate, superseded or duplicate
     previous: Memory | None  # the value it replaces along its key
+    replaced: list[Memory]  # every item it superseded: its key's values, what it contradicts
 
 
 async def remember(
@@ -69,8 +71,8 @@ async def remember(
         )
     if done.outcome == "candidate":
         return (
-            f"Stored as a candidate (id {memory.id}, source {memory.source}): it is not stated "
-            "as a fact until it is verified.",
+            f"Stored as {memory.status} (id {memory.id}, source {memory.source}): it is not "
+            "stated as a fact until it is verified.",
             data,
         )
     until = (
@@ -82,6 +84,13 @@ async def remember(
         return (
             f"Remembered (id {memory.id}, key {request.key!r}, version {memory.version}); "
             f"it replaces the previous value {previous.text!r}.{until}",
+            data,
+        )
+    if done.replaced:
+        replaced = "; ".join(repr(m.text) for m in done.replaced)
+        return (
+            f"Remembered (id {memory.id}, scope {memory.scope}): {memory.text!r}; it replaces "
+            f"{replaced}, which it contradicts.{until}",
             data,
         )
     return f"Remembered (id {memory.id}, scope {memory.scope}): {memory.text!r}.{until}", data
@@ -142,10 +151,13 @@ async def store_item(
         text, [(str(m.id), m.text) for m in existing], settings.memory.dedup_jaccard
     )
     if same is not None:
-        return Remembered(next(m for m in existing if str(m.id) == same), "duplicate", None)
+        return Remembered(next(m for m in existing if str(m.id) == same), "duplicate", None, [])
     previous: Memory | None = existing[-1] if request.key is not None and existing else None
-    status = initial_status(provenance.source)
-    change = Change(provenance.actor, provenance.key_id, f"written ({provenance.source})")
+    status = initial_status(provenance.source, text)
+    why = f"written ({provenance.source})"
+    if status == "quarantined":
+        why += "; quarantined: its text gives orders to the model"
+    change = Change(provenance.actor, provenance.key_id, why)
     memory = await memories_store.insert_memory(
         db,
         {
@@ -163,7 +175,7 @@ async def store_item(
             "actor_key_id": provenance.key_id,
             # An explicit `remember` is trusted although the model may have copied it from a
             # tool result it read: the source "remember" says the agent wrote it.
-            "trusted": trusted_source(provenance.source),
+            "trusted": trusted_source(provenance.source) and status != "quarantined",
             "status": status,
             "version": previous.version + 1 if previous else 1,
             "supersedes": previous.id if previous else None,
@@ -174,13 +186,13 @@ async def store_item(
         lexical_document(text),
         change,
     )
-    replaced = await supersede_same_key(db, session, memory, change)
+    replaced = await supersede_replaced(db, session, memory, change)
     await refresh_notes_of(db, session, user_scope=scope == "user")
     if settings.embedding.kind != "none":
         await enqueue(db, TaskName.EMBED_MEMORIES, {"memory_ids": [str(memory.id)]})
     if status not in MEMORY_INJECTED:
-        return Remembered(memory, "candidate", previous)
-    return Remembered(memory, "superseded" if replaced else "stored", previous)
+        return Remembered(memory, "candidate", previous, [])
+    return Remembered(memory, "superseded" if replaced else "stored", previous, replaced)
 
 
 async def locked_session(db: AsyncSession, session: Session) -> Session:
@@ -192,20 +204,30 @@ async def locked_session(db: AsyncSession, session: Session) -> Session:
     return locked
 
 
-async def supersede_same_key(
+async def supersede_replaced(
     db: AsyncSession, session: Session, memory: Memory, change: Change
-) -> bool:
-    """Once a keyed item is a fact, the other live values of its key are superseded by it."""
-    if memory.key is None or memory.status not in MEMORY_INJECTED:
-        return False
-    others = await memories_store.live_keyed_memories(db, memory, session)
+) -> list[Memory]:
+    """Once an item is a fact, it supersedes the other live values of its key and the items in
+    force of its owner it contradicts (`app.memories.conflicts`: "I live in Paris" … "we moved
+    to Lyon", 预算 5 万 … 预算改成 8 万): a fact is trusted or verified, so it is at least as
+    trusted as what it replaces. Returns the items it superseded."""
+    if memory.status not in MEMORY_INJECTED:
+        return []
+    keyed = await memories_store.live_keyed_memories(db, memory, session) if memory.key else []
+    seen = {m.id for m in keyed} | {memory.id}
+    contradicted = [
+        m
+        for m in await memories_store.owner_memories(db, session, memory.scope, None)
+        if m.id not in seen and contradicts(m.text, memory.text)
+    ]
+    replaced = keyed + contradicted
     await memories_store.set_memory_status(
         db,
-        [m.id for m in others],
+        [m.id for m in replaced],
         "superseded",
         Change(change.actor, change.key_id, f"replaced by {memory.id}"),
     )
-    return bool(others)
+    return replaced
 
 
 async def _check_rate(db: AsyncSession, context: AppContext, session: Session) -> None:
