@@ -84,7 +84,11 @@ class ServerSettings(BaseModel):
         30.0, gt=0, description="a request body must arrive whole within this (408 after)"
     )
     keep_alive_seconds: int = Field(
-        5, gt=0, description="an idle keep-alive connection is closed after this"
+        10,
+        gt=0,
+        description="an idle keep-alive connection is closed after this; longer than the 5 s "
+        "after which common clients (httpx) drop an idle connection, so the client closes "
+        "first and never sends a request on a connection the server is closing",
     )
     retry_after_seconds: int = Field(
         5, ge=1, description="Retry-After of a 503 while PostgreSQL is unreachable"

@@ -320,8 +320,9 @@ async def test_queries_queued_behind_a_working_embedder_do_not_open_the_breaker(
 
     with loopback_server(embeddings) as embedder:
         served = embedder_settings(settings, embedder.url, budget=5.0)
-        # The first build's connection idles while the others wait out their 5 s budget; at the
-        # default 5 s keep-alive the server could close it just as the next build reuses it.
+        # The first build's connection idles while the others wait out their 5 s budget; on a
+        # loaded machine that can reach the default 10 s keep-alive, and the server could close
+        # it just as the next build reuses it.
         served = served.model_copy(
             update={"server": served.server.model_copy(update={"keep_alive_seconds": 60})}
         )
