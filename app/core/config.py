@@ -302,6 +302,13 @@ class WorkerSettings(BaseModel):
         description="more jobs one worker process runs at once, only a session's offload, notes "
         "and erasure: these never wait for an embedding batch to end; 0: none",
     )
+    sweep_lookback_hours: float = Field(
+        24.0,
+        gt=0,
+        description="the sweep looks for sessions over their watermark or with drifted counters "
+        "among those written to within this long; an idle session is left to its next append "
+        "or build, which check the watermark themselves",
+    )
     heartbeat_seconds: float = Field(5.0, gt=0, description="worker heartbeat interval")
     stalled_after_seconds: float = Field(
         30.0, gt=0, description="a job whose worker is silent this long is retried"

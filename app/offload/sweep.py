@@ -39,17 +39,17 @@ async def sweep(job_context: JobContext, timestamp: int) -> dict[str, int]:
     """Safety net: session counters that drifted from the rows, sessions left over their
     watermark, and chunks still lacking an embedding."""
     context = app_context(job_context)
-    repaired = await recount_sessions(context, datetime.now(UTC) - RECOUNT_LOOKBACK)
+    now = datetime.now(UTC)
+    written_since = now - timedelta(hours=context.settings.worker.sweep_lookback_hours)
+    repaired = await recount_sessions(context, now - RECOUNT_LOOKBACK, written_since)
     async with unit_of_work(context.sessionmaker) as db:
-        over = await sessions_store.sessions_over_watermark(db, context.settings.session_defaults)
+        over = await sessions_store.sessions_over_watermark(
+            db, context.settings.session_defaults, written_since
+        )
         for session_pk in over:
             await enqueue_offload(db, session_pk, trigger="sweeper")
         embedder = context.embedder
-        missing = (
-            await embedding_backlog_store.pending(db, CHUNKS, None, embedder.name, 512)
-            if embedder
-            else []
-        )
+        missing = await embedding_backlog_store.never_embedded(db, CHUNKS, 512) if embedder else []
         by_session: dict[uuid.UUID, list[str]] = {}
         for chunk in missing:
             by_session.setdefault(chunk.session_id, []).append(str(chunk.id))
@@ -109,7 +109,9 @@ async def index_large_sessions(context: AppContext, at_most: int = 1) -> list[uu
     return built
 
 
-async def recount_sessions(context: AppContext, changed_since: datetime) -> int:
+async def recount_sessions(
+    context: AppContext, changed_since: datetime, written_since: datetime
+) -> int:
     """Repair the counters of sessions whose rows say otherwise, each in its own short
     transaction (the session lock is held only while one session is recounted)."""
     async with unit_of_work(context.sessionmaker) as db:
@@ -118,6 +120,7 @@ async def recount_sessions(context: AppContext, changed_since: datetime) -> int:
             context.settings.session_defaults,
             chunks_store.active_chunk_count,
             changed_since=changed_since,
+            written_since=written_since,
         )
     repaired = 0
     for session_pk in drifted:

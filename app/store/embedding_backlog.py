@@ -1,6 +1,6 @@
 """Rows that lack a vector of the deployment's embedding model, for chunks and for remembered
-items alike: a `Backlog` says which table and which of its rows, and `pending`, `count_pending`,
-`store_vector` and `count_failure` read and write any of them."""
+items alike: a `Backlog` says which table and which of its rows, and `pending`, `never_embedded`,
+`count_pending`, `store_vector` and `count_failure` read and write any of them."""
 
 import uuid
 from collections.abc import Callable, Sequence
@@ -55,6 +55,21 @@ async def pending(
     )
     if ids is not None:
         query = query.where(table.id.in_(list(ids)))
+    return list((await db.execute(query)).scalars().all())
+
+
+async def never_embedded(db: AsyncSession, backlog: Backlog[Row], limit: int) -> list[Row]:
+    """Live rows with no vector at all, oldest first: what the sweep re-queues when their embed
+    job failed for good. Rows holding another model's vector are left to `contextd reembed`.
+    For chunks the condition is the partial index `ix_chunks_unembedded`'s, so the read costs
+    the backlog's size, not the table's."""
+    table = backlog.table
+    query = (
+        select(table)
+        .where(backlog.live, table.embedding.is_(None))
+        .order_by(table.created_at)
+        .limit(limit)
+    )
     return list((await db.execute(query)).scalars().all())
 
 

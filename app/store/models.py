@@ -69,6 +69,10 @@ class Session(Base):
         UniqueConstraint("tenant_id", "external_id"),
         Index("ix_sessions_created", "tenant_id", "created_at", "id"),
         Index("ix_sessions_user", "tenant_id", "user_id", "created_at", "id"),
+        # The sweep's: sessions written to lately, and those large enough for a vector index
+        # (migration 0014), so idle sessions do not add to its cost.
+        Index("ix_sessions_updated", "updated_at"),
+        Index("ix_sessions_chunk_count", "chunk_count"),
     )
     id: Mapped[uuid.UUID] = _uuid_pk()
     tenant_id: Mapped[uuid.UUID] = _tenant_fk()
@@ -151,6 +155,13 @@ class Chunk(Base):
     __tablename__ = "chunks"
     __table_args__ = (
         Index("ix_chunks_session_range", "session_id", "turn_first"),
+        # The sweep's backlog of chunks with no vector yet (migration 0014): a few rows, however
+        # many chunks the table holds.
+        Index(
+            "ix_chunks_unembedded",
+            "created_at",
+            postgresql_where=sql_text("embedding IS NULL AND status = 'active'"),
+        ),
         Index(
             "ix_chunks_lexical",
             "lexical",

@@ -166,11 +166,13 @@ def _over_trigger(defaults: BudgetConfig) -> ColumnElement[bool]:
 
 
 async def sessions_over_watermark(
-    db: AsyncSession, defaults: BudgetConfig, limit: int = 500
+    db: AsyncSession, defaults: BudgetConfig, written_since: datetime, limit: int = 500
 ) -> list[uuid.UUID]:
-    """Sessions at or over their trigger ratio, changed since their last offload, with no offload
-    job pending: the safety net for a job that failed for good. The offload re-checks before
-    moving anything."""
+    """Sessions written to since `written_since`, at or over their trigger ratio, changed since
+    their last offload, with no offload job pending: the safety net for a job that failed for
+    good. The offload re-checks before moving anything. A session idle for longer is left to its
+    next append or build, which check the watermark themselves: so the read goes through
+    `ix_sessions_updated` and idle sessions cost nothing."""
     pending_offload = exists().where(
         JOBS.c.queueing_lock == func.concat("offload:", cast(Session.id, String)),
         cast(JOBS.c.status, String).in_(["todo", "doing"]),
@@ -178,6 +180,7 @@ async def sessions_over_watermark(
     query = (
         select(Session.id)
         .where(
+            Session.updated_at >= written_since,
             _not_erasing(),
             Session.c1_turns > 0,
             Session.last_offload_at.is_(None) | (Session.updated_at > Session.last_offload_at),
@@ -267,14 +270,18 @@ async def sessions_with_drift(
     chunk_count: ChunkCount,
     *,
     changed_since: datetime,
+    written_since: datetime,
     limit: int = 500,
 ) -> list[uuid.UUID]:
-    """Sessions changed since `changed_since`, or over their trigger, whose stored counters
-    differ from a recount of their rows (read without locks: the caller re-checks under one)."""
+    """Sessions changed since `changed_since`, or written to since `written_since` and over
+    their trigger, whose stored counters differ from a recount of their rows (read without
+    locks: the caller re-checks under one). Bounded by `written_since` like
+    `sessions_over_watermark`."""
     c1_tokens, c1_turns, turn_count, chunks = _counted(chunk_count)
     query = (
         select(Session.id)
         .where(
+            Session.updated_at >= written_since,
             _not_erasing(),
             (Session.updated_at >= changed_since) | _over_trigger(defaults),
             or_(

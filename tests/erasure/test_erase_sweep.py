@@ -60,7 +60,10 @@ async def test_the_sweep_skips_a_session_waiting_for_its_erase(
             settings.session_defaults,
             active_chunk_count,
             changed_since=datetime.now(UTC) - timedelta(hours=1),
+            written_since=datetime.now(UTC) - timedelta(hours=1),
         )
         assert pk not in drifted
-        assert pk not in await sessions_store.sessions_over_watermark(db, settings.session_defaults)
+        assert pk not in await sessions_store.sessions_over_watermark(
+            db, settings.session_defaults, datetime.now(UTC) - timedelta(hours=1)
+        )
         assert await repair_counters(db, settings, cache, pk) is None

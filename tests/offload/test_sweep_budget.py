@@ -1,6 +1,7 @@
 """The worker's sweep selects sessions over their watermark in SQL: pinned to the budget kernel."""
 
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -66,7 +67,7 @@ async def test_sweep_selects_exactly_the_sessions_the_kernel_puts_over_trigger(
     async with transaction(engine) as db:
         over = set(
             await sessions_store.sessions_over_watermark(
-                db, settings.session_defaults, limit=100_000
+                db, settings.session_defaults, datetime.now(UTC) - timedelta(hours=1), limit=100_000
             )
         )
     expected = {s.id for s in sessions if session_budget(settings, s).level() != "normal"}
