@@ -35,6 +35,9 @@ BODIES: dict[tuple[str, str], Any] = {
     ("post", "/v1/sessions/{session_id}/scratchpad/rebuild"): {},
     ("post", "/v1/sessions/{session_id}/memory"): {"type": "recall", "query": "vault code"},
     ("post", "/v1/sessions/{session_id}/build-prompt"): {"query": "what is the vault code?"},
+    ("post", "/v1/sessions/{session_id}/memories"): {"text": "the intruder's own note"},
+    ("patch", "/v1/sessions/{session_id}/memories/{memory_id}"): {"status": "verified"},
+    ("post", "/v1/sessions/{session_id}/memories/{memory_id}/versions/{revision}/redact"): {},
 }
 
 
@@ -97,6 +100,8 @@ async def test_another_tenant_reaches_nothing_through_any_operation(
             "receipt_id": receipt,
             "user_id": USER,
             "seq": 1,
+            "memory_id": remembered.json()["data"]["memory_id"],
+            "revision": 1,
         }
         before = await owner_counts(engine, owner_tenant)
 
@@ -111,7 +116,7 @@ async def test_another_tenant_reaches_nothing_through_any_operation(
         for method, path in sorted(calls, key=lambda call: call[0] == "delete"):
             url = path.format(**ids)
             body = BODIES.get((method, path))
-            if method in ("post", "put"):
+            if method in ("post", "put", "patch"):
                 assert body is not None, f"add a request body for {method} {path}"
             resp = await other.request(method.upper(), url, json=body)
             answers[f"{method} {path}"] = resp.status_code
@@ -135,6 +140,10 @@ async def test_another_tenant_reaches_nothing_through_any_operation(
         "get /v1/sessions/{session_id}/builds/{build_id}",
         "get /v1/erase-receipts/{receipt_id}",
         "delete /v1/users/{user_id}",
+        "get /v1/sessions/{session_id}/memories/{memory_id}",
+        "patch /v1/sessions/{session_id}/memories/{memory_id}",
+        "get /v1/sessions/{session_id}/memories/{memory_id}/versions",
+        "post /v1/sessions/{session_id}/memories/{memory_id}/versions/{revision}/redact",
     ):
         assert answers[op] == 404, (op, answers[op])
     assert len(answers) >= 16
