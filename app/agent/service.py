@@ -151,7 +151,7 @@ async def _recall(
     chosen = select(
         scored,
         k=top_k,
-        budget_tokens=config.recall_budget_tokens,
+        budget_tokens=request.budget_tokens or config.recall_budget_tokens,
         token_counts=costs,
         rangeless={c.id for c in scored if c.id.startswith(MEMORY_PREFIX)},
         near_duplicates=True,
