@@ -1,19 +1,17 @@
 """A self-contained question asked after long small talk (issue 37): the user gives their name
 and an allergy, chats about rail passes until those turns are offloaded, then asks for them.
 The memory tool's `recall` (top 3) and build-prompt must both bring the facts back, not three
-chunks of small talk."""
+chunks of small talk. With e5 embeddings, as a new user runs it (`contextd dev`): the vector arm
+finds small talk near any short question."""
 
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import httpx
 import pytest
 
-from app.core.config import Settings
-from tests.support.server import RunningServer, run_server
 from tests.support.waiting import wait_for
 
-OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
+OWN_DATABASE = True  # it runs a worker (`e5_server`): see tests/conftest.py
 
 SMALL = {
     "context_limit": 4000,
@@ -70,23 +68,9 @@ CHINESE = Script(
 )
 
 
-@pytest.fixture(scope="module")
-def worker_server(settings: Settings) -> Iterator[RunningServer]:
-    with run_server(settings, with_worker=True) as running:
-        yield running
-
-
-@pytest.fixture
-async def client(worker_server: RunningServer, api_key: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        base_url=worker_server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30
-    ) as http:
-        yield http
-
-
 async def chat_until_offloaded(client: httpx.AsyncClient, sid: str, script: Script) -> None:
     """The facts, then small talk appended exchange by exchange (the worker offloads as the
-    watermark is crossed), until a chunk holds the facts' turns."""
+    watermark is crossed), until a chunk holds the facts' turns and every chunk is embedded."""
     assert (await client.put(f"/v1/sessions/{sid}", json=SMALL)).status_code == 200
     turns = [
         {"role": role, "content": text}
@@ -109,16 +93,19 @@ async def chat_until_offloaded(client: httpx.AsyncClient, sid: str, script: Scri
 
     await wait_for(
         chunks,
-        lambda found: any(c["turn_last"] >= fact_turns for c in found),
-        timeout=120,
-        what="the facts' turns offloaded",
+        lambda found: (
+            any(c["turn_last"] >= fact_turns for c in found) and all(c["embedded"] for c in found)
+        ),
+        timeout=300,
+        what="the facts' turns offloaded and embedded",
     )
 
 
 @pytest.mark.parametrize("script", [ENGLISH, CHINESE], ids=["en", "zh"])
 async def test_self_contained_questions_find_the_facts_after_small_talk(
-    client: httpx.AsyncClient, script: Script
+    e5_client: httpx.AsyncClient, script: Script
 ) -> None:
+    client = e5_client
     sid = f"allergy-{'zh' if script is CHINESE else 'en'}"
     await chat_until_offloaded(client, sid, script)
     for question, word in script.questions:
