@@ -2,6 +2,7 @@
 dispatch of a call to recall, remember, status, offload or forget."""
 
 import time
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -17,7 +18,7 @@ from app.agent.policy import (
 from app.agent.schemas import MemoryAnswer, MemoryRequest, MemoryType
 from app.core.context import AppContext
 from app.domain.callers import Caller
-from app.domain.records import RecalledItem
+from app.domain.records import RecalledItem, TurnRecord
 from app.domain.text import terms
 from app.erasure.service import forget, resolve_ref
 from app.jobs.queue import pending_jobs
@@ -36,6 +37,10 @@ from app.store import turns as turns_store
 from app.store.models import Session
 from app.store.scratchpads import get_scratchpad
 from app.store.sessions import effective_config, require_session, session_budget
+
+# Why a recall quotes nothing (`data.no_match`): the answer is in the current window, nothing
+# is stored yet, or nothing stored matches the query.
+NoMatch = Literal["in_window", "nothing_stored", "nothing_relevant"]
 
 
 async def enablement(db: AsyncSession, context: AppContext, caller: Caller) -> Enablement:
@@ -151,12 +156,9 @@ async def _recall(
         "fallbacks": outcome.fallbacks,
     }
     if not matches:
-        text = (
-            "No match: nothing stored in this conversation's history matches "
-            f"{neutralise_quoted(request.query)!r}. "
-            "Do not guess or invent earlier details; say you do not know, or ask the user."
-        )
-        return text, data
+        case, shown = await _no_match(db, session, window, request.query, outcome)
+        data["no_match"] = case
+        return _no_match_text(case, neutralise_quoted(request.query), shown), data
     lines = [
         f"{len(matches)} match(es) for {neutralise_quoted(request.query)!r} "
         f"({sum(m['tokens'] for m in matches)} "
@@ -165,6 +167,43 @@ async def _recall(
     ]
     lines.extend(choice.rendered)
     return "\n\n".join(lines), data
+
+
+async def _no_match(
+    db: AsyncSession,
+    session: Session,
+    window: Sequence[TurnRecord],
+    query: str,
+    outcome: RecallOutcome,
+) -> tuple[NoMatch, list[int]]:
+    """Why recall quotes nothing, and the window turns that match the query: they are in the
+    current window (nothing needs recalling), nothing is stored yet, or nothing stored matches."""
+    wanted = terms(query) or terms(outcome.query.rewritten)
+    shown = [t.seq for t in window if is_match(wanted, t.content, exact_hit=False)]
+    if shown:
+        return "in_window", shown
+    stored = session.chunk_count or await memories_store.count_memories(
+        db, session.tenant_id, session.external_id, session.user_id
+    )
+    return ("nothing_relevant" if stored else "nothing_stored"), []
+
+
+def _no_match_text(case: NoMatch, query: str, shown: Sequence[int]) -> str:
+    if case == "in_window":
+        turns = ", ".join(str(seq) for seq in shown[-5:])
+        return (
+            f"No match in the offloaded history for {query!r}: the current conversation "
+            f"already shows turns that match it (turns {turns}); read the answer there."
+        )
+    said = (
+        "nothing of this conversation has been offloaded or remembered yet"
+        if case == "nothing_stored"
+        else "nothing stored in this conversation's history matches"
+    )
+    return (
+        f"No match: {said} {query!r}. "
+        "Do not guess or invent earlier details; say you do not know, or ask the user."
+    )
 
 
 def _match(item: RecalledItem, per_item: int) -> dict[str, Any]:

@@ -126,3 +126,37 @@ async def test_self_contained_questions_find_the_facts_after_small_talk(
         assert built.status_code == 200, built.text
         prompt = "\n".join(str(m["content"]) for m in built.json()["messages"])
         assert word in prompt, (question, built.json()["recall"])
+
+
+async def test_no_match_says_which_case_it_is(e5_client: httpx.AsyncClient) -> None:
+    """Nothing stored yet, or the answer in the current window: the "No match" answer says
+    which (a history that holds nothing relevant: `test_memory_tool_api`)."""
+    client, sid = e5_client, "no-match-cases"
+    assert (await client.put(f"/v1/sessions/{sid}", json=SMALL)).status_code == 200
+    greeting = [
+        {"role": "user", "content": "Hello there!"},
+        {"role": "assistant", "content": "Hi! How can I help you today?"},
+    ]
+    assert (await client.post(f"/v1/sessions/{sid}/turns", json={"turns": greeting})).is_success
+
+    async def recall(query: str) -> dict:
+        resp = await client.post(
+            f"/v1/sessions/{sid}/memory", json={"type": "recall", "query": query, "top_k": 3}
+        )
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    empty = await recall("What is the boiling point of mercury in kelvin?")
+    assert empty["data"]["matches"] == [] and empty["data"]["no_match"] == "nothing_stored"
+    assert empty["text"].startswith("No match: nothing of this conversation has been offloaded")
+
+    said = [
+        {"role": "user", "content": "My passport number is X4417-2290, 我的护照号码。"},
+        {"role": "assistant", "content": "Got it, thanks."},
+    ]
+    assert (await client.post(f"/v1/sessions/{sid}/turns", json={"turns": said})).is_success
+    for query in ("What is my passport number?", "我的护照号码是多少？"):
+        window = await recall(query)
+        assert window["data"]["matches"] == [] and window["data"]["no_match"] == "in_window"
+        assert window["text"].startswith("No match in the offloaded history")
+        assert "(turns 3)" in window["text"], window["text"]
