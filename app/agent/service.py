@@ -25,6 +25,7 @@ from app.jobs.queue import pending_jobs
 from app.memories.lifecycle import recall_as_of, unconfirmed_recall, verify
 from app.memories.schemas import Provenance
 from app.memories.service import remember
+from app.notes.layering import LAYERED_PREFIX
 from app.offload.service import offload_session
 from app.prompt.blocks import counted_item, neutralise_quoted
 from app.prompt.choosing import choose_recalled
@@ -113,12 +114,16 @@ async def _recall(
 ) -> tuple[str, dict[str, Any]]:
     """Recall as build-prompt's recalled block does it (`recalled_history`, `choose_recalled`):
     the same search, ranking and packing, within the call's budget (default: the session's B),
-    with the remembered items among the candidates and only the hits that match the query."""
+    with the remembered items among the candidates, only the hits that match the query, and the
+    chunks of a tool result the window shows only as its layered view."""
     assert request.query is not None
     settings = context.settings
     config = effective_config(settings, session)
     top_k = min(request.top_k or config.recall_top_k or 1, settings.memory.recall_max_top_k)
     window = await turns_store.window_turns(db, session.id)
+    # A tool result layered on arrival sits in the window as its view (head, tail, values): the
+    # rest of it is in its chunks, which a recall asks for, so only whole turns count as shown.
+    whole = {t.seq for t in window if not t.content.startswith(LAYERED_PREFIX)}
 
     def matches_query(outcome: RecallOutcome, hit: RecallHit) -> bool:
         # Relevance is judged on the caller's own words; the rewrite (context terms added to
@@ -139,13 +144,14 @@ async def _recall(
         memory_source="remembered",
         query_timeout_s=settings.memory.recall_query_timeout_seconds,
         keep=matches_query,
+        shown_seqs=whole,
     )
     per_item = settings.memory.recall_item_max_tokens
     choice = choose_recalled(
         items,
         limit=request.budget_tokens or config.recall_budget_tokens,
         top_k=top_k,
-        in_window={t.seq for t in window},
+        in_window=whole,
         per_item_max_tokens=per_item,
         overhead=0,
     )

@@ -4,7 +4,7 @@ offloaded tail a tool loop shows, and the tool-result clearing controls."""
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -269,11 +269,12 @@ async def recalled_history(
     query_vectors: QueryVectors | None = None,
     query_timeout_s: float | None = None,
     keep: Callable[[RecallOutcome, RecallHit], bool] | None = None,
+    shown_seqs: Collection[int] | None = None,
 ) -> tuple[RecallOutcome, list[RecalledItem]]:
     """Recall of `query` beside the window (its last two turns resolve the query, its turns
-    are left out, its last turn's time dates it), the hits `keep` accepts, each with its best
-    turns: what build-prompt's recalled block and the memory tool's `recall` both choose from
-    (`app.prompt.choosing.choose_recalled`)."""
+    are left out, or only `shown_seqs` when given, its last turn's time dates it), the hits
+    `keep` accepts, each with its best turns: what build-prompt's recalled block and the
+    memory tool's `recall` both choose from (`app.prompt.choosing.choose_recalled`)."""
     outcome = await recall(
         db,
         context,
@@ -281,7 +282,7 @@ async def recalled_history(
         query,
         recent_turns=[t.content for t in window[-2:]],
         candidates=candidates,
-        window_seqs={t.seq for t in window},
+        window_seqs={t.seq for t in window} if shown_seqs is None else shown_seqs,
         include_memories=include_memories,
         now=said_at(window[-1].metadata, window[-1].created_at) if window else None,
         query_timeout_s=query_timeout_s,
