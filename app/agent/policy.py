@@ -33,7 +33,9 @@ class TypeRule:
 
 RULES: dict[MemoryType, TypeRule] = {
     MemoryType.HELP: TypeRule(),
-    MemoryType.RECALL: TypeRule(required=("query",), optional=("top_k", "as_of"), scope=Scope.READ),
+    MemoryType.RECALL: TypeRule(
+        required=("query",), optional=("top_k", "budget_tokens", "as_of"), scope=Scope.READ
+    ),
     MemoryType.REMEMBER: TypeRule(
         required=("text",), optional=("tags", "key", "scope"), scope=Scope.WRITE
     ),

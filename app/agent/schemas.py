@@ -5,6 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.domain.budget import MAX_WINDOW_TOKENS
 from app.http.input import BIGINT_MAX, RequestBody
 from app.memories.schemas import Moment
 
@@ -41,6 +42,13 @@ class MemoryRequest(RequestBody):
     )
     as_of: Moment | None = Field(
         None, description="recall: the remembered items stated as facts at this moment instead"
+    )
+    budget_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_WINDOW_TOKENS,
+        description="recall: tokens the quoted items may take (default: the session's recall "
+        "budget B, as in build-prompt)",
     )
     text: str | None = Field(None, min_length=1)
     tags: list[str] | None = Field(None, max_length=16)

@@ -53,6 +53,11 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
         help="evaluate the sessions an earlier run ingested (e.g. after a restart with other "
         "query-time settings) instead of ingesting again",
     )
+    lo.add_argument(
+        "--memory-tool",
+        action="store_true",
+        help="also score the memory tool's recall at each budget, beside build-prompt",
+    )
     lo.add_argument("--label", default="", help="free text shown in the report header")
     ma = ev_sub.add_parser("madial", help="MADial-Bench remembered-item recall through the API")
     ma.add_argument("--data", required=True, help="folder of the MADial-Bench JSON files")
@@ -193,6 +198,7 @@ def _run_locomo(args: argparse.Namespace) -> int:
         ingest_timeout_s=args.timeout,
         concurrency=args.concurrency,
         reuse_run_id=args.reuse_run,
+        memory_tool=args.memory_tool,
     )
     conversations = load_locomo(args.data, args.conversations)
     result = asyncio.run(run_locomo(conversations, cfg))
@@ -202,6 +208,7 @@ def _run_locomo(args: argparse.Namespace) -> int:
         name: summarise(rows, cfg.budgets, cfg.ks)
         for name, rows in (
             ("contextd", result.contextd),
+            ("memory_tool", result.tool),
             ("bm25", result.bm25),
             ("bm25_framed", result.bm25_framed),
             ("truncation", result.truncation),
@@ -213,6 +220,7 @@ def _run_locomo(args: argparse.Namespace) -> int:
                 "summary": summaries,
                 "sessions": [asdict(c) for c in result.conversations],
                 "questions": [asdict(r) for r in result.contextd],
+                "memory_tool_questions": [asdict(r) for r in result.tool],
             },
             indent=1,
         )

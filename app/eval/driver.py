@@ -1,5 +1,6 @@
 """The LoCoMo evaluation driver: talks to a *running* contextd over HTTP only (ingest, wait for
-the worker, one build-prompt per question and budget), then scores with `app.eval.locomo`."""
+the worker, one build-prompt per question and budget, and with `memory_tool` the memory tool's
+`recall` at the same budget), then scores with `app.eval.locomo`."""
 
 import asyncio
 import statistics
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.progress import Progress, say
+from app.domain.tokens import count_tokens
 from app.eval.locomo import (
     RANKING_LIMIT,
     Conversation,
@@ -43,6 +45,7 @@ class EvalConfig:
     per_item_max_tokens: int = 300  # for the framed BM25 variant (the server's default)
     reuse_run_id: str | None = None  # evaluate sessions an earlier run ingested (no ingestion)
     categories: tuple[int, ...] = (1, 2, 3, 4, 5)  # question categories asked
+    memory_tool: bool = False  # also score the memory tool's recall at each budget
 
 
 @dataclass
@@ -79,6 +82,9 @@ class LocomoRun:
     bm25_framed: list[QuestionResult]
     truncation: list[QuestionResult]
     builds: list[BuildSample]
+    # The memory tool's recall at the same budgets (empty unless `memory_tool`), and its calls.
+    tool: list[QuestionResult]
+    tool_calls: list[BuildSample]
     evidence_dropped: list[tuple[str, str, str]]  # (sample_id, raw evidence, dropped part)
     questions_without_evidence: int
     elapsed_s: float
@@ -304,8 +310,10 @@ async def _evaluate_question(
     seq_to_dia: Mapping[int, str],
     q: Question,
     builds: list[BuildSample],
-) -> QuestionResult:
+    tool_calls: list[BuildSample],
+) -> tuple[QuestionResult, QuestionResult | None]:
     r = QuestionResult(conv.sample_id, q.category, len(q.evidence))
+    tool = QuestionResult(conv.sample_id, q.category, len(q.evidence)) if cfg.memory_tool else None
     for b in cfg.budgets:
         body: dict[str, Any] = {
             "query": q.question,
@@ -318,6 +326,8 @@ async def _evaluate_question(
             builds.append(BuildSample(b, wall, {}, [f"http_{status or 'dropped'}"], 0, 0, True))
             continue
         window = set().union(*[dia_ids_of_range(s, s, seq_to_dia) for s in _window_seqs(resp)])
+        if tool is not None:
+            await _tool_recall(http, cfg, sid, seq_to_dia, q, b, window, tool, tool_calls)
         recalled = set().union(*_item_dias(resp, seq_to_dia))
         r.in_window = coverage(q.evidence, window)
         r.budget_recall[b] = coverage(q.evidence, recalled | window)
@@ -344,7 +354,58 @@ async def _evaluate_question(
         units = _item_dias(resp, seq_to_dia) if resp is not None else []
         for k in cfg.ks:
             r.at_k[k] = recall_at_k(q.evidence, units, k)
-    return r
+    return r, tool
+
+
+def _match_dias(match: Mapping[str, Any], seq_to_dia: Mapping[int, str]) -> set[str]:
+    """The dia_ids a memory tool match quotes: its shown turns, or its whole turn range."""
+    shown = match.get("turns")
+    if shown is not None:
+        return {seq_to_dia[s] for s in shown if s in seq_to_dia}
+    if match.get("turn_first") is None:
+        return set()
+    return dia_ids_of_range(int(match["turn_first"]), int(match["turn_last"]), seq_to_dia)
+
+
+async def _tool_recall(
+    http: Any,
+    cfg: EvalConfig,
+    sid: str,
+    seq_to_dia: Mapping[int, str],
+    q: Question,
+    budget: int,
+    window: set[str],
+    result: QuestionResult,
+    calls: list[BuildSample],
+) -> None:
+    """The memory tool's `recall` of the question at `budget`, scored like a build: its matches
+    or the window (`window`: the dia_ids a build at this budget kept in C1, which the agent's
+    prompt holds too); its tokens are those of the answer's text, as the agent reads it."""
+    import httpx
+
+    body = {"type": "recall", "query": q.question, "top_k": cfg.top_k, "budget_tokens": budget}
+    started = time.perf_counter()
+    try:
+        resp = await http.post(f"/v1/sessions/{sid}/memory", json=body)
+    except httpx.TransportError:
+        resp = None
+    wall = (time.perf_counter() - started) * 1000
+    if resp is None or resp.status_code >= 500:
+        status = resp.status_code if resp is not None else "dropped"
+        result.budget_recall[budget] = result.budget_recall_recalled_only[budget] = 0.0
+        result.injected[budget] = 0
+        calls.append(BuildSample(budget, wall, {}, [f"http_{status}"], 0, 0, True))
+        return
+    out = check_response(resp, f"memory recall {sid}")
+    matches = out["data"]["matches"]
+    recalled = set().union(*(_match_dias(m, seq_to_dia) for m in matches))
+    tokens = count_tokens(out["text"])
+    result.in_window = coverage(q.evidence, window)
+    result.budget_recall[budget] = coverage(q.evidence, recalled | window)
+    result.budget_recall_recalled_only[budget] = coverage(q.evidence, recalled)
+    result.injected[budget] = tokens
+    fallbacks = list(out["data"].get("fallbacks") or [])
+    calls.append(BuildSample(budget, wall, {}, fallbacks, tokens, len(matches)))
 
 
 def _questions(conv: Conversation, cfg: EvalConfig) -> list[Question]:
@@ -377,7 +438,9 @@ async def run_locomo(
 
         runs: list[ConversationRun] = []
         results: list[QuestionResult] = []
+        tool_results: list[QuestionResult] = []
         builds: list[BuildSample] = []
+        tool_calls: list[BuildSample] = []
         semaphore = asyncio.Semaphore(cfg.concurrency)
         asked = Progress(
             "questions asked",
@@ -389,14 +452,19 @@ async def run_locomo(
             questions = _questions(conv, cfg)
 
             async def one(q: Question, sid: str = sid, conv: Conversation = conv,
-                          m: dict[int, str] = seq_to_dia) -> QuestionResult:  # fmt: skip
+                          m: dict[int, str] = seq_to_dia,
+                          ) -> tuple[QuestionResult, QuestionResult | None]:  # fmt: skip
                 async with semaphore:
-                    result = await _evaluate_question(http, cfg, conv, sid, m, q, builds)
+                    result = await _evaluate_question(
+                        http, cfg, conv, sid, m, q, builds, tool_calls
+                    )
                 asked.advance()
                 return result
 
-            conv_results = await asyncio.gather(*(one(q) for q in questions))
-            results.extend(conv_results)
+            for result, tool in await asyncio.gather(*(one(q) for q in questions)):
+                results.append(result)
+                if tool is not None:
+                    tool_results.append(tool)
             offloaded = sum(c["turn_last"] - c["turn_first"] + 1 for c in chunks)
             runs.append(
                 ConversationRun(
@@ -439,6 +507,8 @@ async def run_locomo(
         bm25_framed=bm25_framed,
         truncation=truncation,
         builds=builds,
+        tool=tool_results,
+        tool_calls=tool_calls,
         evidence_dropped=dropped,
         questions_without_evidence=sum(
             1 for conv in conversations for q in conv.questions if not q.evidence

@@ -45,6 +45,11 @@ def overall_rows(run: LocomoRun) -> list[tuple[str, dict[str, float]]]:
     cfg = run.config
     rows = [
         ("contextd", summarise(run.contextd, cfg.budgets, cfg.ks).get("overall", {})),
+        *(
+            [("contextd memory tool", summarise(run.tool, cfg.budgets, ()).get("overall", {}))]
+            if run.tool
+            else []
+        ),
         ("bm25 single turns", summarise(run.bm25, cfg.budgets, cfg.ks).get("overall", {})),
         (
             "bm25 single turns, framed like contextd",
@@ -90,14 +95,16 @@ def split_rows(run: LocomoRun) -> list[tuple[str, set[str]]]:
 
 
 def category_table(run: LocomoRun, sample_ids: set[str] | None = None) -> str:
-    """Per category: contextd next to plain BM25 over single turns on the same questions, at
-    every R@k and budget; `sample_ids` restricts the table to those conversations."""
+    """Per category: contextd (build-prompt, and the memory tool's recall when the run asked
+    it) next to plain BM25 over single turns on the same questions, at every R@k and budget;
+    `sample_ids` restricts the table to those conversations."""
     cfg = run.config
 
     def keep(rows: Sequence[QuestionResult]) -> list[QuestionResult]:
         return [r for r in rows if sample_ids is None or r.sample_id in sample_ids]
 
     ours = summarise(keep(run.contextd), cfg.budgets, cfg.ks)
+    tool = summarise(keep(run.tool), cfg.budgets, ()) if run.tool else None
     bm25 = summarise(keep(run.bm25), cfg.budgets, cfg.ks)
     trunc = summarise(keep(run.truncation), (0,), ())
     names = [CATEGORIES[c] for c in SCORED_CATEGORIES] + ["overall", CATEGORIES[5]]
@@ -106,6 +113,7 @@ def category_table(run: LocomoRun, sample_ids: set[str] | None = None) -> str:
         head += [f"R@{k} contextd", f"R@{k} bm25"]
     for b in cfg.budgets:
         head += [f"B{b} contextd", f"B{b} recalled only", f"B{b} bm25"]
+        head += [f"B{b} memory tool"] if tool is not None else []
     head += ["in window", "truncation"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in names:
@@ -117,6 +125,8 @@ def category_table(run: LocomoRun, sample_ids: set[str] | None = None) -> str:
             cells += [_f(o.get(f"R@{k}")), _f(m.get(f"R@{k}"))]
         for b in cfg.budgets:
             cells += [_f(o.get(f"B{b}")), _f(o.get(f"B{b}_recalled")), _f(m.get(f"B{b}"))]
+            if tool is not None:
+                cells.append(_f(tool.get(name, {}).get(f"B{b}")))
         cells += [_f(o.get("in_window")), _f(trunc.get(name, {}).get("B0"))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -227,6 +237,19 @@ def write_plots(run: LocomoRun, out: Path) -> list[str]:
     return files
 
 
+def _tool_section(run: LocomoRun) -> str:
+    """The memory tool's calls: client latency and fallbacks ("" when the run made none)."""
+    if not run.tool_calls:
+        return ""
+    walls = [c.wall_ms for c in run.tool_calls if not c.error]
+    return f"""
+Memory tool `recall` (client wall, the budgeted calls): p50 {_f(percentile(walls, 0.5), 2)} ms,
+p95 {_f(percentile(walls, 0.95), 2)} ms (n={len(walls)}).
+
+{fallback_table(run.tool_calls)}
+"""
+
+
 def render_report(run: LocomoRun, plots: Sequence[str], data_path: str, label: str = "") -> str:
     cfg = run.config
     conv_lines = [
@@ -267,6 +290,10 @@ and context limit {RANKING_LIMIT:,} (the full ranking, regardless of budget).
   turns out by design). "recalled only" counts recalled items alone; "in window" is the share of
   evidence that sat in C1 (the last few turns of the conversation).
 - Injected tokens: `usage.recall` (the recalled block with its frame and per-item headers).
+- **memory tool** (with `--memory-tool`): the same question through the memory tool,
+  `{{"type": "recall", "query": ..., "top_k": {cfg.top_k}, "budget_tokens": B}}`, scored like the
+  build (its matches' turns, or the C1 window of the build at that budget); its tokens are those
+  of the answer's text as the agent reads it.
 - Baselines, offline on the same data: BM25 over single turns (k1 1.2, b .75,
   `app.domain.text.terms`: lower-cased words, English stopwords), a turn costing its content's
   tokens (README setting), and
@@ -292,7 +319,7 @@ and context limit {RANKING_LIMIT:,} (the full ranking, regardless of budget).
 ## Latency (client and `timings_ms`, the budgeted builds; server on the same machine)
 
 {latency_table(run.builds)}
-
+{_tool_section(run)}
 ## Fallbacks
 
 {fallback_table(run.builds)}

@@ -79,14 +79,11 @@ from app.prompt.blocks import (
     RECALL_SHAPE,
     SYSTEM_SEPARATOR,
     anthropic_messages,
-    counted_item,
-    counted_stretch,
     paired_turns,
-    quoted_body,
     render_about_user_item,
     turn_message,
 )
-from app.prompt.choosing import Choice, choose, shown_in_tail
+from app.prompt.choosing import Choice, choose, choose_recalled, shown_in_tail
 from app.prompt.clearing import History, ToolClearing
 from app.prompt.fitting import (
     Room,
@@ -376,29 +373,18 @@ def _recall(
     shown_blocks: Sequence[str],
 ) -> Choice:
     """The recalled block's items within what is left (precedence 5 above)."""
-    per_item = inp.per_item_max_tokens
     history = transcript.history
-    bodies: dict[int, tuple[str, int]] = {}
-
-    def body(item: RecalledItem) -> tuple[str, int]:
-        if id(item) not in bodies:
-            bodies[id(item)] = quoted_body(item, per_item)
-        return bodies[id(item)]
-
     # An agent's step does not recall offloaded turns it read whose values the prompt already
     # shows (in stubs, the value table, the notes): their raw text again costs far more.
     agent_step = inp.query is None and history.has_values
-    recall = choose(
+    recall = choose_recalled(
         inp.recalled,
         limit=min(inp.recall_budget_tokens, room.left - reserve),
         top_k=inp.top_k,
         in_window={t.seq for t in window},
         in_tail=shown_in_tail(history, window, shown_blocks) if agent_step else None,
-        render_one=lambda item: counted_item(item, per_item),
-        shape=RECALL_SHAPE,
+        per_item_max_tokens=inp.per_item_max_tokens,
         overhead=overhead,
-        neighbours=True,
-        render_stretch=lambda stretch: counted_stretch(stretch, [body(i) for i in stretch]),
     )
     room.left -= recall.used
     return recall

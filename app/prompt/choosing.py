@@ -10,7 +10,16 @@ from dataclasses import dataclass, field
 from app.domain.records import RecalledItem, TurnRecord
 from app.domain.tokens import count_tokens
 from app.notes.values import result_values
-from app.prompt.blocks import BlockShape, format_ts, starts_piece, tokens_with
+from app.prompt.blocks import (
+    RECALL_SHAPE,
+    BlockShape,
+    counted_item,
+    counted_stretch,
+    format_ts,
+    quoted_body,
+    starts_piece,
+    tokens_with,
+)
 from app.prompt.clearing import History
 from app.recall.rerank import repeats, word_set
 
@@ -249,6 +258,41 @@ def choose(
         choice.outcome[index] = _fit(item, choice, block, rendering, limit)
     choice.rendered = [e.text for e in block.entries]
     return choice
+
+
+def choose_recalled(
+    items: Sequence[RecalledItem],
+    *,
+    limit: int,
+    top_k: int,
+    in_window: set[int],
+    per_item_max_tokens: int,
+    overhead: int,
+    in_tail: Callable[[RecalledItem], bool] | None = None,
+) -> Choice:
+    """The recalled-history items of `items` (recall's hits with their best turns, best first)
+    within `limit` tokens of the recalled block: build-prompt's block and the memory tool's
+    answer pack alike, so the two paths differ only in their budget. Each item whole or compact,
+    the first few followed by their neighbours, adjacent ones under one header (`choose`)."""
+    bodies: dict[int, tuple[str, int]] = {}
+
+    def body(item: RecalledItem) -> tuple[str, int]:
+        if id(item) not in bodies:
+            bodies[id(item)] = quoted_body(item, per_item_max_tokens)
+        return bodies[id(item)]
+
+    return choose(
+        items,
+        limit=limit,
+        top_k=top_k,
+        in_window=in_window,
+        in_tail=in_tail,
+        render_one=lambda item: counted_item(item, per_item_max_tokens),
+        shape=RECALL_SHAPE,
+        overhead=overhead,
+        neighbours=True,
+        render_stretch=lambda stretch: counted_stretch(stretch, [body(i) for i in stretch]),
+    )
 
 
 def _candidates(

@@ -4,8 +4,8 @@ offloaded tail a tool loop shows, and the tool-result clearing controls."""
 
 import logging
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -26,7 +26,7 @@ from app.prompt.clearing import ToolClearing
 from app.prompt.prepare import BuildState, elapsed_ms, has_history
 from app.prompt.schemas import BuildPromptRequest, ManifestItem, ToolResultsOptions
 from app.prompt.snapshot import KeptWindow, attached
-from app.recall.hits import MEMORY_PREFIX, RecallOutcome, recalled_item
+from app.recall.hits import MEMORY_PREFIX, RecallHit, RecallOutcome, recalled_item
 from app.recall.memory_arms import rank_user_memories
 from app.recall.query_vectors import QueryVectors
 from app.recall.rewrite import window_query
@@ -162,18 +162,12 @@ async def gather(
     )
     if about or about_dropped:
         build.timings["user_memory"] = elapsed_ms(stage)
-    outcome, skipped = await _recall(
-        db, context, build.session, req, window, build.fallbacks, vectors
+    outcome, recalled, skipped = await _recall(
+        db, context, build.session, req, window, top_k, build.fallbacks, vectors
     )
     if outcome is not None:
         build.timings.update({f"recall_{k}": v for k, v in outcome.timings_ms.items()})
         build.fallbacks.extend(f for f in outcome.fallbacks if f not in build.fallbacks)
-    recalled: list[RecalledItem] = []
-    if outcome is not None:
-        shown = await show_best_turns(
-            db, context, build.session, outcome, max(SHOWN_PER_K * top_k, SHOWN_MIN)
-        )
-        recalled = [recalled_item(hit) for hit in shown]
     return Gathered(about, about_dropped, outcome, skipped, recalled)
 
 
@@ -222,44 +216,84 @@ async def _recall(
     session: Any,
     req: BuildPromptRequest,
     window: list[Any],
+    top_k: int,
     fallbacks: list[str],
     vectors: QueryVectors,
-) -> tuple[RecallOutcome | None, str | None]:
+) -> tuple[RecallOutcome | None, list[RecalledItem], str | None]:
     """Run the recall chain when the mode and the session call for it; never fail the build."""
     if req.recall.mode == "never":
-        return None, "mode_never"
+        return None, [], "mode_never"
     if req.recall.mode == "auto" and not has_history(session):
-        return None, "no_history"
+        return None, [], "no_history"
     query = req.query
     if query is None:
         query = window_query(window)
     if not query:
-        return None, "no_query"
+        return None, [], "no_query"
     candidates = (
         req.recall.candidates or effective_config(context.settings, session).recall_candidates
     )
-    recent = [t.content for t in window[-2:]]
     try:
-        outcome = await recall(
+        outcome, recalled = await recalled_history(
             db,
             context,
             session,
             query,
-            recent_turns=recent,
+            window,
             candidates=candidates,
-            window_seqs={t.seq for t in window},
+            top_k=top_k,
             # Remembered items reach the prompt through the notes and the "about this user"
             # block, not as recalled history.
             include_memories=False,
-            now=said_at(window[-1].metadata, window[-1].created_at) if window else None,
             query_vectors=vectors,
         )
     except Exception:  # any failure of the recall chain degrades to C0 + C1 + C2, never a 500
         logger.exception("recall unavailable")
         await db.rollback()  # only reads since the write phase committed
         fallbacks.append("recall_unavailable")
-        return None, "recall_unavailable"
-    return outcome, None
+        return None, [], "recall_unavailable"
+    return outcome, recalled, None
+
+
+async def recalled_history(
+    db: AsyncSession,
+    context: AppContext,
+    session: Session,
+    query: str,
+    window: Sequence[TurnRecord],
+    *,
+    candidates: int,
+    top_k: int,
+    include_memories: bool,
+    memory_source: str = "memory",
+    query_vectors: QueryVectors | None = None,
+    query_timeout_s: float | None = None,
+    keep: Callable[[RecallOutcome, RecallHit], bool] | None = None,
+    shown_seqs: Collection[int] | None = None,
+) -> tuple[RecallOutcome, list[RecalledItem]]:
+    """Recall of `query` beside the window (its last two turns resolve the query, its turns
+    are left out, or only `shown_seqs` when given, its last turn's time dates it), the hits
+    `keep` accepts, each with its best turns: what build-prompt's recalled block and the
+    memory tool's `recall` both choose from (`app.prompt.choosing.choose_recalled`)."""
+    outcome = await recall(
+        db,
+        context,
+        session,
+        query,
+        recent_turns=[t.content for t in window[-2:]],
+        candidates=candidates,
+        window_seqs={t.seq for t in window} if shown_seqs is None else shown_seqs,
+        include_memories=include_memories,
+        now=said_at(window[-1].metadata, window[-1].created_at) if window else None,
+        query_timeout_s=query_timeout_s,
+        query_vectors=query_vectors,
+    )
+    if keep is not None:
+        outcome = replace(outcome, hits=[hit for hit in outcome.hits if keep(outcome, hit)])
+    shown = await show_best_turns(
+        db, context, session, outcome, max(SHOWN_PER_K * top_k, SHOWN_MIN)
+    )
+    return outcome, [recalled_item(hit, memory_source=memory_source) for hit in shown]
 
 
 def dropped_by_recall(outcome: RecallOutcome) -> list[ManifestItem]:

@@ -181,6 +181,7 @@ async def test_scripted_agent_loop_through_the_tool_definition(
 
     nothing = await tool.call(type="recall", query="zebra quantum saxophone")
     assert nothing["data"]["matches"] == [] and nothing["text"].startswith("No match")
+    assert nothing["data"]["no_match"] == "nothing_relevant"
 
     status = await tool.call(type="status")
     data = status["data"]

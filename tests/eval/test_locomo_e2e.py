@@ -64,7 +64,7 @@ def test_eval_locomo_writes_a_report(
                 "--api-key", api_key, "--out", str(out), "--conversations", "2",
                 "--budgets", "150,300", "--k", "1,5", "--context-limit", "1500",
                 "--reserve-tokens", "200", "--min-recent-tokens", "100",
-                "--no-wait-embedded", "--timeout", "120",
+                "--no-wait-embedded", "--timeout", "120", "--memory-tool",
             ]
         )  # fmt: skip
     assert code == 0
@@ -91,5 +91,10 @@ def test_eval_locomo_writes_a_report(
     assert ours["R@5"] >= 0.9, ours
     assert ours["B300"] >= 0.9 and ours["B300_recalled"] >= 0.85, ours
     assert ours["tokens300"] <= 300
+    # The memory tool's recall of the same questions at the same budgets, side by side.
+    tool = results["summary"]["memory_tool"]["overall"]
+    assert tool["n"] == 32 and tool["B300"] >= 0.9 and tool["B300_recalled"] >= 0.85, tool
+    assert "| contextd memory tool |" in report and "B300 memory tool" in report
+    assert len(results["memory_tool_questions"]) == len(results["questions"])
     # Every contextd row is a real measurement: no failed builds in this run.
     assert not re.search(r"\*\*server error\*\*[^|]*\| [1-9]", report)

@@ -24,7 +24,7 @@ TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type"
 MEMORY_BODIES: list[dict[str, Any]] = [
     {"type": "help"},
     {"type": "status"},
-    {"type": "recall", "query": "the 9:40 train", "top_k": 3},
+    {"type": "recall", "query": "the 9:40 train", "top_k": 3, "budget_tokens": 300},
     {
         "type": "remember",
         "text": "aisle seat",
