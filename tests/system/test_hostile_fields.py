@@ -24,7 +24,13 @@ TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type"
 MEMORY_BODIES: list[dict[str, Any]] = [
     {"type": "help"},
     {"type": "status"},
-    {"type": "recall", "query": "the 9:40 train", "top_k": 3, "budget_tokens": 300},
+    {
+        "type": "recall",
+        "query": "the 9:40 train",
+        "top_k": 3,
+        "budget_tokens": 300,
+        "as_of": "2026-12-01T10:00:00Z",
+    },
     {
         "type": "remember",
         "text": "aisle seat",
@@ -34,6 +40,7 @@ MEMORY_BODIES: list[dict[str, Any]] = [
     },
     {"type": "offload", "until_tokens": 10},
     {"type": "forget", "memory_id": str(uuid.UUID(int=9))},
+    {"type": "verify", "memory_id": str(uuid.UUID(int=9))},
     {"type": "forget", "chunk_id": str(uuid.UUID(int=9))},
     {"type": "forget", "turn_range": [1, 1]},
 ]
@@ -89,6 +96,33 @@ BODIES: dict[str, list[dict[str, Any]]] = {
         }
     ],
     "memory_tool": MEMORY_BODIES,
+    "create_memory": [
+        {
+            "text": "aisle seat",
+            "tags": ["travel"],
+            "key": "seat",
+            "scope": "session",
+            "source": "tool_result",
+            "source_tool": "lookup",
+            "turn_seqs": [1],
+            "valid_from": "2026-12-01T10:00:00Z",
+            "valid_until": "2026-12-31T10:00:00Z",
+            "ttl_seconds": 3600,
+            "actor": "api_key",
+        }
+    ],
+    "update_memory": [
+        {
+            "expected_revision": 1,
+            "text": "window seat",
+            "status": "verified",
+            "valid_from": "2026-12-01T10:00:00Z",
+            "valid_until": "2026-12-31T10:00:00Z",
+            "ttl_seconds": 3600,
+            "reason": "the user said so",
+            "actor": "user",
+        }
+    ],
     "build_prompt": BUILD_BODIES,
 }
 TOOL_ARGUMENTS = {"memory": MEMORY_BODIES, "build_prompt": BUILD_BODIES}
@@ -169,8 +203,14 @@ async def test_hostile_strings_in_every_body_field_get_no_5xx(admin: httpx.Async
     session = f"fuzz-{uuid.uuid4().hex[:8]}"
     first = {"turns": [{"role": "user", "content": "Book the 9:40 to Lyon."}]}
     assert (await admin.post(f"/v1/sessions/{session}/turns", json=first)).status_code == 201
+    item = await admin.post(f"/v1/sessions/{session}/memories", json={"text": "aisle seat"})
+    assert item.status_code == 201, item.text
+    memory_id = item.json()["memory"]["memory_id"]
     paths = {
-        op["operationId"]: (method.upper(), template.replace("{session_id}", session))
+        op["operationId"]: (
+            method.upper(),
+            template.replace("{session_id}", session).replace("{memory_id}", memory_id),
+        )
         for template, methods in SPEC["paths"].items()
         for method, op in methods.items()
     }
