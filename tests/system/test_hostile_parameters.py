@@ -19,6 +19,8 @@ VALID: dict[str, str] = {
     "chunk_id": str(uuid.UUID(int=1)),
     "build_id": str(uuid.UUID(int=2)),
     "receipt_id": str(uuid.UUID(int=3)),
+    "memory_id": str(uuid.UUID(int=4)),
+    "revision": "1",
     "user_id": "probe-user",
 }
 # Values within these parameters' rules: a hostile string may be a real user's id.
