@@ -36,18 +36,13 @@ from typing import Any
 
 import redis.asyncio as redis
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.auth.service import create_key
-from app.core.config import load_settings, to_sqlalchemy_url
-from app.core.db import create_sessionmaker, unit_of_work
-from app.core.migrate import upgrade
-from app.domain.callers import DEFAULT_SCOPES
 from app.domain.tokens import count_tokens
 from app.eval.locomo import load_locomo
 from app.runtime.embedded import EmbeddedStack
-from app.store.keys import get_or_create_tenant
 from app.store.vector_index import ensure_vector_index
+from benchmarks.scale_out import provisioned
 from tests.support.waiting import wait_for
 from tests.system.deployment import SMALL_WINDOW, Fleet, client_turn, deployment, process_env
 from tests.system.deployment import settled as queue_settled
@@ -308,12 +303,7 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="capacity-") as tmp:
         stack = EmbeddedStack(Path(tmp), persist=False).start()
         try:
-            upgrade(stack.database_url)
-            settings = load_settings(database_url=stack.database_url, redis_url=stack.redis_url)
-            engine = create_async_engine(to_sqlalchemy_url(stack.database_url))
-            async with unit_of_work(create_sessionmaker(engine)) as db:
-                tenant = (await get_or_create_tenant(db, "capacity")).id
-                api_key, _ = await create_key(db, "capacity", [s.value for s in DEFAULT_SCOPES])
+            settings, engine, tenant, api_key = await provisioned(stack, "capacity")
             cache = redis.Redis.from_url(stack.redis_url)
             prefix = f"{settings.cache.key_prefix}:v1"
             env = process_env(settings, CONTEXTD_EMBEDDING__KIND="e5")

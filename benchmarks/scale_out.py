@@ -41,7 +41,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.auth.service import create_key
-from app.core.config import load_settings, to_sqlalchemy_url
+from app.core.config import Settings, load_settings, to_sqlalchemy_url
 from app.core.db import create_sessionmaker, unit_of_work
 from app.core.migrate import upgrade
 from app.domain.callers import DEFAULT_SCOPES
@@ -333,16 +333,25 @@ def value_of(work: Work, name: str) -> float:
     }[name]
 
 
+async def provisioned(
+    stack: EmbeddedStack, tenant_name: str
+) -> tuple[Settings, AsyncEngine, uuid.UUID, str]:
+    """The stack migrated, its settings, an engine on it, and a tenant `tenant_name` with a key of
+    the default scopes."""
+    upgrade(stack.database_url)
+    settings = load_settings(database_url=stack.database_url, redis_url=stack.redis_url)
+    engine = create_async_engine(to_sqlalchemy_url(stack.database_url))
+    async with unit_of_work(create_sessionmaker(engine)) as db:
+        tenant = (await get_or_create_tenant(db, tenant_name)).id
+        api_key, _ = await create_key(db, tenant_name, [s.value for s in DEFAULT_SCOPES])
+    return settings, engine, tenant, api_key
+
+
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="scale-out-") as tmp:
         stack = EmbeddedStack(Path(tmp), persist=False).start()
         try:
-            upgrade(stack.database_url)
-            settings = load_settings(database_url=stack.database_url, redis_url=stack.redis_url)
-            engine = create_async_engine(to_sqlalchemy_url(stack.database_url))
-            async with unit_of_work(create_sessionmaker(engine)) as db:
-                tenant = (await get_or_create_tenant(db, "scale-out")).id
-                api_key, _ = await create_key(db, "scale-out", [s.value for s in DEFAULT_SCOPES])
+            settings, engine, tenant, api_key = await provisioned(stack, "scale-out")
             postgres = Stack(0, stack.database_url, stack.redis_url, os.getpid())
             print(
                 f"{args.clients} clients x {args.turns} turns"
