@@ -87,6 +87,10 @@ class Cache:
         self._settings = settings
         self._client: Client | None = connect(url, settings) if url else None
         self._down_until = 0.0
+        # A cluster client learns the topology and the command table on its first command, but
+        # routes that command before it knows them: a keyed write may go to any node, a dead
+        # one too. It is initialised on its own first, so every command is routed by its slot.
+        self._topology_known = not isinstance(self._client, redis.RedisCluster)
         # Invalidations that could not reach Redis; replayed before the next successful use so a
         # write made during an outage never leaves an old value to be served after it.
         self._pending_deletes: set[str] = set()
@@ -126,6 +130,14 @@ class Cache:
         if self.bypassed:
             return None
         assert self._client is not None
+        if not self._topology_known:
+            assert isinstance(self._client, redis.RedisCluster)
+            try:
+                await self._client.initialize()
+            except CACHE_ERRORS as exc:
+                self._failed(exc)
+                return None
+            self._topology_known = True
         if self._pending_deletes:
             try:
                 await self._client.delete(*self._pending_deletes)

@@ -290,7 +290,9 @@ async def test_a_process_starting_while_its_url_node_is_down_finds_the_others(
     """With `cluster_nodes`, a new client learns the cluster from another node while the one
     its URL names is down (the others serving their slots: full coverage not required);
     without it, the cache steps aside. (redis-py reads its command table from the primary of
-    slot 0, so that one must answer when a client starts: the URL here names the second.)"""
+    slot 0, so that one must answer when a client starts: the URL here names the second.)
+    Each of several new processes' first command is a write: it must go to its key's node,
+    not to whichever node a client that does not know the topology yet picks."""
     for node in cluster.nodes:
         async with node.client() as client:
             await client.config_set("cluster-require-full-coverage", "no")
@@ -299,21 +301,31 @@ async def test_a_process_starting_while_its_url_node_is_down_finds_the_others(
     cluster.kill(1)
     cache_settings = on_cluster(settings, cluster).cache
     lone = Cache(down.url, cache_settings)
-    found = Cache(down.url, cache_settings.model_copy(update={"cluster_nodes": others}))
+    starting = [
+        Cache(down.url, cache_settings.model_copy(update={"cluster_nodes": others}))
+        for _ in range(12)
+    ]
+    found = starting[0]
     try:
         keys = [found.session_key("session", uuid.uuid4(), sid) for sid in SESSION_IDS]
         live = [k for k in keys if cluster.node_of_slot(await cluster.keyslot(k)) != 1]
+        for cache, key in zip(starting, live, strict=False):
+            await cache.set_json(key, {"first": key})
+        first = [await cache.get_json(key) for cache, key in zip(starting, live, strict=False)]
         for key in live:
             await found.set_json(key, {"found": key})
         stored = [await found.get_json(key) for key in live]
         alone = await lone.get_json(live[0])
     finally:
         await lone.aclose()
-        await found.aclose()
+        for cache in starting:
+            await cache.aclose()
         await cluster.restart(1)
         for node in cluster.nodes:
             async with node.client() as client:
                 await client.config_set("cluster-require-full-coverage", "yes")
-    assert len(live) >= 10
+    assert len(live) >= len(starting)
+    assert first == [{"first": key} for key in live[: len(starting)]]
+    assert not any(cache.bypassed for cache in starting)
     assert stored == [{"found": key} for key in live] and not found.bypassed
     assert alone is None and lone.bypassed
