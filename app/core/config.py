@@ -110,6 +110,11 @@ class CacheSettings(BaseModel):
         "process then starts with its cache while the `REDIS_URL` node is down",
     )
     ttl_seconds: int = Field(300, gt=0, description="lifetime of cached session state")
+    query_vector_ttl_seconds: int = Field(
+        86_400,
+        gt=0,
+        description="lifetime of a cached query vector (one per distinct query text and model)",
+    )
     retry_after_seconds: float = Field(
         5.0, ge=0, description="after a Redis error, go straight to Postgres for this long"
     )
@@ -120,7 +125,11 @@ class DatabaseSettings(BaseModel):
     pool_size: int = Field(10, gt=0, description="SQLAlchemy pool size per process")
     max_overflow: int = Field(10, ge=0, description="extra connections above the pool")
     idempotency_ttl_hours: int = Field(
-        24, gt=0, description="how long Idempotency-Key replays hold"
+        24,
+        gt=0,
+        description=(
+            "how long an Idempotency-Key replay holds; the worker deletes older records hourly"
+        ),
     )
     statement_timeout_seconds: float = Field(
         60.0, gt=0, description="PostgreSQL cancels any one statement running longer (503)"

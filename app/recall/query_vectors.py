@@ -13,8 +13,6 @@ from app.recall.query import own_words_suffice, query_views
 
 logger = logging.getLogger("contextd.recall")
 
-QUERY_VECTOR_TTL_SECONDS = 24 * 3600
-
 
 async def _query_vector(
     context: AppContext,
@@ -65,7 +63,9 @@ async def _query_vector(
         return None
     breaker.succeeded()
     if unstored is None:
-        await context.cache.set_json(key, vector, ttl=QUERY_VECTOR_TTL_SECONDS)
+        await context.cache.set_json(
+            key, vector, ttl=context.settings.cache.query_vector_ttl_seconds
+        )
     else:
         unstored.append((key, vector))
     return vector
@@ -106,7 +106,9 @@ class QueryVectors:
         """Store in the cache the vectors embedded since the last call."""
         while self._unstored:
             key, vector = self._unstored.pop()
-            await self._context.cache.set_json(key, vector, ttl=QUERY_VECTOR_TTL_SECONDS)
+            await self._context.cache.set_json(
+                key, vector, ttl=self._context.settings.cache.query_vector_ttl_seconds
+            )
 
     async def _embed(self, text: str) -> tuple[list[float] | None, list[str]]:
         flags: list[str] = []

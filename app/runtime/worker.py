@@ -19,6 +19,7 @@ from app.jobs.queue import BACKGROUND_QUEUE, DEFAULT_QUEUE
 from app.memories.tasks import blueprint as memory_tasks
 from app.notes.tasks import blueprint as notes_tasks
 from app.offload.tasks import blueprint as offload_tasks
+from app.sessions.tasks import blueprint as session_tasks
 
 logger = logging.getLogger("contextd.worker")
 # Waits before starting again after the worker stopped: doubling from the first to the second.
@@ -37,6 +38,7 @@ def create_job_app(settings: Settings) -> App:
     app.add_tasks_from(notes_tasks(), namespace="notes")
     app.add_tasks_from(erasure_tasks(), namespace="memory")  # task name `memory:erase`
     app.add_tasks_from(memory_tasks(), namespace="memory")  # `memory:embed`, the sweep
+    app.add_tasks_from(session_tasks(), namespace="sessions")  # the idempotency records' purge
     return app
 
 

@@ -7,6 +7,7 @@ import hashlib
 import json
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -173,7 +174,12 @@ async def append_turns(
 
     if idempotency_key is not None:
         earlier = await turns_store.claim_idempotency_key(
-            db, caller.tenant_id, session.id, idempotency_key, prepared.request_hash
+            db,
+            caller.tenant_id,
+            session.id,
+            idempotency_key,
+            prepared.request_hash,
+            timedelta(hours=settings.db.idempotency_ttl_hours),
         )
         if earlier is not None:
             if earlier.request_hash != prepared.request_hash or earlier.response is None:

@@ -138,6 +138,7 @@ class Turn(Base):
 
 class IdempotencyRecord(Base):
     __tablename__ = "idempotency_keys"
+    __table_args__ = (Index("ix_idempotency_keys_created", "created_at"),)
     tenant_id: Mapped[uuid.UUID] = mapped_column(
         ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
     )

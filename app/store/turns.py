@@ -4,11 +4,24 @@ and its window, the offloaded tail, turns of chunks, forget and erase of turn te
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
-from sqlalchemy import String, cast, column, func, literal, or_, select, text, union_all, update
+from sqlalchemy import (
+    String,
+    cast,
+    column,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    tuple_,
+    union_all,
+    update,
+)
 from sqlalchemy import true as sa_true
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -324,18 +337,34 @@ async def session_turn_texts(db: AsyncSession, session_pk: uuid.UUID) -> tuple[i
 
 
 async def claim_idempotency_key(
-    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, key: str, request_hash: str
+    db: AsyncSession,
+    tenant_id: uuid.UUID,
+    session_pk: uuid.UUID,
+    key: str,
+    request_hash: str,
+    lifetime: timedelta,
 ) -> IdempotencyRecord | None:
-    """Claim `key` for this transaction. Returns the earlier record when the key was used.
+    """Claim `key` for this transaction. Returns the earlier record when the key was used within
+    `lifetime`; a record older than that is claimed again, as if the key were new.
 
     A concurrent claim of the same key waits on the unique index until the first transaction
     ends, then sees its committed record: a replay never writes twice.
     """
+    record = IdempotencyRecord.__table__
+    claim = insert(IdempotencyRecord).values(
+        tenant_id=tenant_id, session_id=session_pk, key=key, request_hash=request_hash
+    )
     claimed = await db.execute(
-        insert(IdempotencyRecord)
-        .values(tenant_id=tenant_id, session_id=session_pk, key=key, request_hash=request_hash)
-        .on_conflict_do_nothing()
-        .returning(IdempotencyRecord.key)
+        claim.on_conflict_do_update(
+            index_elements=[record.c.tenant_id, record.c.session_id, record.c.key],
+            set_={
+                "request_hash": request_hash,
+                "status_code": None,
+                "response": None,
+                "created_at": func.now(),
+            },
+            where=record.c.created_at < func.now() - lifetime,
+        ).returning(IdempotencyRecord.key)
     )
     if claimed.first() is not None:
         return None
@@ -345,6 +374,24 @@ async def claim_idempotency_key(
         IdempotencyRecord.key == key,
     )
     return (await db.execute(query)).scalar_one()
+
+
+async def purge_idempotency_records(db: AsyncSession, lifetime: timedelta, limit: int) -> int:
+    """Delete up to `limit` idempotency records older than `lifetime` (oldest first, through
+    `ix_idempotency_keys_created`); how many went."""
+    expired = (
+        select(IdempotencyRecord.tenant_id, IdempotencyRecord.session_id, IdempotencyRecord.key)
+        .where(IdempotencyRecord.created_at < func.now() - lifetime)
+        .order_by(IdempotencyRecord.created_at)
+        .limit(limit)
+    )
+    record = IdempotencyRecord.__table__
+    gone = await db.execute(
+        delete(IdempotencyRecord)
+        .where(tuple_(record.c.tenant_id, record.c.session_id, record.c.key).in_(expired))
+        .returning(IdempotencyRecord.key)
+    )
+    return len(gone.all())
 
 
 async def store_idempotent_response(

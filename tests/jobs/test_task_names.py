@@ -16,6 +16,7 @@ TASKS = {
     "memory:embed": ("contextd-background", "memory_ids: list[str]"),
     "memory:sweep_embeddings": ("contextd-background", "timestamp: int"),
     "memory:sweep_validity": ("contextd-background", "timestamp: int"),
+    "sessions:purge_idempotency": ("contextd-background", "timestamp: int"),
 }
 
 
@@ -38,4 +39,5 @@ def test_the_periodic_tasks_keep_their_ids() -> None:
         ("memory:sweep_embeddings", "sweep_embeddings"),
         ("memory:sweep_validity", "sweep_validity"),
         ("offload:sweep", "sweep"),
+        ("sessions:purge_idempotency", "purge_idempotency"),
     ]
