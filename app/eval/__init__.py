@@ -252,7 +252,7 @@ def _run_madial(args: argparse.Namespace) -> int:
 
 
 def _run_locomo(args: argparse.Namespace) -> int:
-    from app.eval.ablation import kind_rows
+    from app.eval.ablation import kind_rows, rank_rows
     from app.eval.answer_eval import answer_summary
     from app.eval.answer_report import ablation_table, answer_table
     from app.eval.driver import EvalConfig, run_locomo
@@ -305,6 +305,7 @@ def _run_locomo(args: argparse.Namespace) -> int:
                 "answers": [asdict(a) for a in result.answers],
                 "answer_summary": answer_summary(result.answers),
                 "ablation": [asdict(kind) for kind in kind_rows(ablated)],
+                "ablation_by_rank": [asdict(kind) for kind in rank_rows(ablated)],
                 "ablation_questions": [asdict(a) for a in result.ablations],
             },
             indent=1,
@@ -316,5 +317,6 @@ def _run_locomo(args: argparse.Namespace) -> int:
         print(f"\nanswers judged at B{cfg.answer_budget}:\n{answer_table(result.answers)}")
     if result.ablations:
         print(f"\nfragments removed at B{cfg.answer_budget}:\n{ablation_table(result.ablations)}")
+        print(f"\nby rank:\n{ablation_table(result.ablations, by_rank=True)}")
     print(f"report: {path}")
     return 0

@@ -24,7 +24,7 @@ The tokens of a fragment are those the manifest charges (a notes section: its li
 import re
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.domain.tokens import count_tokens
@@ -232,6 +232,7 @@ class FragmentOutcome:
     evidence_delta: float  # evidence recall of the build minus that without the fragment
     published_delta: int | None = None  # judged correct with it minus without (-1, 0, 1)
     strict_delta: int | None = None
+    rank: int | None = None  # a recalled item's place in the build's recall order, from 1
 
 
 @dataclass
@@ -243,16 +244,16 @@ class KindRow:
     tokens_per_question: float
     evidence_delta_mean: float
     earned_evidence: float  # share of fragments whose removal lowered evidence recall
+    earned_tokens: float  # share of the kind's tokens in those fragments
     published_delta_mean: float | None = None
     strict_delta_mean: float | None = None
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 def kind_rows(per_question: Sequence[Sequence[FragmentOutcome]]) -> list[KindRow]:
     """Per fragment kind, over every question's build: how many fragments, their mean tokens
     and tokens per question that had one, the mean evidence recall lost when one is removed and
-    the share of them whose removal lost any; with judged answers, the mean change of each
-    judge's verdict (1: the answer was right only with the fragment)."""
+    the share of them whose removal lost any (and of their tokens); with judged answers, the
+    mean change of each judge's verdict (1: the answer was right only with the fragment)."""
     by_kind: dict[str, list[FragmentOutcome]] = {}
     questions: dict[str, int] = {}
     for outcomes in per_question:
@@ -273,6 +274,11 @@ def kind_rows(per_question: Sequence[Sequence[FragmentOutcome]]) -> list[KindRow
                 tokens_per_question=tokens / questions[kind],
                 evidence_delta_mean=statistics.fmean(o.evidence_delta for o in outcomes),
                 earned_evidence=sum(o.evidence_delta > 0 for o in outcomes) / len(outcomes),
+                earned_tokens=(
+                    sum(o.tokens for o in outcomes if o.evidence_delta > 0) / tokens
+                    if tokens
+                    else 0.0
+                ),
                 published_delta_mean=(
                     statistics.fmean(o.published_delta or 0 for o in judged) if judged else None
                 ),
@@ -282,3 +288,24 @@ def kind_rows(per_question: Sequence[Sequence[FragmentOutcome]]) -> list[KindRow
             )
         )
     return sorted(rows, key=lambda r: (not r.kind.startswith("notes"), r.kind))
+
+
+RANK_BUCKETS = ((1, 1), (2, 2), (3, 3), (4, 5), (6, 8), (9, 12), (13, 10_000))
+
+
+def rank_rows(per_question: Sequence[Sequence[FragmentOutcome]]) -> list[KindRow]:
+    """`kind_rows` of the recalled items by their place in the recall order (1, 2, 3, 4-5, 6-8,
+    9-12, 13+): whether the items packed last earn their tokens as the first ones do."""
+
+    def bucket(rank: int) -> str:
+        low, high = next((lo, hi) for lo, hi in RANK_BUCKETS if lo <= rank <= hi)
+        span = str(low) if low == high else f"{low}+" if high == 10_000 else f"{low}-{high}"
+        return f"recalled item, rank {span}"
+
+    relabelled = [
+        [replace(o, kind=bucket(o.rank)) for o in outcomes if o.rank is not None]
+        for outcomes in per_question
+    ]
+    rows = kind_rows(relabelled)
+    order = {bucket(lo): n for n, (lo, _) in enumerate(RANK_BUCKETS)}
+    return sorted(rows, key=lambda r: order[r.kind])

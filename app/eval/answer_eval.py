@@ -97,10 +97,14 @@ async def answer_and_ablate(
     if not ablate:
         return answer, None
     ablation = AblationResult(conv.sample_id, q.category)
+    rank = 0
     for fragment in fragments(resp):
         recalled = fragment.kind in (RECALLED_ITEM, RECALLED_MEMORY)
         without = coverage_without(q.evidence, units, window, fragment.id) if recalled else full
-        outcome = FragmentOutcome(fragment.kind, fragment.tokens, full - without)
+        rank += recalled
+        outcome = FragmentOutcome(
+            fragment.kind, fragment.tokens, full - without, rank=rank if recalled else None
+        )
         if graded is not None:
             assert setup is not None and llm is not None
             messages = without_fragment(resp["messages"], fragment, lines)

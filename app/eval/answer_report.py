@@ -4,7 +4,7 @@ and tokens) and `--ablate` (what each fragment kind was worth), per split."""
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from app.eval.ablation import KindRow, kind_rows
+from app.eval.ablation import KindRow, kind_rows, rank_rows
 from app.eval.answer_eval import AblationResult, AnswerResult, answer_summary
 from app.eval.locomo import CATEGORIES, SCORED_CATEGORIES
 
@@ -46,20 +46,22 @@ def answer_table(answers: Sequence[AnswerResult]) -> str:
     return "\n".join(lines)
 
 
-def ablation_table(ablations: Sequence[AblationResult]) -> str:
-    """Per fragment kind: how many, their tokens, the evidence recall lost without one and the
-    share that lost any, and with judged answers the change of each verdict."""
-    rows: list[KindRow] = kind_rows([a.outcomes for a in ablations])
+def ablation_table(ablations: Sequence[AblationResult], *, by_rank: bool = False) -> str:
+    """Per fragment kind (`by_rank`: per place of a recalled item in the recall order): how
+    many, their tokens, the evidence recall lost without one, the share of them (and of their
+    tokens) that lost any, and with judged answers the change of each verdict."""
+    per_question = [a.outcomes for a in ablations]
+    rows: list[KindRow] = rank_rows(per_question) if by_rank else kind_rows(per_question)
     judged = any(r.published_delta_mean is not None for r in rows)
-    head = "| fragment kind | fragments | builds with one | tokens each | tokens a build |"
-    head += " evidence recall lost without one | share that lost evidence |"
+    head = "| fragment | fragments | builds with one | tokens each | tokens a build |"
+    head += " evidence recall lost without one | share that lost evidence | their tokens |"
     head += " J lost without one | strict lost without one |" if judged else ""
-    lines = [head, "|" + "---|" * (9 if judged else 7)]
+    lines = [head, "|" + "---|" * (10 if judged else 8)]
     for r in rows:
         line = (
             f"| {r.kind} | {r.fragments} | {r.questions} | {r.tokens_mean:.0f} | "
             f"{r.tokens_per_question:.0f} | {_signed(r.evidence_delta_mean)} | "
-            f"{_f(r.earned_evidence)} |"
+            f"{_f(r.earned_evidence)} | {_f(r.earned_tokens)} |"
         )
         if judged:
             line += f" {_signed(r.published_delta_mean)} | {_signed(r.strict_delta_mean)} |"
@@ -98,10 +100,15 @@ Each fragment the build included (a notes section, each recalled item, the user-
 the entity table) removed in turn from the returned prompt, the question scored again. "Evidence
 recall lost" is the build's evidence recall minus that without the fragment (notes, user memory
 and the table cover no evidence turn by definition: 0); "share that lost evidence" the fragments
-whose removal lost any; with `--answer-llm`, "J / strict lost" is the judged verdict with the
+whose removal lost any, "their tokens" the share of the kind's tokens those fragments cost; with
+`--answer-llm`, "J / strict lost" is the judged verdict with the
 fragment minus without it (+1: right only with it; −1: right only without it).
 
 {ablation_table(ablations)}
 
 {_per_split(ablations, splits, ablation_table)}
+
+Recalled items by their place in the recall order (all conversations):
+
+{ablation_table(ablations, by_rank=True)}
 """

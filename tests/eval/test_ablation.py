@@ -15,6 +15,7 @@ from app.eval.ablation import (
     coverage_without,
     fragments,
     kind_rows,
+    rank_rows,
     without_fragment,
 )
 from app.eval.answering import (
@@ -184,6 +185,7 @@ def test_kind_rows_average_per_kind_and_count_what_earned_its_place() -> None:
     assert item.tokens_mean == pytest.approx(70) and item.tokens_per_question == pytest.approx(105)
     assert item.evidence_delta_mean == pytest.approx(0.5 / 3)
     assert item.earned_evidence == pytest.approx(1 / 3)
+    assert item.earned_tokens == pytest.approx(100 / 210)
     assert item.published_delta_mean == pytest.approx(1 / 3)
     assert item.strict_delta_mean == pytest.approx(0.0)
     unjudged = kind_rows([[FragmentOutcome(RECALLED_ITEM, 10, 0.0)]])[0]
@@ -212,3 +214,25 @@ def test_answer_messages_put_the_instructions_first() -> None:
     out = answer_messages("Answer briefly.", built)
     assert out == [{"role": "system", "content": "Answer briefly."}, *built]
     assert out[1] is not built[0]
+
+
+def test_rank_rows_group_recalled_items_by_their_place_in_the_recall_order() -> None:
+    def item(rank: int, delta: float) -> FragmentOutcome:
+        return FragmentOutcome(RECALLED_ITEM, 10 * rank, delta, rank=rank)
+
+    notes = FragmentOutcome("notes [facts]", 30, 0.0)
+    rows = rank_rows(
+        [
+            [notes, item(1, 1.0), item(2, 0.0), item(4, 0.5), item(5, 0.0), item(14, 0.0)],
+            [item(1, 0.0), item(9, 0.25)],
+        ]
+    )
+    assert [(r.kind, r.fragments, r.questions) for r in rows] == [
+        ("recalled item, rank 1", 2, 2),
+        ("recalled item, rank 2", 1, 1),
+        ("recalled item, rank 4-5", 2, 1),
+        ("recalled item, rank 9-12", 1, 1),
+        ("recalled item, rank 13+", 1, 1),
+    ]
+    assert rows[0].earned_evidence == 0.5 and rows[2].evidence_delta_mean == 0.25
+    assert rows[2].earned_tokens == pytest.approx(40 / 90)

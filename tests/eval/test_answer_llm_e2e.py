@@ -123,6 +123,9 @@ def test_answer_llm_and_ablate_against_a_loopback_model(
         for o in q["outcomes"]:
             if o["kind"] == RECALLED_ITEM and o["evidence_delta"] > 0:
                 assert o["strict_delta"] in (0, 1), o
+    ranks = {row["kind"]: row for row in results["ablation_by_rank"]}
+    assert ranks["recalled item, rank 1"]["questions"] == 16
+    assert sum(row["fragments"] for row in ranks.values()) == item["fragments"]
     report = (tmp_path / "llm" / "locomo_report.md").read_text()
     assert "## Answers judged (`--answer-llm`, the build at B100)" in report
     assert "## What each fragment was worth" in report and "| recalled item |" in report
