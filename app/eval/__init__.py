@@ -4,6 +4,8 @@ Markdown report (spec §8)."""
 import argparse
 import asyncio
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -99,7 +101,11 @@ def _add_answer_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="OpenAI-compatible endpoint that answers each question from the built prompt",
     )
-    parser.add_argument("--answer-model", default="gpt-4o-mini", help="model name it is sent")
+    parser.add_argument(
+        "--answer-model",
+        default="gpt-4o-mini",
+        help="model name it is sent (the published runs used gpt-4o-mini)",
+    )
     parser.add_argument(
         "--judge-llm",
         default=None,
@@ -117,10 +123,11 @@ def _add_answer_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--llm-timeout", type=float, default=120.0, help="per model call, s")
 
 
-def answer_setup(args: argparse.Namespace) -> "AnswerSetup | None":
-    """The answering model and judge of `--answer-llm` (None without it)."""
-    import os
-
+def answer_setup(
+    args: argparse.Namespace, environ: Mapping[str, str] = os.environ
+) -> "AnswerSetup | None":
+    """The answering model and judge of `--answer-llm` (None without it); the bearer key from
+    the variable of `environ` that `--llm-api-key-env` names."""
     from app.core.chat import ChatEndpoint
     from app.eval.answering import AnswerSetup
 
@@ -128,7 +135,7 @@ def answer_setup(args: argparse.Namespace) -> "AnswerSetup | None":
         if args.judge_llm:
             raise SystemExit("--judge-llm needs --answer-llm")
         return None
-    key = os.environ.get(args.llm_api_key_env) or None
+    key = environ.get(args.llm_api_key_env) or None
     answer = ChatEndpoint(args.answer_llm, args.answer_model, key, args.llm_timeout)
     judge = ChatEndpoint(
         args.judge_llm or args.answer_llm,
