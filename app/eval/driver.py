@@ -18,6 +18,7 @@ from app.eval.answer_eval import AblationResult, AnswerResult, answer_and_ablate
 from app.eval.answering import AnswerSetup, llm_client
 from app.eval.locomo import (
     RANKING_LIMIT,
+    SCORED_CATEGORIES,
     Conversation,
     Question,
     QuestionResult,
@@ -387,6 +388,7 @@ class AnswerPass:
     llm: Any
     answers: list[AnswerResult] = field(default_factory=list)
     ablations: list[AblationResult] = field(default_factory=list)
+    lines: dict[str, dict[int, str]] = field(default_factory=dict)  # sample id → `shown_lines`
 
 
 async def _answer(
@@ -397,14 +399,21 @@ async def _answer(
     q: Question,
     resp: Mapping[str, Any] | None,
 ) -> None:
-    """Answer and take apart the build at the answer budget; a failed build is skipped (it is
-    already counted as a server error among the builds)."""
+    """Answer and take apart the build at the answer budget. A failed build (a server error,
+    counted among the builds) is a wrong answer with its error, and has nothing to take apart."""
     if resp is None:
+        if cfg.answering is not None and q.category in SCORED_CATEGORIES:
+            answering.answers.append(
+                AnswerResult(conv.sample_id, q.category, q.question, q.answer, "", False, False,
+                             "build-prompt failed", 0.0, 0, 0)
+            )  # fmt: skip
         return
     ids = [item["chunk_id"] for item in resp["recall"]["items"]]
     units = dict(zip(ids, _item_dias(resp, seq_to_dia), strict=True))
     window = set().union(*[dia_ids_of_range(s, s, seq_to_dia) for s in _window_seqs(resp)])
-    lines = shown_lines(conv, seq_to_dia)
+    if conv.sample_id not in answering.lines:
+        answering.lines[conv.sample_id] = shown_lines(conv, seq_to_dia)
+    lines = answering.lines[conv.sample_id]
     answer, ablation = await answer_and_ablate(
         answering.llm, cfg.answering, cfg.ablate, conv, q, resp, units, window, lines
     )
