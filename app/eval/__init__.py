@@ -324,6 +324,7 @@ def _run_locomo(args: argparse.Namespace) -> int:
         print(f"\nanswers judged at B{cfg.answer_budget}:\n{answer_table(result.answers)}")
     if result.ablations:
         print(f"\nfragments removed at B{cfg.answer_budget}:\n{ablation_table(result.ablations)}")
-        print(f"\nby rank:\n{ablation_table(result.ablations, by_rank=True)}")
+        print(f"\nby rank:\n{ablation_table(result.ablations, rows_by='rank')}")
+        print(f"\nby category:\n{ablation_table(result.ablations, rows_by='category')}")
     print(f"report: {path}")
     return 0

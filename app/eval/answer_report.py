@@ -2,7 +2,8 @@
 and tokens) and `--ablate` (what each fragment kind was worth), per split."""
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from dataclasses import replace
+from typing import Literal, TypeVar
 
 from app.eval.ablation import KindRow, kind_rows, rank_rows
 from app.eval.answer_eval import AblationResult, AnswerResult, answer_summary
@@ -46,12 +47,26 @@ def answer_table(answers: Sequence[AnswerResult]) -> str:
     return "\n".join(lines)
 
 
-def ablation_table(ablations: Sequence[AblationResult], *, by_rank: bool = False) -> str:
-    """Per fragment kind (`by_rank`: per place of a recalled item in the recall order): how
-    many, their tokens, the evidence recall lost without one, the share of them (and of their
-    tokens) that lost any, and with judged answers the change of each verdict."""
+def ablation_table(
+    ablations: Sequence[AblationResult], *, rows_by: Literal["kind", "rank", "category"] = "kind"
+) -> str:
+    """Per fragment kind (`rank`: per place of a recalled item in the recall order; `category`:
+    per kind and question category): how many, their tokens, the evidence recall lost without
+    one, the share of them (and of their tokens) that lost any, and with judged answers the
+    change of each verdict."""
     per_question = [a.outcomes for a in ablations]
-    rows: list[KindRow] = rank_rows(per_question) if by_rank else kind_rows(per_question)
+    rows: list[KindRow]
+    if rows_by == "rank":
+        rows = rank_rows(per_question)
+    elif rows_by == "category":
+        rows = kind_rows(
+            [
+                [replace(o, kind=f"{o.kind}, {CATEGORIES[a.category]}") for o in a.outcomes]
+                for a in ablations
+            ]
+        )
+    else:
+        rows = kind_rows(per_question)
     judged = any(r.published_delta_mean is not None for r in rows)
     head = "| fragment | fragments | builds with one | tokens each | tokens a build |"
     head += " evidence recall lost without one | share that lost evidence | their tokens |"
@@ -110,5 +125,9 @@ fragment minus without it (+1: right only with it; −1: right only without it).
 
 Recalled items by their place in the recall order (all conversations):
 
-{ablation_table(ablations, by_rank=True)}
+{ablation_table(ablations, rows_by="rank")}
+
+Per question category (all conversations):
+
+{ablation_table(ablations, rows_by="category")}
 """

@@ -129,6 +129,8 @@ def test_answer_llm_and_ablate_against_a_loopback_model(
     report = (tmp_path / "llm" / "locomo_report.md").read_text()
     assert "## Answers judged (`--answer-llm`, the build at B100)" in report
     assert "## What each fragment was worth" in report and "| recalled item |" in report
+    assert "| recalled item, rank 1 | 16 | 16 |" in report
+    assert "| recalled item, single-hop | " in report
     assert "J (published judge)" in capsys.readouterr().out
 
 
