@@ -1,6 +1,8 @@
-"""One call to an OpenAI-compatible `/v1/chat/completions` endpoint asking for a JSON object.
+"""One call to an OpenAI-compatible `/v1/chat/completions` endpoint asking for a JSON object
+(or, for the eval's answering model, plain text).
 
-Shared by the optional LLM notes generator and the optional LLM query rewrite: same URL rule,
+Shared by the optional LLM notes generator, the optional LLM query rewrite and the eval's
+answering model and judge: same URL rule,
 timeout (enforced as a total with `asyncio.timeout`), reply decoding and error wording; callers
 validate the decoded object against their own schema, and get a failure as their own exception
 (`ask_json`).
@@ -48,13 +50,43 @@ async def chat_json(
     purpose: str,
 ) -> Any:
     """The JSON value in the reply of one JSON-mode chat completion (temperature 0)."""
-    url = chat_completions_url(base_url)
     payload = {
         "model": model,
         "messages": messages,
         "response_format": {"type": "json_object"},
         "temperature": 0,
     }
+    body = await _completion(client, base_url, api_key, payload, timeout_s, purpose=purpose)
+    return decode_reply(body)
+
+
+async def chat_text(
+    client: httpx.AsyncClient,
+    endpoint: ChatEndpoint,
+    messages: list[dict[str, Any]],
+    *,
+    purpose: str,
+) -> str:
+    """The text of the reply of one plain chat completion (temperature 0) at `endpoint`: a model
+    that answers in prose, where JSON mode would change what it is asked."""
+    payload = {"model": endpoint.model, "messages": messages, "temperature": 0}
+    body = await _completion(
+        client, endpoint.base_url, endpoint.api_key, payload, endpoint.timeout_s, purpose=purpose
+    )
+    return reply_content(body)
+
+
+async def _completion(
+    client: httpx.AsyncClient,
+    base_url: str,
+    api_key: str | None,
+    payload: dict[str, Any],
+    timeout_s: float,
+    *,
+    purpose: str,
+) -> Any:
+    """The decoded body of one chat completion request; `ChatUnavailable` on any failure."""
+    url = chat_completions_url(base_url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         async with asyncio.timeout(timeout_s):
@@ -70,10 +102,9 @@ async def chat_json(
             f"{purpose} at {url} returned HTTP {response.status_code}: {response.text[:200]}"
         )
     try:
-        body = response.json()
+        return response.json()
     except ValueError as exc:
         raise ChatUnavailable(f"{purpose} at {url} returned a non-JSON body") from exc
-    return decode_reply(body)
 
 
 async def ask_json(
@@ -100,15 +131,20 @@ async def ask_json(
         raise failure(str(exc)) from exc
 
 
-def decode_reply(body: Any) -> Any:
-    """`choices[0].message.content` parsed as JSON (a ```json fence around it is accepted)."""
+def reply_content(body: Any) -> str:
+    """`choices[0].message.content` of a chat completion body."""
     try:
         content = body["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError) as exc:
         raise ChatUnavailable("reply has no choices[0].message.content") from exc
     if not isinstance(content, str):
         raise ChatUnavailable("choices[0].message.content is not a string")
-    text = content.strip()
+    return content
+
+
+def decode_reply(body: Any) -> Any:
+    """`choices[0].message.content` parsed as JSON (a ```json fence around it is accepted)."""
+    text = reply_content(body).strip()
     fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, re.DOTALL)
     if fenced:
         text = fenced.group(1)

@@ -4,8 +4,14 @@ Markdown report (spec §8)."""
 import argparse
 import asyncio
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.eval.answering import AnswerSetup
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -58,6 +64,14 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
         action="store_true",
         help="also score the memory tool's recall at each budget, beside build-prompt",
     )
+    lo.add_argument(
+        "--ablate",
+        action="store_true",
+        help="remove each fragment of the build at --answer-budget in turn (a notes section, "
+        "each recalled item, the user-memory block, the entity table) and report what each "
+        "kind was worth",
+    )
+    _add_answer_arguments(lo)
     lo.add_argument("--label", default="", help="free text shown in the report header")
     ma = ev_sub.add_parser("madial", help="MADial-Bench remembered-item recall through the API")
     ma.add_argument("--data", required=True, help="folder of the MADial-Bench JSON files")
@@ -68,6 +82,7 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     ma.add_argument("--k", type=_ints, default=(5, 10), help="e.g. 5,10")
     ma.add_argument("--dialogues", type=int, default=None, help="first N dialogues")
     ma.add_argument("--timeout", type=float, default=600.0, help="worker deadline, s")
+    _add_answer_arguments(ma)
     ma.add_argument("--label", default="", help="free text shown in the report header")
     from app.eval.notes_driver import add_notes_parser
 
@@ -76,6 +91,59 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     from app.eval.trust_driver import add_trust_parser
 
     add_trust_parser(ev_sub)
+
+
+def _add_answer_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--answer-llm` and its companions (nothing is called without a URL)."""
+    parser.add_argument(
+        "--answer-llm",
+        default=None,
+        metavar="URL",
+        help="OpenAI-compatible endpoint that answers each question from the built prompt",
+    )
+    parser.add_argument(
+        "--answer-model",
+        default="gpt-4o-mini",
+        help="model name it is sent (the published runs used gpt-4o-mini)",
+    )
+    parser.add_argument(
+        "--judge-llm",
+        default=None,
+        metavar="URL",
+        help="endpoint of the judge (default: --answer-llm)",
+    )
+    parser.add_argument("--judge-model", default=None, help="judge model (default: --answer-model)")
+    parser.add_argument(
+        "--llm-api-key-env",
+        default="OPENAI_API_KEY",
+        metavar="NAME",
+        help="environment variable holding the bearer key of both endpoints (unset: no key)",
+    )
+    parser.add_argument("--answer-budget", type=int, default=1000, help="recall budget B read")
+    parser.add_argument("--llm-timeout", type=float, default=120.0, help="per model call, s")
+
+
+def answer_setup(
+    args: argparse.Namespace, environ: Mapping[str, str] = os.environ
+) -> "AnswerSetup | None":
+    """The answering model and judge of `--answer-llm` (None without it); the bearer key from
+    the variable of `environ` that `--llm-api-key-env` names."""
+    from app.core.chat import ChatEndpoint
+    from app.eval.answering import AnswerSetup
+
+    if not args.answer_llm:
+        if args.judge_llm:
+            raise SystemExit("--judge-llm needs --answer-llm")
+        return None
+    key = environ.get(args.llm_api_key_env) or None
+    answer = ChatEndpoint(args.answer_llm, args.answer_model, key, args.llm_timeout)
+    judge = ChatEndpoint(
+        args.judge_llm or args.answer_llm,
+        args.judge_model or args.answer_model,
+        key,
+        args.llm_timeout,
+    )
+    return AnswerSetup(answer=answer, judge=judge)
 
 
 def _add_agent_parser(ev_sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -159,10 +227,21 @@ def _run_agent(args: argparse.Namespace) -> int:
 def _run_madial(args: argparse.Namespace) -> int:
     from app.eval.madial import lexical_only, load_madial
     from app.eval.madial_driver import MadialConfig, run_madial
-    from app.eval.madial_report import madial_json, madial_table, write_madial_report
+    from app.eval.madial_report import (
+        madial_json,
+        madial_table,
+        reply_table,
+        write_madial_report,
+    )
 
     cfg = MadialConfig(
-        url=args.url, lang=args.lang, api_key=args.api_key, ks=tuple(args.k), timeout_s=args.timeout
+        url=args.url,
+        lang=args.lang,
+        api_key=args.api_key,
+        ks=tuple(args.k),
+        timeout_s=args.timeout,
+        answering=answer_setup(args),
+        answer_budget=args.answer_budget,
     )
     memories, dialogues = load_madial(args.data, args.lang)
     if args.dialogues is not None:
@@ -172,12 +251,17 @@ def _run_madial(args: argparse.Namespace) -> int:
     path = write_madial_report(result, out, args.data, args.label)
     (out / f"madial_{args.lang}_results.json").write_text(json.dumps(madial_json(result), indent=1))
     print(madial_table(result))
+    if result.replies:
+        print(f"\nreplies judged:\n{reply_table(result.replies)}")
     print(f"lexical only (no query embedding): {lexical_only(result.contextd)}")
     print(f"report: {path}")
     return 0
 
 
 def _run_locomo(args: argparse.Namespace) -> int:
+    from app.eval.ablation import kind_rows, rank_rows
+    from app.eval.answer_eval import answer_summary
+    from app.eval.answer_report import ablation_table, answer_table
     from app.eval.driver import EvalConfig, run_locomo
     from app.eval.locomo import load_locomo, summarise
     from app.eval.report import split_tables, summary_table, write_report
@@ -199,9 +283,13 @@ def _run_locomo(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         reuse_run_id=args.reuse_run,
         memory_tool=args.memory_tool,
+        answering=answer_setup(args),
+        ablate=args.ablate,
+        answer_budget=args.answer_budget,
     )
     conversations = load_locomo(args.data, args.conversations)
     result = asyncio.run(run_locomo(conversations, cfg))
+    ablated = [a.outcomes for a in result.ablations]
     out = Path(args.out)
     path = write_report(result, out, args.data, args.label)
     summaries = {
@@ -221,11 +309,22 @@ def _run_locomo(args: argparse.Namespace) -> int:
                 "sessions": [asdict(c) for c in result.conversations],
                 "questions": [asdict(r) for r in result.contextd],
                 "memory_tool_questions": [asdict(r) for r in result.tool],
+                "answers": [asdict(a) for a in result.answers],
+                "answer_summary": answer_summary(result.answers),
+                "ablation": [asdict(kind) for kind in kind_rows(ablated)],
+                "ablation_by_rank": [asdict(kind) for kind in rank_rows(ablated)],
+                "ablation_questions": [asdict(a) for a in result.ablations],
             },
             indent=1,
         )
     )
     print(summary_table(result))
     print(split_tables(result))
+    if result.answers:
+        print(f"\nanswers judged at B{cfg.answer_budget}:\n{answer_table(result.answers)}")
+    if result.ablations:
+        print(f"\nfragments removed at B{cfg.answer_budget}:\n{ablation_table(result.ablations)}")
+        print(f"\nby rank:\n{ablation_table(result.ablations, rows_by='rank')}")
+        print(f"\nby category:\n{ablation_table(result.ablations, rows_by='category')}")
     print(f"report: {path}")
     return 0

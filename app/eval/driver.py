@@ -1,19 +1,24 @@
 """The LoCoMo evaluation driver: talks to a *running* contextd over HTTP only (ingest, wait for
 the worker, one build-prompt per question and budget, and with `memory_tool` the memory tool's
-`recall` at the same budget), then scores with `app.eval.locomo`."""
+`recall` at the same budget; with `answering` or `ablate` the build at the answer budget answered
+and taken apart by `app.eval.answer_eval`), then scores with `app.eval.locomo`."""
 
 import asyncio
 import statistics
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.progress import Progress, say
 from app.domain.tokens import count_tokens
+from app.eval.answer_eval import AblationResult, AnswerResult, answer_and_ablate, shown_lines
+from app.eval.answering import AnswerSetup, llm_client
 from app.eval.locomo import (
     RANKING_LIMIT,
+    SCORED_CATEGORIES,
     Conversation,
     Question,
     QuestionResult,
@@ -46,6 +51,9 @@ class EvalConfig:
     reuse_run_id: str | None = None  # evaluate sessions an earlier run ingested (no ingestion)
     categories: tuple[int, ...] = (1, 2, 3, 4, 5)  # question categories asked
     memory_tool: bool = False  # also score the memory tool's recall at each budget
+    answering: AnswerSetup | None = None  # `--answer-llm`: answer each question, judge it
+    ablate: bool = False  # remove each fragment of the build at `answer_budget` in turn
+    answer_budget: int = 1000  # the build the answering model reads and the ablation takes apart
 
 
 @dataclass
@@ -88,6 +96,8 @@ class LocomoRun:
     evidence_dropped: list[tuple[str, str, str]]  # (sample_id, raw evidence, dropped part)
     questions_without_evidence: int
     elapsed_s: float
+    answers: list[AnswerResult] = field(default_factory=list)  # with `answering`
+    ablations: list[AblationResult] = field(default_factory=list)  # with `ablate`
 
 
 class EvalError(RuntimeError):
@@ -311,15 +321,15 @@ async def _evaluate_question(
     q: Question,
     builds: list[BuildSample],
     tool_calls: list[BuildSample],
+    answering: "AnswerPass | None" = None,
 ) -> tuple[QuestionResult, QuestionResult | None]:
     r = QuestionResult(conv.sample_id, q.category, len(q.evidence))
     tool = QuestionResult(conv.sample_id, q.category, len(q.evidence)) if cfg.memory_tool else None
+    at_answer_budget: dict[str, Any] | None = None
     for b in cfg.budgets:
-        body: dict[str, Any] = {
-            "query": q.question,
-            "recall": {"mode": "always", "budget_tokens": b, "top_k": cfg.top_k},
-        }
-        resp, wall, status = await _build(http, sid, body)
+        resp, wall, status = await _build(http, sid, _budget_body(cfg, q, b))
+        if b == cfg.answer_budget:
+            at_answer_budget = resp
         if resp is None:
             r.budget_recall[b] = r.budget_recall_recalled_only[b] = 0.0
             r.injected[b] = 0
@@ -354,7 +364,63 @@ async def _evaluate_question(
         units = _item_dias(resp, seq_to_dia) if resp is not None else []
         for k in cfg.ks:
             r.at_k[k] = recall_at_k(q.evidence, units, k)
+    if answering is not None:
+        if cfg.answer_budget not in cfg.budgets:
+            at_answer_budget, _, _ = await _build(
+                http, sid, _budget_body(cfg, q, cfg.answer_budget)
+            )
+        await _answer(answering, cfg, conv, seq_to_dia, q, at_answer_budget)
     return r, tool
+
+
+def _budget_body(cfg: EvalConfig, q: Question, budget: int) -> dict[str, Any]:
+    return {
+        "query": q.question,
+        "recall": {"mode": "always", "budget_tokens": budget, "top_k": cfg.top_k},
+    }
+
+
+@dataclass
+class AnswerPass:
+    """The answering model's client (None: `--ablate` without a model), and what `--answer-llm`
+    and `--ablate` collect."""
+
+    llm: Any
+    answers: list[AnswerResult] = field(default_factory=list)
+    ablations: list[AblationResult] = field(default_factory=list)
+    lines: dict[str, dict[int, str]] = field(default_factory=dict)  # sample id → `shown_lines`
+
+
+async def _answer(
+    answering: AnswerPass,
+    cfg: EvalConfig,
+    conv: Conversation,
+    seq_to_dia: Mapping[int, str],
+    q: Question,
+    resp: Mapping[str, Any] | None,
+) -> None:
+    """Answer and take apart the build at the answer budget. A failed build (a server error,
+    counted among the builds) is a wrong answer with its error, and has nothing to take apart."""
+    if resp is None:
+        if cfg.answering is not None and q.category in SCORED_CATEGORIES:
+            answering.answers.append(
+                AnswerResult(conv.sample_id, q.category, q.question, q.answer, "", False, False,
+                             "build-prompt failed", 0.0, 0, 0)
+            )  # fmt: skip
+        return
+    ids = [item["chunk_id"] for item in resp["recall"]["items"]]
+    units = dict(zip(ids, _item_dias(resp, seq_to_dia), strict=True))
+    window = set().union(*[dia_ids_of_range(s, s, seq_to_dia) for s in _window_seqs(resp)])
+    if conv.sample_id not in answering.lines:
+        answering.lines[conv.sample_id] = shown_lines(conv, seq_to_dia)
+    lines = answering.lines[conv.sample_id]
+    answer, ablation = await answer_and_ablate(
+        answering.llm, cfg.answering, cfg.ablate, conv, q, resp, units, window, lines
+    )
+    if answer is not None:
+        answering.answers.append(answer)
+    if ablation is not None:
+        answering.ablations.append(ablation)
 
 
 def _match_dias(match: Mapping[str, Any], seq_to_dia: Mapping[int, str]) -> set[str]:
@@ -418,8 +484,15 @@ async def run_locomo(
 ) -> LocomoRun:
     started = time.monotonic()
     connections = max(4, cfg.concurrency * 2)
-    async with server_client(cfg.url, cfg.api_key, connections=connections) as http:
+    async with (
+        server_client(cfg.url, cfg.api_key, connections=connections) as http,
+        AsyncExitStack() as stack,
+    ):
         check_response(await http.get("/healthz"), "healthz")
+        answering = None
+        if cfg.answering is not None or cfg.ablate:
+            llm = await stack.enter_async_context(llm_client()) if cfg.answering else None
+            answering = AnswerPass(llm)
         ingested: list[tuple[Conversation, str, dict[int, str], float]] = []
         appending = Progress("turns appended", sum(len(c.turns) for c in conversations))
         for conv in conversations:
@@ -456,7 +529,7 @@ async def run_locomo(
                           ) -> tuple[QuestionResult, QuestionResult | None]:  # fmt: skip
                 async with semaphore:
                     result = await _evaluate_question(
-                        http, cfg, conv, sid, m, q, builds, tool_calls
+                        http, cfg, conv, sid, m, q, builds, tool_calls, answering
                     )
                 asked.advance()
                 return result
@@ -514,4 +587,6 @@ async def run_locomo(
             1 for conv in conversations for q in conv.questions if not q.evidence
         ),
         elapsed_s=time.monotonic() - started,
+        answers=answering.answers if answering is not None else [],
+        ablations=answering.ablations if answering is not None else [],
     )

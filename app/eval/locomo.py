@@ -77,6 +77,7 @@ class Question:
     evidence: tuple[str, ...]  # normalised, existing dia_ids
     raw_evidence: tuple[str, ...]
     dropped: tuple[str, ...]  # evidence parts that could not be mapped to a turn
+    answer: str = ""  # the gold answer (category 5 has none: its `adversarial_answer` is a trap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +143,7 @@ def parse_conversation(sample: Mapping[str, Any]) -> Conversation:
                 evidence=tuple(ids),
                 raw_evidence=raw,
                 dropped=tuple(dropped),
+                answer=str(qa.get("answer", "")),
             )
         )
     return Conversation(

@@ -69,6 +69,7 @@ class MadialDialogue:
     user: str
     lines: tuple[DialogueLine, ...]  # the lines before the first test turn, in order
     relevant: tuple[str, ...]  # memory ids
+    reply: str = ""  # the assistant's line at the first test turn (the gold reply)
 
     @property
     def query(self) -> str:
@@ -121,7 +122,11 @@ def load_madial(folder: str | Path, lang: Lang) -> tuple[list[MadialMemory], lis
         )
         relevant = tuple(dict.fromkeys(str(r) for r in d["relevant-id"] if str(r) in known))
         if lines and relevant:
-            dialogues.append(MadialDialogue(index, str(d["user-id"]), lines, relevant))
+            gold = (
+                parse_line(d["dialogue"][first_test]) if first_test < len(d["dialogue"]) else None
+            )
+            reply = gold.text if gold is not None else ""
+            dialogues.append(MadialDialogue(index, str(d["user-id"]), lines, relevant, reply))
     return memories, dialogues
 
 

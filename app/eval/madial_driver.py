@@ -9,7 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from app.core.progress import Progress, say
+from app.eval.answering import MADIAL_REPLY, AnswerSetup, grade, llm_client, prompt_text
 from app.eval.driver import check_response, server_client, wait_for_jobs
 from app.eval.locomo import percentile
 from app.eval.madial import (
@@ -21,6 +24,23 @@ from app.eval.madial import (
     ranked_units,
     recall_at,
 )
+
+
+@dataclass
+class MadialReply:
+    """A dialogue's next assistant turn written by the reply model from the build, judged
+    against the dataset's reply at the test turn."""
+
+    index: int
+    question: str  # the user's last line, the build's query
+    gold: str
+    answer: str
+    published: bool
+    strict: bool
+    error: str | None
+    prompt_tokens: int  # `usage.total` of the build
+    memory_tokens: int  # `usage.c2`: the notes and the user-memory block
+
 
 # `remember` is rate-limited per session (20 a minute by default): each user's memories are
 # stored through several sessions of that user, this many each.
@@ -35,6 +55,8 @@ class MadialConfig:
     ks: tuple[int, ...] = (5, 10)
     timeout_s: float = 600.0
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    answering: AnswerSetup | None = None  # `--answer-llm`: reply to each dialogue, judged
+    answer_budget: int = 1000  # the recall budget of the build the reply model reads
 
 
 @dataclass
@@ -48,6 +70,7 @@ class MadialRun:
     remember_s: float
     recall_ms: list[float]
     elapsed_s: float
+    replies: list[MadialReply] = field(default_factory=list)  # with `answering`
 
 
 async def _remember_all(
@@ -126,12 +149,17 @@ async def run_madial(
         log(f"remembered {len(memories)} memories as {len(stored)} items in {remember_s:.1f}s")
         results: list[DialogueResult] = []
         walls: list[float] = []
+        replies: list[MadialReply] = []
         asked = Progress("dialogues asked", len(dialogues))
-        for d in dialogues:
-            result, wall = await _ask(http, cfg, d, stored)
-            results.append(result)
-            walls.append(wall)
-            asked.advance()
+        async with llm_client() as llm:
+            for d in dialogues:
+                result, wall = await _ask(http, cfg, d, stored)
+                results.append(result)
+                walls.append(wall)
+                if cfg.answering is not None and d.reply:
+                    reply = await _reply(http, llm, cfg, cfg.answering, d)
+                    replies += [reply] if reply is not None else []
+                asked.advance()
         log(f"asked {len(dialogues)} dialogues")
     return MadialRun(
         config=cfg,
@@ -143,6 +171,48 @@ async def run_madial(
         remember_s=remember_s,
         recall_ms=walls,
         elapsed_s=time.monotonic() - started,
+        replies=replies,
+    )
+
+
+async def _reply(
+    http: Any, llm: httpx.AsyncClient, cfg: MadialConfig, setup: AnswerSetup, d: MadialDialogue
+) -> MadialReply | None:
+    """The dialogue up to its user's last line in a fresh session of that user, a build-prompt
+        with that line as the query (the user-memory block holds what recall chose of the user's
+        remembered items), the reply model's next turn, both judges against the gold reply; None for
+    a dialogue without a user line."""
+    users = [n for n, line in enumerate(d.lines) if line.role == "user"]
+    if not users:
+        return None
+    sid = f"madial-{cfg.lang}-{cfg.run_id}-d{d.index}-reply"
+    check_response(
+        await http.put(f"/v1/sessions/{sid}", json={"user_id": _user_id(cfg, d.user)}),
+        f"configure {sid}",
+    )
+    last = users[-1]
+    turns = [{"role": line.role, "content": line.text} for line in d.lines[:last]]
+    if turns:
+        check_response(
+            await http.post(f"/v1/sessions/{sid}/turns", json={"turns": turns}), "append"
+        )
+    question = d.lines[last].text
+    body = {"query": question, "recall": {"mode": "always", "budget_tokens": cfg.answer_budget}}
+    built = check_response(await http.post(f"/v1/sessions/{sid}/build-prompt", json=body), "build")
+    graded = await grade(
+        llm, setup, prompt_text(MADIAL_REPLY), built["messages"], question, d.reply
+    )
+    usage = built["usage"]
+    return MadialReply(
+        d.index,
+        question,
+        d.reply,
+        graded.answer,
+        graded.published,
+        graded.strict,
+        graded.error,
+        int(usage["total"]),
+        int(usage["c2"]),
     )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from app.eval.answer_report import ablation_section, answer_section
 from app.eval.driver import BuildSample, LocomoRun
 from app.eval.locomo import (
     CATEGORIES,
@@ -316,6 +317,8 @@ and context limit {RANKING_LIMIT:,} (the full ranking, regardless of budget).
 
 {split_tables(run)}
 
+{answer_section(run.answers, split_rows(run), cfg.answer_budget)}
+{ablation_section(run.ablations, split_rows(run), cfg.answer_budget)}
 ## Latency (client and `timings_ms`, the budgeted builds; server on the same machine)
 
 {latency_table(run.builds)}
