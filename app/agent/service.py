@@ -3,6 +3,7 @@ dispatch of a call to recall, remember, status, offload or forget."""
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -18,8 +19,11 @@ from app.agent.policy import (
 from app.agent.schemas import MemoryAnswer, MemoryRequest, MemoryType
 from app.core.context import AppContext
 from app.domain.callers import Caller
+from app.domain.injection import gives_orders
+from app.domain.lifted import lifted_from
 from app.domain.records import RecalledItem, TurnRecord
 from app.domain.text import terms
+from app.domain.tool_groups import result_tool
 from app.erasure.service import forget, resolve_ref
 from app.jobs.queue import pending_jobs
 from app.memories.lifecycle import recall_as_of, unconfirmed_recall, verify
@@ -75,7 +79,7 @@ async def call(
         text, data = await _recall(db, context, session, request)
         text, data = await _with_unconfirmed(db, session, request, text, data)
     elif request.type is MemoryType.REMEMBER:
-        provenance = Provenance(source="remember", actor="agent", key_id=caller.key_id)
+        provenance = await _remember_provenance(db, caller, session, request.text or "")
         text, data = await remember(db, context, session, request, provenance)
     elif request.type is MemoryType.VERIFY:
         text, data = await _verify(db, context, caller, session, request)
@@ -173,6 +177,27 @@ async def _recall(
     ]
     lines.extend(choice.rendered)
     return "\n\n".join(lines), data
+
+
+async def _remember_provenance(
+    db: AsyncSession, caller: Caller, session: Session, text: str
+) -> Provenance:
+    """The agent's `remember` is its own word, unless its text repeats a tool result still in
+    the window: the item then names that tool and turn (forgetting the result takes the item
+    with it), and a result that gave orders to the model quarantines it."""
+    agent = Provenance(source="remember", actor="agent", key_id=caller.key_id)
+    window = await turns_store.window_turns(db, session.id)
+    results = [i for i, turn in enumerate(window) if turn.role == "tool"]
+    lifted = lifted_from(text, [window[i].content for i in results])
+    if lifted is None:
+        return agent
+    result = window[results[lifted]]
+    return replace(
+        agent,
+        source_tool=result_tool(window, results[lifted]),
+        turn_seqs=(result.seq,),
+        echoes_orders=gives_orders(result.content),
+    )
 
 
 async def _no_match(

@@ -3,6 +3,7 @@ prompt, in what an offload moves together and in what a forget widens to."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from app.domain.records import TurnRecord
 
@@ -23,6 +24,20 @@ def tool_pairs(turns: Sequence[TurnRecord]) -> dict[int, tuple[int, int]]:
             if calls:
                 pairs[i] = calls.pop()
     return pairs
+
+
+def call_name(call: dict[str, Any]) -> str:
+    """The function a tool call names (OpenAI's shape), "tool" when it names none."""
+    return str((call.get("function") or {}).get("name") or "tool")
+
+
+def result_tool(turns: Sequence[TurnRecord], at: int) -> str:
+    """The tool whose result `turns[at]` is: its own `name`, else the call it answers."""
+    pair = tool_pairs(turns).get(at)
+    if turns[at].name or pair is None:
+        return turns[at].name or "tool"
+    i, j = pair
+    return call_name((turns[i].tool_calls or [])[j])
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,6 +78,9 @@ class Provenance:
     valid_from: datetime | None = None
     valid_until: datetime | None = None
     ttl_seconds: int | None = None
+    # The text repeats a source (`source_tool`, `turn_seqs`) that gives orders to the model: the
+    # item is quarantined although its own words may read as a plain fact.
+    echoes_orders: bool = False
 
 
 class MemoryIn(RequestBody):

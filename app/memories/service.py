@@ -153,9 +153,11 @@ async def store_item(
     if same is not None:
         return Remembered(next(m for m in existing if str(m.id) == same), "duplicate", None, [])
     previous: Memory | None = existing[-1] if request.key is not None and existing else None
-    status = initial_status(provenance.source, text)
+    status = "quarantined" if provenance.echoes_orders else initial_status(provenance.source, text)
     why = f"written ({provenance.source})"
-    if status == "quarantined":
+    if provenance.echoes_orders:
+        why += f"; quarantined: it repeats a {provenance.source_tool} result that gives orders"
+    elif status == "quarantined":
         why += "; quarantined: its text gives orders to the model"
     change = Change(provenance.actor, provenance.key_id, why)
     memory = await memories_store.insert_memory(
@@ -174,7 +176,8 @@ async def store_item(
             "actor": provenance.actor,
             "actor_key_id": provenance.key_id,
             # An explicit `remember` is trusted although the model may have copied it from a
-            # tool result it read: the source "remember" says the agent wrote it.
+            # tool result it read: the source "remember" says the agent wrote it (and
+            # `source_tool` which result it repeats, when it repeats one still in the window).
             "trusted": trusted_source(provenance.source) and status != "quarantined",
             "status": status,
             "version": previous.version + 1 if previous else 1,

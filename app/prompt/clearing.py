@@ -18,7 +18,7 @@ from typing import Any
 
 from app.domain.records import TurnRecord
 from app.domain.tokens import count_tokens, message_tokens
-from app.domain.tool_groups import tool_pairs
+from app.domain.tool_groups import call_name, tool_pairs
 from app.notes.values import (
     STUB_PREFIX,
     VALUE_TABLE_HEADER,
@@ -104,10 +104,8 @@ class History:
         pairs = tool_pairs(self.turns) if self.has_values else {}
         for at, (i, j) in pairs.items():
             call = (self.turns[i].tool_calls or [])[j]
-            function = call.get("function") or {}
-            name = str(function.get("name") or "tool")
             self.calls[self.turns[at].seq] = Call(
-                name, function.get("arguments"), self.turns[i].seq
+                call_name(call), (call.get("function") or {}).get("arguments"), self.turns[i].seq
             )
         excluded = {
             seq for seq, call in self.calls.items() if call.tool in self.clearing.exclude_tools
