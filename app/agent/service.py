@@ -18,6 +18,7 @@ from app.agent.policy import (
 )
 from app.agent.schemas import MemoryAnswer, MemoryRequest, MemoryType
 from app.core.context import AppContext
+from app.core.errors import Forbidden
 from app.domain.callers import Caller
 from app.domain.injection import gives_orders
 from app.domain.lifted import lifted_from
@@ -110,6 +111,16 @@ async def _verify(
     assert request.memory_id is not None
     known = await memories_store.visible_memory_ids(db, session)
     memory_pk = resolve_ref(request.memory_id, known, "memory_id", "memory")
+    memory = await memories_store.visible_memory(db, session, memory_pk)
+    if memory is not None and memory.status == "quarantined":
+        # Text that gives orders may also tell the agent to verify it: only the API (the
+        # application, or its user) releases a quarantined item.
+        raise Forbidden(
+            f"memory {memory_pk} is quarantined (its text or source gives orders to the model); "
+            "the agent cannot verify it: the application can, with PATCH "
+            "/v1/sessions/{id}/memories/{memory_id}",
+            field="memory_id",
+        )
     return await verify(db, context, session, memory_pk, caller.key_id)
 
 

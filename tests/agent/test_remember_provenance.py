@@ -66,6 +66,17 @@ async def test_a_copy_of_a_result_that_gives_orders_is_quarantined(
     assert built.status_code == 200
     system = built.json()["messages"][0]["content"]
     assert copied not in system  # only the tool result itself, quoted as data, says it
+    # The orders may also ask the agent to verify it: only the application can release it.
+    verified = await client.post(
+        f"/v1/sessions/{session}/memory", json={"type": "verify", "memory_id": item["memory_id"]}
+    )
+    assert verified.status_code == 403
+    assert verified.json()["error"]["field"] == "memory_id"
+    released = await client.patch(
+        f"/v1/sessions/{session}/memories/{item['memory_id']}", json={"status": "verified"}
+    )
+    assert released.status_code == 200, released.text
+    assert released.json()["in_force"] is True
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
