@@ -290,6 +290,31 @@ class MemorySettings(BaseModel):
         description="longest wait of a memory-tool `recall` for its query embedding, queueing "
         "included; past it the recall goes on lexically (`vector_timeout`)",
     )
+    capture_user_statements: bool = Field(
+        True,
+        description='what the user says about themselves in a session with a user_id ("I live '
+        'in Paris", "我对花生过敏") becomes user memory at the append, a candidate until '
+        "evidence promotes it",
+    )
+    promote_after_days: float = Field(
+        7.0,
+        gt=0,
+        description="a user-memory item seen again this many days after it was first seen is "
+        "promoted long-term (evidence over time)",
+    )
+    decay_days: float = Field(
+        90.0,
+        gt=0,
+        description="a user-memory item with no new evidence for this many days loses weight in "
+        "ranking",
+    )
+    stale_weight: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="what a user-memory item's ranking score is multiplied by once past "
+        "`decay_days` without new evidence",
+    )
     offload_for_all_keys: bool = Field(
         False, description="`offload` without the memory:offload scope (tenants.settings can too)"
     )

@@ -9,6 +9,7 @@ from typing import Annotated, Literal, Protocol
 from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
 from app.http.input import BIGINT_MAX, RequestBody
+from app.memories.tiers import Evidence, last_seen, shown_tier
 from app.store.models import Memory, MemoryVersion, Session
 
 Source = Literal[
@@ -173,6 +174,21 @@ class MemoryOut(BaseModel):
     expires_at: datetime | None
     session_id: str | None  # the session that wrote it (None once that session is deleted)
     embedded: bool = Field(description="false until the worker has embedded the item")
+    tier: Literal["session", "candidate", "long_term"] | None = Field(
+        description="a user-scope item's tier for this session: session (said in this session "
+        "only), candidate (seen once), long_term (promoted by evidence); null for session scope"
+    )
+    stability: float | None = Field(
+        description="0.25 (seen once) to 1.0: how settled a user-scope item is (`stable_by`)"
+    )
+    stable_by: list[Literal["sessions", "time", "contexts", "confirmed"]] = Field(
+        description="the evidence beyond the first sighting: said again in another session, "
+        "seen again days later, said and written down, confirmed by the user"
+    )
+    last_seen_at: datetime | None = Field(
+        description="the last time a user-scope item was said, written down or confirmed (its "
+        "weight in ranking falls after `memory.decay_days` without new evidence)"
+    )
     created_at: datetime
 
     @classmethod
@@ -186,6 +202,7 @@ class MemoryOut(BaseModel):
         """`memory` as listed for `session`: its session id only if `session` wrote it; with
         `then`, as that version of it was."""
         state = then or memory
+        evidence = [Evidence.of_json(e) for e in memory.evidence]
         return cls(
             memory_id=str(memory.id),
             text=(then.text or "") if then is not None else memory.text,
@@ -207,6 +224,10 @@ class MemoryOut(BaseModel):
             expires_at=state.expires_at,
             session_id=session.external_id if memory.session_id == session.id else None,
             embedded=memory.embedding_model is not None,
+            tier=shown_tier(memory.tier, evidence, str(session.id)),
+            stability=memory.stability,
+            stable_by=list(memory.stable_by),
+            last_seen_at=last_seen(evidence, memory.created_at) if memory.tier else None,
             created_at=memory.created_at,
         )
 

@@ -36,6 +36,18 @@ from app.memories.schemas import (
     Provenance,
     RememberRequest,
 )
+from app.memories.tiers import (
+    CONFIRMED,
+    WRITTEN,
+    Claim,
+    Evidence,
+    Stability,
+    last_seen,
+    prevails,
+    ranking_weight,
+    same_statement,
+    stability,
+)
 from app.store import memories as memories_store
 from app.store import sessions as sessions_store
 from app.store.memories import Change, stated_at
@@ -140,20 +152,23 @@ async def store_item(
     tags = sorted({t.strip()[:64] for t in request.tags or [] if t.strip()})
     await _check_rate(db, context, session)
     session = await locked_session(db, session)
-    owner = (
-        f"memory:{session.tenant_id}:user:{session.user_id}"
-        if scope == "user"
-        else (f"memory:session:{session.id}")
-    )
-    await memories_store.lock_owner(db, owner)
+    await memories_store.lock_owner(db, owner_lock(session, scope))
     existing = await memories_store.owner_memories(db, session, scope, request.key)
-    same = near_duplicate(
-        text, [(str(m.id), m.text) for m in existing], settings.memory.dedup_jaccard
+    same = same_item(settings, text, existing, by_statement=scope == "user")
+    # Said again, written down or confirmed: evidence for a user-scope item (`tiers`).
+    seen = Evidence(
+        CONFIRMED if provenance.actor == "user" else WRITTEN,
+        str(session.id),
+        now,
+        provenance.turn_seqs,
     )
     if same is not None:
-        return Remembered(next(m for m in existing if str(m.id) == same), "duplicate", None, [])
+        if scope == "user":
+            await add_evidence(db, settings, same, seen)
+        return Remembered(same, "duplicate", None, [])
     previous: Memory | None = existing[-1] if request.key is not None and existing else None
     status = "quarantined" if provenance.echoes_orders else initial_status(provenance.source, text)
+    earned = stability([seen], promote_after(settings)) if scope == "user" else None
     why = f"written ({provenance.source})"
     if provenance.echoes_orders:
         why += f"; quarantined: it repeats a {provenance.source_tool} result that gives orders"
@@ -185,6 +200,7 @@ async def store_item(
             "valid_from": provenance.valid_from,
             "valid_until": valid_until,
             "expires_at": expiry(now, provenance.ttl_seconds),
+            **(standing(earned, [seen]) if earned is not None else {}),
         },
         lexical_document(text),
         change,
@@ -198,6 +214,95 @@ async def store_item(
     return Remembered(memory, "superseded" if replaced else "stored", previous, replaced)
 
 
+def owner_lock(session: Session, scope: str) -> str:
+    """The advisory lock that serialises the writers of one owner's items."""
+    if scope == "user":
+        return f"memory:{session.tenant_id}:user:{session.user_id}"
+    return f"memory:session:{session.id}"
+
+
+def same_item(
+    settings: Settings, text: str, items: list[Memory], *, by_statement: bool
+) -> Memory | None:
+    """The item of `items` that says what `text` says: near the same words, or (`by_statement`)
+    the same slot and value ("I live in Lyon", "we moved to Lyon")."""
+    same = near_duplicate(text, [(str(m.id), m.text) for m in items], settings.memory.dedup_jaccard)
+    if same is not None:
+        return next(m for m in items if str(m.id) == same)
+    if by_statement:
+        return next((m for m in items if same_statement(m.text, text)), None)
+    return None
+
+
+def promote_after(settings: Settings) -> timedelta:
+    return timedelta(days=settings.memory.promote_after_days)
+
+
+def evidence_of(memory: Memory) -> list[Evidence]:
+    return [Evidence.of_json(e) for e in memory.evidence]
+
+
+async def add_evidence(
+    db: AsyncSession, settings: Settings, memory: Memory, seen: Evidence
+) -> None:
+    """One more sighting of a user-scope item; when it earns the item its promotion, the
+    change is a version saying which evidence."""
+    evidence = [*evidence_of(memory), seen]
+    earned = stability(evidence, promote_after(settings))
+    promoted = memory.tier != earned.tier
+    await memories_store.set_evidence(
+        db,
+        memory,
+        [e.as_json() for e in evidence],
+        (earned.tier, earned.score, earned.reasons),
+        Change("rule", None, f"promoted {earned.tier}: {', '.join(earned.reasons)}")
+        if promoted
+        else None,
+    )
+
+
+def standing(earned: Stability, evidence: list[Evidence]) -> dict[str, Any]:
+    """The tier columns of a new user-scope item."""
+    return {
+        "tier": earned.tier,
+        "evidence": [e.as_json() for e in evidence],
+        "stability": earned.score,
+        "stable_by": list(earned.reasons),
+    }
+
+
+def claim(memory: Memory) -> Claim:
+    """What precedence weighs of an item: its trust and when it was last said."""
+    return Claim(memory.trusted, last_seen(evidence_of(memory), memory.created_at))
+
+
+def user_memory_weight(settings: Settings, memory: Memory, now: datetime) -> float:
+    """What a user-scope item's relevance is multiplied by when a build ranks it (1.0 for an
+    item with no tier): its stability, and its decay after `memory.decay_days` unseen."""
+    if memory.tier is None or memory.stability is None:
+        return 1.0
+    return ranking_weight(
+        memory.stability,
+        last_seen(evidence_of(memory), memory.created_at),
+        now,
+        timedelta(days=settings.memory.decay_days),
+        settings.memory.stale_weight,
+    )
+
+
+async def user_memory_disputes(
+    db: AsyncSession, session: Session, facts: list[Memory]
+) -> dict[uuid.UUID, list[Memory]]:
+    """The unconfirmed items of the session's user (a tool's word, an inference) that
+    contradict each of `facts`: precedence keeps them out of force, and the prompt shows them
+    beside the fact, dated, never as current."""
+    if not facts or not session.user_id:
+        return {}
+    unconfirmed = await memories_store.owner_unconfirmed(db, session, "user")
+    found = {fact.id: [m for m in unconfirmed if contradicts(fact.text, m.text)] for fact in facts}
+    return {fact_id: items for fact_id, items in found.items() if items}
+
+
 async def locked_session(db: AsyncSession, session: Session) -> Session:
     """The session row locked before its items (the lock order of `app.store`): an erase of
     the session tombstones its items under that lock."""
@@ -208,22 +313,39 @@ async def locked_session(db: AsyncSession, session: Session) -> Session:
 
 
 async def supersede_replaced(
-    db: AsyncSession, session: Session, memory: Memory, change: Change
+    db: AsyncSession,
+    session: Session,
+    memory: Memory,
+    change: Change,
+    *,
+    said_at: datetime | None = None,
 ) -> list[Memory]:
-    """Once an item is a fact, it supersedes the other live values of its key and the items in
-    force of its owner it contradicts (`app.memories.conflicts`: "I live in Paris" … "we moved
-    to Lyon", 预算 5 万 … 预算改成 8 万): a fact is trusted or verified, so it is at least as
-    trusted as what it replaces. Returns the items it superseded."""
+    """Once an item is a fact, it supersedes the other live values of its key and the items of
+    its owner it contradicts (`app.memories.conflicts`: "I live in Paris" … "we moved to Lyon",
+    预算 5 万 … 预算改成 8 万) as precedence says (`app.memories.tiers.prevails`): a fact is
+    trusted or verified, so it outranks a candidate (an inference, a tool's word), and between
+    facts the newer wins — when it was said (`said_at`, else its last evidence) is what counts,
+    so a statement dated before the fact it contradicts is kept as history. Returns the items
+    it superseded."""
     if memory.status not in MEMORY_INJECTED:
         return []
     keyed = await memories_store.live_keyed_memories(db, memory, session) if memory.key else []
     seen = {m.id for m in keyed} | {memory.id}
-    contradicted = [
-        m
-        for m in await memories_store.owner_memories(db, session, memory.scope, None)
-        if m.id not in seen and contradicts(m.text, memory.text)
+    # In force, or a candidate an explicit statement outranks (an inference, a tool's word).
+    others = [
+        *await memories_store.owner_memories(db, session, memory.scope, None),
+        *await memories_store.owner_unconfirmed(db, session, memory.scope),
     ]
-    replaced = keyed + contradicted
+    contradicted = [m for m in others if m.id not in seen and contradicts(m.text, memory.text)]
+    newer = claim(memory) if said_at is None else Claim(memory.trusted, said_at)
+    if any(m.status in MEMORY_INJECTED and not prevails(newer, claim(m)) for m in contradicted):
+        # Said before what it contradicts (a turn dated earlier, appended late): history.
+        await memories_store.set_memory_status(
+            db, [memory.id], "superseded", Change("rule", None, "older than what it contradicts")
+        )
+        await db.refresh(memory)
+        return []
+    replaced = keyed + [m for m in contradicted if prevails(newer, claim(m))]
     await memories_store.set_memory_status(
         db,
         [m.id for m in replaced],

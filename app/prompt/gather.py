@@ -4,8 +4,10 @@ offloaded tail a tool loop shows, and the tool-result clearing controls."""
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -18,6 +20,8 @@ from app.domain.dates import said_at
 from app.domain.records import RecalledItem, TurnRecord
 from app.domain.tokens import message_tokens
 from app.memories.policy import normalise
+from app.memories.service import claim, user_memory_disputes, user_memory_weight
+from app.memories.tiers import dispute, disputed_fact
 from app.notes.policy import render_notes_block
 from app.notes.schemas import Notes
 from app.notes.service import NotesSnapshot, current_notes
@@ -27,13 +31,13 @@ from app.prompt.prepare import BuildState, elapsed_ms, has_history
 from app.prompt.schemas import BuildPromptRequest, ManifestItem, ToolResultsOptions
 from app.prompt.snapshot import KeptWindow, attached
 from app.recall.hits import MEMORY_PREFIX, RecallHit, RecallOutcome, recalled_item
-from app.recall.memory_arms import rank_user_memories
+from app.recall.memory_arms import RankedMemory, rank_user_memories
 from app.recall.query_vectors import QueryVectors
 from app.recall.rewrite import window_query
 from app.recall.service import recall
 from app.recall.shown import show_best_turns
 from app.store import turns as turns_store
-from app.store.models import Session
+from app.store.models import Memory, Session
 from app.store.sessions import effective_config
 
 logger = logging.getLogger("contextd.prompt")
@@ -191,22 +195,62 @@ async def _about_user(
     try:
         async with db.begin_nested():
             ranked = await rank_user_memories(db, context, session, query, [], vectors)
+            disputes = await user_memory_disputes(db, session, [r.memory for r in ranked])
     except Exception:  # the user's items are an extra: their failure never fails the build
         logger.exception("user memories unavailable")
         return [], []
+    # Tiers weigh the ranking at the time of the window's last turn, as recall dates it.
+    now = said_at(window[-1].metadata, window[-1].created_at) if window else datetime.now(UTC)
+    return _weighed_about(context, ranked, now, disputes, notes)
+
+
+def _weighed_about(
+    context: AppContext,
+    ranked: list[RankedMemory],
+    now: datetime,
+    disputes: dict[uuid.UUID, list[Memory]],
+    notes: Notes,
+) -> tuple[list[RecalledItem], list[RecalledItem]]:
+    """The user's items by relevance times their tier's weight (a settled item over one seen
+    once, a fresh one over one unseen for `memory.decay_days`); a fact an unconfirmed item
+    contradicts is dated and followed by that item, marked not current."""
+    weighted = sorted(
+        ((r, user_memory_weight(context.settings, r.memory, now)) for r in ranked),
+        key=lambda rw: (-rw[0].score * rw[1], -rw[1]),
+    )
     in_notes = {normalise(item.text) for item in notes.remembered}
     offered: list[RecalledItem] = []
     dropped: list[RecalledItem] = []
-    for r in ranked:
+    for r, weight in weighted:
+        memory, contradicting = r.memory, disputes.get(r.memory.id, [])
+        text = memory.text
+        if contradicting:
+            text = disputed_fact(memory.text, claim(memory).said_at)
         item = RecalledItem(
-            chunk_id=str(r.memory.id),
-            text=r.memory.text,
-            ts=r.memory.created_at,
-            trusted=r.memory.trusted,
-            score=r.score,
+            chunk_id=str(memory.id),
+            text=text,
+            ts=memory.created_at,
+            trusted=memory.trusted,
+            score=round(r.score * weight, 6),
             source="user_memory",
         )
-        (dropped if normalise(r.memory.text) in in_notes else offered).append(item)
+        if normalise(memory.text) in in_notes and not contradicting:
+            dropped.append(item)
+            continue
+        offered.append(item)
+        offered.extend(
+            RecalledItem(
+                chunk_id=str(other.id),
+                text=dispute(
+                    other.text, other.source, other.source_tool, other.created_at, memory.text
+                ),
+                ts=other.created_at,
+                trusted=False,
+                score=item.score,
+                source="user_memory",
+            )
+            for other in contradicting
+        )
     return offered, dropped
 
 

@@ -21,6 +21,7 @@ from app.core.observability import Metrics
 from app.domain.budget import Budget, Observation
 from app.domain.callers import Caller
 from app.domain.tokens import message_tokens
+from app.memories.capture import capture_user_statements
 from app.offload.service import inline_offload
 from app.offload.watermark import observe_watermark
 from app.sessions import layering
@@ -197,6 +198,7 @@ async def append_turns(
         check_tool_results(request.turns, tallies)
 
     rows, stored, chunks_written = await _store_turns(db, caller, session, prepared)
+    await capture_user_statements(db, settings, session, stored)
     budget, observation = await _count_turns(db, settings, cache, session, rows, chunks_written)
     response = AppendTurnsResponse(
         turns=[

@@ -159,6 +159,41 @@ async def live_keyed_memories(db: AsyncSession, memory: Memory, session: Session
     return list((await db.execute(query.order_by(Memory.created_at))).scalars())
 
 
+async def owner_unconfirmed(db: AsyncSession, session: Session, scope: str) -> list[Memory]:
+    """Candidates of one owner (untrusted items waiting to be verified), oldest first."""
+    query = select(Memory).where(
+        Memory.tenant_id == session.tenant_id,
+        _owned_by(session, scope),
+        Memory.status == "candidate",
+    )
+    return list((await db.execute(query.order_by(Memory.created_at))).scalars())
+
+
+async def set_evidence(
+    db: AsyncSession,
+    memory: Memory,
+    evidence: list[dict[str, Any]],
+    standing: tuple[str, float, Sequence[str]],
+    promotion: Change | None = None,
+) -> None:
+    """Record the item's evidence and its standing (tier, stability, which evidence). More
+    evidence alone is not a change of the item (its revision stays); a `promotion` is, and
+    gets its version."""
+    tier, score, stable_by = standing
+    values: dict[str, Any] = {
+        "evidence": evidence,
+        "tier": tier,
+        "stability": score,
+        "stable_by": list(stable_by),
+    }
+    if promotion is not None:
+        values["revision"] = Memory.revision + 1
+    await db.execute(update(Memory).where(Memory.id == memory.id).values(**values))
+    if promotion is not None:
+        await record_versions(db, [memory.id], promotion)
+    await db.refresh(memory)
+
+
 async def visible_memory(db: AsyncSession, session: Session, memory_id: uuid.UUID) -> Memory | None:
     """An item the session sees that a forget may still take."""
     query = select(Memory).where(

@@ -260,6 +260,16 @@ class Memory(Base):
     valid_from: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     valid_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The user's memory in tiers (`app.memories.tiers`): a user-scope item is a `candidate`
+    # until its `evidence` (each time it was said, written down or confirmed: kind, session,
+    # turns, when) promotes it `long_term`, with the `stability` that evidence earns and which
+    # evidence it was (`stable_by`); NULL for session-scope items.
+    tier: Mapped[str | None] = mapped_column(String(16))
+    evidence: Mapped[list[dict[str, Any]]] = mapped_column(
+        JSONB, server_default=sql_text("'[]'::jsonb")
+    )
+    stability: Mapped[float | None] = mapped_column(Float)
+    stable_by: Mapped[list[str]] = mapped_column(ARRAY(String(16)), server_default=sql_text("'{}'"))
     lexical: Mapped[Any] = mapped_column(TSVECTOR)
     # Embedded by the worker with the deployment's embedder, like chunks (recall's vector arm).
     embedding: Mapped[Any | None] = mapped_column(Vector())
