@@ -57,8 +57,10 @@ async def capture_user_statements(
             await add_evidence(db, settings, same, seen)
             continue
         written.append(await _write(db, settings, session, clause, seen))
+    if not written:  # more evidence changes no text the notes show
+        return []
     await refresh_notes_of(db, session, user_scope=True)
-    if written and settings.embedding.kind != "none":
+    if settings.embedding.kind != "none":
         await enqueue(db, TaskName.EMBED_MEMORIES, {"memory_ids": [str(m.id) for m in written]})
     return written
 

@@ -172,10 +172,6 @@ def last_seen(evidence: Sequence[Evidence], written_at: datetime) -> datetime:
     return max((e.at for e in evidence), default=written_at)
 
 
-def first_seen(evidence: Sequence[Evidence], written_at: datetime) -> datetime:
-    return min((e.at for e in evidence), default=written_at)
-
-
 def ranking_weight(
     score: float, last_evidence: datetime, now: datetime, decay: timedelta, stale_weight: float
 ) -> float:
