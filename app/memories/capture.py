@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.config import Settings
+from app.core.cpu import off_loop
 from app.domain.dates import said_at
 from app.domain.text import lexical_document
 from app.jobs.queue import TaskName, enqueue
@@ -38,12 +39,15 @@ async def capture_user_statements(
     a session without a user_id. The session row is locked by the caller."""
     if not session.user_id or not settings.memory.capture_user_statements:
         return []
-    said = [
-        (turn, clause)
+    spoken = [
+        turn
         for turn in sorted(turns, key=lambda t: t.seq)
         if turn.role == "user" and turn.trusted and len(turn.content) <= CAPTURE_MAX_CHARS
-        for clause, _ in profile_statements(turn.content)
     ]
+    said = await off_loop(
+        lambda: [(t, clause) for t in spoken for clause, _ in profile_statements(t.content)],
+        chars=sum(len(t.content) for t in spoken),
+    )
     if not said:
         return []
     await memories_store.lock_owner(db, owner_lock(session, "user"))

@@ -61,6 +61,10 @@ _CLAUSE_SPLIT_RE = re.compile(
 )
 
 
+# What a statement about the user always holds: a sentence without it is not read further.
+_FIRST_PERSON_RE = re.compile(r"\b(?:i|we|me|my|our)\b|\bi'm\b|我")
+
+
 def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_SPLIT_RE.split(text) if s and s.strip()]
 
@@ -79,6 +83,8 @@ def profile_statements(text: str) -> list[tuple[str, Statement]]:
     found: dict[str, tuple[str, Statement]] = {}
     for sentence in sentences(text):
         low = ascii_lower(sentence).strip()
+        if not _FIRST_PERSON_RE.search(low):
+            continue
         if _QUESTION_RE.search(low) or _NOT_A_FACT_RE.search(low):
             continue
         for clause in _CLAUSE_SPLIT_RE.split(sentence):

@@ -312,3 +312,29 @@ async def test_an_older_statement_appended_late_stays_history(
     await open_session(client, "late-3", "u-late")
     block = about_user(await build(client, "late-3", "Where do I live?"))
     assert new_city in block and old_city not in block
+
+
+@pytest.mark.parametrize(
+    ("original", "correction", "new_city", "old_city"),
+    [
+        ("I live in Paris.", "Sorry, correction: I live in Lyon, not Paris.", "Lyon", "Paris"),
+        ("我住在巴黎。", "不对，我住在里昂，不是巴黎。", "里昂", "巴黎"),
+    ],
+    ids=["en", "zh"],
+)
+async def test_a_correction_beats_the_original(
+    client: httpx.AsyncClient, original: str, correction: str, new_city: str, old_city: str
+) -> None:
+    await open_session(client, "fix", "u-fix")
+    await say(client, "fix", original)
+    await say(client, "fix", correction)
+    items = await memories(client, "fix")
+    assert sorted((new_city in m["text"], m["status"], m["turn_seqs"]) for m in items) == [
+        (False, "superseded", [1]),
+        (True, "active", [3]),
+    ]
+    await open_session(client, "fix-later", "u-fix")
+    lines = about_user(await build(client, "fix-later", "Where do I live?")).splitlines()
+    assert [line for line in lines if new_city in line] and not [
+        line for line in lines if old_city in line and new_city not in line
+    ]
