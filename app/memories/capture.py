@@ -3,7 +3,8 @@ of the user turns an append stores ("I live in Paris", "we moved to Lyon", "æˆ‘å
 written as user-scope items of the session's user, trusted (the user's own words) and dated by
 the turn; said again, they are evidence for the item already there (`app.memories.tiers`). Runs
 in the append's transaction: the items commit with their turns or not at all. Only the user's
-turns count: a tool result or an assistant turn never becomes user memory this way."""
+turns count (a tool result or an assistant turn never becomes user memory this way), and not
+those whose metadata says `"remember": false` (off the record)."""
 
 from collections.abc import Sequence
 
@@ -23,7 +24,7 @@ from app.memories.service import (
     standing,
     supersede_replaced,
 )
-from app.memories.tiers import SAID, Evidence, profile_statements, stability
+from app.memories.tiers import SAID, Evidence, on_the_record, profile_statements, stability
 from app.store import memories as memories_store
 from app.store.memories import Change
 from app.store.models import Memory, Session, Turn
@@ -42,7 +43,10 @@ async def capture_user_statements(
     spoken = [
         turn
         for turn in sorted(turns, key=lambda t: t.seq)
-        if turn.role == "user" and turn.trusted and len(turn.content) <= CAPTURE_MAX_CHARS
+        if turn.role == "user"
+        and turn.trusted
+        and len(turn.content) <= CAPTURE_MAX_CHARS
+        and on_the_record(turn.metadata_)
     ]
     said = await off_loop(
         lambda: [(t, clause) for t in spoken for clause, _ in profile_statements(t.content)],

@@ -65,6 +65,14 @@ _CLAUSE_SPLIT_RE = re.compile(
 _FIRST_PERSON_RE = re.compile(r"\b(?:i|we|me|my|our)\b|\bi'm\b|我")
 
 
+# A user turn whose metadata says `"remember": false` is off the record: never captured.
+OFF_THE_RECORD_KEY = "remember"
+
+
+def on_the_record(metadata: Mapping[str, Any] | None) -> bool:
+    return (metadata or {}).get(OFF_THE_RECORD_KEY) is not False
+
+
 def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_SPLIT_RE.split(text) if s and s.strip()]
 

@@ -17,6 +17,7 @@ from app.memories.tiers import (
     Evidence,
     dispute,
     disputed_fact,
+    on_the_record,
     prevails,
     profile_statements,
     ranking_weight,
@@ -141,3 +142,9 @@ def test_a_dispute_is_dated_and_never_current() -> None:
     shown = dispute("We moved to Berlin.", "tool_result", "crm", T0 + WEEK, "We moved to Lyon.")
     assert shown.startswith("Unconfirmed, not current (from tool_result crm, 2026-03-08): ")
     assert "We moved to Berlin." in shown and "'We moved to Lyon.'" in shown
+
+
+def test_a_turn_is_off_the_record_only_when_its_metadata_says_remember_false() -> None:
+    assert on_the_record(None) and on_the_record({}) and on_the_record({"remember": True})
+    assert on_the_record({"remember": "no"})  # only the JSON false counts
+    assert not on_the_record({"remember": False})

@@ -214,7 +214,7 @@ async def test_an_item_unseen_for_the_decay_period_loses_weight_in_ranking(
     ],
     ids=["en", "zh"],
 )
-async def test_a_tool_result_about_the_user_never_becomes_user_memory(
+async def test_a_tool_result_or_a_turn_off_the_record_never_becomes_user_memory(
     client: httpx.AsyncClient, result: str, city: str
 ) -> None:
     await open_session(client, "tools", "u-tool")
@@ -228,6 +228,10 @@ async def test_a_tool_result_about_the_user_never_becomes_user_memory(
     resp = await client.post("/v1/sessions/tools/turns", json={"turns": turns})
     assert resp.status_code == 201, resp.text
     assert await memories(client, "tools") == []
+    off = {"role": "user", "content": "I live in Berlin.", "metadata": {"remember": False}}
+    resp = await client.post("/v1/sessions/tools/turns", json={"turns": [off]})
+    assert resp.status_code == 201, resp.text
+    assert await memories(client, "tools") == []  # off the record
     await open_session(client, "tools-later", "u-tool")
     built = await build(client, "tools-later", "Where do I live?")
     assert not [m for m in built["manifest"] if m["source"] == "user_memory"]
