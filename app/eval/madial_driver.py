@@ -114,7 +114,13 @@ async def _ask(
         await http.put(f"/v1/sessions/{sid}", json={"user_id": _user_id(cfg, d.user)}),
         f"configure {sid}",
     )
-    turns = [{"role": line.role, "content": line.text} for line in d.lines]
+    # Each dialogue is an independent probe of the stored memories: its own lines stay off the
+    # record, or what its user says ("I love apple juice!") would become user memory that the
+    # next probes of that user recall, scored as misses.
+    turns = [
+        {"role": line.role, "content": line.text, "metadata": {"remember": False}}
+        for line in d.lines
+    ]
     check_response(await http.post(f"/v1/sessions/{sid}/turns", json={"turns": turns}), "append")
     body = {"type": "recall", "query": d.query, "top_k": max(cfg.ks)}
     started = time.perf_counter()
@@ -191,7 +197,10 @@ async def _reply(
         f"configure {sid}",
     )
     last = users[-1]
-    turns = [{"role": line.role, "content": line.text} for line in d.lines[:last]]
+    turns = [
+        {"role": line.role, "content": line.text, "metadata": {"remember": False}}
+        for line in d.lines[:last]
+    ]  # off the record, as in `_ask`
     if turns:
         check_response(
             await http.post(f"/v1/sessions/{sid}/turns", json={"turns": turns}), "append"
