@@ -42,6 +42,7 @@ from app.memories.tiers import (
     Claim,
     Evidence,
     Stability,
+    compacted,
     last_seen,
     prevails,
     ranking_weight,
@@ -247,7 +248,7 @@ async def add_evidence(
 ) -> None:
     """One more sighting of a user-scope item; when it earns the item its promotion, the
     change is a version saying which evidence."""
-    evidence = [*evidence_of(memory), seen]
+    evidence = compacted([*evidence_of(memory), seen])
     earned = stability(evidence, promote_after(settings))
     promoted = memory.tier != earned.tier
     await memories_store.set_evidence(

@@ -143,6 +143,27 @@ class Evidence:
         )
 
 
+# Evidence kept per item: a fact the user repeats in every session must not grow its row
+# without end. What stability reads survives compaction (sessions, span, kinds).
+EVIDENCE_KEPT = 32
+
+
+def compacted(evidence: Sequence[Evidence]) -> list[Evidence]:
+    """`evidence` (oldest first) with, per kind and session, only the first and the last
+    sighting; past `EVIDENCE_KEPT`, the first of each kind and the newest others."""
+    firsts: dict[tuple[str, str], Evidence] = {}
+    lasts: dict[tuple[str, str], Evidence] = {}
+    for e in evidence:
+        firsts.setdefault((e.kind, e.session), e)
+        lasts[(e.kind, e.session)] = e
+    kept = [e for e in evidence if e in firsts.values() or e in lasts.values()]
+    if len(kept) <= EVIDENCE_KEPT:
+        return kept
+    first_of_kind = {e.kind: e for e in reversed(kept)}.values()
+    newest = [e for e in kept if e not in first_of_kind][-(EVIDENCE_KEPT - len(first_of_kind)) :]
+    return [e for e in kept if e in first_of_kind or e in newest]
+
+
 @dataclass(frozen=True, slots=True)
 class Stability:
     """How settled an item is: a score of 0.25 (seen once) to 1.0, and the evidence that earns

@@ -15,6 +15,7 @@ from app.memories.tiers import (
     WRITTEN,
     Claim,
     Evidence,
+    compacted,
     dispute,
     disputed_fact,
     on_the_record,
@@ -148,3 +149,15 @@ def test_a_turn_is_off_the_record_only_when_its_metadata_says_remember_false() -
     assert on_the_record(None) and on_the_record({}) and on_the_record({"remember": True})
     assert on_the_record({"remember": "no"})  # only the JSON false counts
     assert not on_the_record({"remember": False})
+
+
+def test_evidence_is_compacted_without_changing_what_it_earns() -> None:
+    same_session = [said("s1", T0 + timedelta(days=d)) for d in range(10)]
+    assert compacted(same_session) == [same_session[0], same_session[-1]]
+    every_session = [
+        said(f"s{n}", T0 + timedelta(hours=n), WRITTEN if n == 5 else SAID) for n in range(100)
+    ]
+    kept = compacted(every_session)
+    assert len(kept) == 32 and kept[0] == every_session[0] and kept[-1] == every_session[-1]
+    assert every_session[5] in kept  # the only one of its kind
+    assert stability(kept, WEEK) == stability(every_session, WEEK)
