@@ -18,7 +18,7 @@ from app.core.config import Settings
 from app.core.db import retrying_transaction
 from app.core.errors import InvalidInput, NotFound
 from app.domain.callers import Caller
-from app.domain.tool_groups import tool_pairs
+from app.domain.tool_groups import tool_names
 from app.erasure.derived import drop_from_notes, drop_from_others_notes, lineage_sessions
 from app.erasure.lineage import derived_at_request
 from app.erasure.schemas import DerivedItem, SourceUntrusted, UntrustIn
@@ -29,7 +29,7 @@ from app.store import memory_lineage
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
 from app.store.memory_lineage import SOURCE_UNTRUSTED
-from app.store.models import Session, Turn
+from app.store.models import Session
 from app.store.sessions import require_session, write_session
 from app.store.turns import to_record
 
@@ -39,17 +39,6 @@ def _checked(body: UntrustIn) -> None:
         raise InvalidInput("name exactly one source: `tool` or `turn_range`", field="tool")
     if body.turn_range is not None and body.turn_range[0] > body.turn_range[1]:
         raise InvalidInput("turn_range is [first, last] with first <= last", field="turn_range")
-
-
-def tool_result_seqs(turns: list[Turn], tool: str) -> list[int]:
-    """The seqs of the results of `tool` among `turns`: named so, or answering a call of it."""
-    records = [to_record(t) for t in turns]
-    named = {i for i, t in enumerate(records) if t.role == "tool" and t.name == tool}
-    for result, (call_turn, call) in tool_pairs(records).items():
-        function = (records[call_turn].tool_calls or [])[call].get("function") or {}
-        if function.get("name") == tool:
-            named.add(result)
-    return sorted(records[i].seq for i in named)
 
 
 async def untrust_source(
@@ -115,7 +104,8 @@ async def _source(db: AsyncSession, session: Session, body: UntrustIn) -> tuple[
     else:
         assert body.tool is not None
         turns = await turns_store.live_turns(db, session.id, 1, session.last_seq)
-        field, seqs = "tool", tool_result_seqs(turns, body.tool)
+        named = tool_names([to_record(t) for t in turns])
+        field, seqs = "tool", sorted(seq for seq, name in named.items() if name == body.tool)
     if not seqs:
         raise NotFound(f"no turns of that {field.replace('_', ' ')} to untrust", field=field)
     first = min(t.created_at for t in turns if t.seq in seqs)

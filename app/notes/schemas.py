@@ -22,8 +22,14 @@ SECTION_NAMES: tuple[SectionName, ...] = (
 )
 
 
+Generator = Literal["rules", "llm"]
+
+
 class NoteItem(BaseModel):
-    """One line of notes, with the turn it came from (`seq`, None for memory items)."""
+    """One line of notes and its provenance: the turn it came from (`seq`, None for memory
+    items) and any other turn it was built from (`seqs`), who said it (`source`), the tool of a
+    tool result, and the generator that wrote the line. A line built from any untrusted part is
+    untrusted."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -32,6 +38,17 @@ class NoteItem(BaseModel):
     subject: str | None = None
     source: Source
     trusted: bool = True
+    seqs: tuple[int, ...] = Field(
+        (), description="other turns it was built from (the proposal a user confirmed)"
+    )
+    tool: str | None = Field(None, description="the tool whose result it came from")
+    generator: Generator | None = Field(
+        None, description="rules or llm; null for remembered items and lines written before"
+    )
+
+    def source_seqs(self) -> set[int]:
+        """Every turn the line was built from: forgetting any of them takes the line."""
+        return {*(() if self.seq is None else (self.seq,)), *self.seqs}
 
 
 class Notes(BaseModel):

@@ -224,6 +224,10 @@ async def test_an_untrusted_source_quarantines_what_was_derived_from_it(
     other = await session(http, user, [])
     assert value in await prompt(http, other, "Which booking number?")
 
+    page = (await http.get(f"/inspect/sessions/{sid}")).text  # the notes lines' provenance
+    assert ("tool fetch_page · by rules" in page) == ("tool" in source)
+    assert f"turn {seq} · {'tool' if 'tool' in source else 'user'}" in page
+
     answer = ok(await http.post(f"/v1/sessions/{sid}/sources/untrust", json=source))
     assert answer["turn_seqs"] == [seq] and answer["status"] == "quarantined"
     found = kinds(answer["derived"])
