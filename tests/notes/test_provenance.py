@@ -113,3 +113,14 @@ async def test_the_llm_cannot_raise_the_trust_or_forge_the_tool_of_a_line() -> N
     assert (fact.source, fact.trusted, fact.tool) == ("tool", False, "get_order")
     [limit] = notes.constraints
     assert (limit.generator, limit.seqs, limit.trusted) == ("llm", (), True)
+
+
+def test_a_remembered_line_leaves_at_the_end_of_its_validity() -> None:
+    ends = datetime(2026, 12, 6, 12, tzinfo=UTC)
+    lapsing = NoteItem(text="Gate B closed", source="memory", valid_until=ends)
+    notes = Notes(remembered=[lapsing, NoteItem(text="prefers trains", source="memory")])
+    before = datetime(2026, 12, 6, 11, 59, tzinfo=UTC)
+    assert not notes.lapses_by(before) and notes.in_force(before) == notes
+    assert notes.lapses_by(ends)
+    assert [i.text for i in notes.in_force(ends).remembered] == ["prefers trains"]
+    assert "Gate B" not in render_notes_block(notes.in_force(ends))
