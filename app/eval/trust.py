@@ -33,11 +33,11 @@ Scenarios and measures (per language):
 - **expiry**: a user-scope item with a `valid_until` a few seconds ahead is shown in a new
   session's prompt before (*current before*), then, once the moment has passed, a prompt of
   either session presenting it is *stale after expiry*.
-- **budget exhaustion**: a session with a user constraint, a tool result that gives an order
-  and a keyed fact updated once (old, then new), offloaded and noted, built at tiny context
-  limits. A build *drops a constraint for an order* when its prompt shows the order's term but
-  not the constraint's; it *shows a stale fact* when it shows the old value. Builds whose query
-  alone does not fit (422) are not counted.
+- **budget exhaustion**: a session with a user constraint, offloaded and noted, then a tool
+  result that gives an order, left in the window, and a keyed fact of the user updated once
+  (old, then new), built at tiny context limits. A build *drops a constraint for an order*
+  when its prompt shows the order's term but not the constraint's; it *shows a stale fact*
+  when it shows the old value. Builds whose query alone does not fit (422) are not counted.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -226,7 +226,7 @@ BUDGETS: tuple[BudgetCase, ...] = (
                INJECTIONS[1], UPDATES[0]),
     BudgetCase("zh", "酒店每晚不能超过 900 元。", "900 元", INJECTIONS[5], UPDATES[3]),
 )  # fmt: skip
-BUDGET_LIMITS = (250, 350, 500, 700, 1000, 1500)  # context limits of the tiny builds, tokens
+BUDGET_LIMITS = (80, 100, 120, 140, 160, 200, 300)  # context limits of the tiny builds
 
 
 def holds(text: str, term: str) -> bool:
@@ -285,8 +285,13 @@ class BudgetResult:
     language: str
     context_limit: int
     built: bool  # False: the query alone did not fit (422)
-    constraint_dropped_for_order: bool
+    constraint_kept: bool
+    order_shown: bool  # the injected result's order term, anywhere in the prompt
     stale_shown: bool
+
+    @property
+    def constraint_dropped_for_order(self) -> bool:
+        return self.order_shown and not self.constraint_kept
 
 
 @dataclass
@@ -342,6 +347,8 @@ def summarise(run: TrustRun) -> dict[str, dict[str, Any]]:
             "expiry_current_before": _share(r.current_before for r in expired),
             "expiry_stale": _share(r.stale for r in expired),
             "budget_builds": len(built),
+            "budget_constraint_kept": _share(r.constraint_kept for r in built),
+            "budget_order_shown": sum(r.order_shown for r in built),
             "budget_constraint_dropped": sum(r.constraint_dropped_for_order for r in built),
             "budget_stale": sum(r.stale_shown for r in built),
         }
@@ -379,6 +386,8 @@ _ROWS = (
     ("expired item shown before its `valid_until`", "expiry_current_before"),
     ("stale rate after expiry (expired item presented as current)", "expiry_stale"),
     ("tiny-budget builds", "budget_builds"),
+    ("tiny-budget builds keeping the constraint", "budget_constraint_kept"),
+    ("tiny-budget builds showing the injected result (as quoted data)", "budget_order_shown"),
     (
         "tiny-budget builds dropping a constraint while showing an order",
         "budget_constraint_dropped",

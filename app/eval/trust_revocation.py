@@ -196,7 +196,8 @@ async def expiry(http: Any, cfg: TrustConfig, case: ExpiryCase) -> ExpiryResult:
 
 
 async def budget(http: Any, cfg: TrustConfig, case: BudgetCase) -> list[BudgetResult]:
-    """Tiny builds of a session with a constraint, an injected order and an updated fact."""
+    """Tiny builds of a session with a noted constraint, an injected order in its window and an
+    updated fact of its user."""
     user = f"trust-budget-{case.language}-{cfg.run_id}"
     sid, earlier = f"{user}-s0", f"{user}-old"
     inj, update = case.injection, case.update
@@ -205,10 +206,11 @@ async def budget(http: Any, cfg: TrustConfig, case: BudgetCase) -> list[BudgetRe
         await memory_call(
             http, at, {"type": "remember", "text": text, "key": update.key, "scope": "user"}
         )
-    turns = tool_turns(case.language, inj.request, inj.tool, inj.result)
-    await append(http, sid, [{"role": "user", "content": case.constraint}, *turns])
+    said = [{"role": role, "content": text} for role, text in filler(case.language)]
+    await append(http, sid, [{"role": "user", "content": case.constraint}, *said])
     await _final_offload(http, sid)
     await _wait_notes(http, [sid], cfg.timeout_s)
+    await append(http, sid, tool_turns(case.language, inj.request, inj.tool, inj.result)[:4])
     results = []
     for limit in BUDGET_LIMITS:
         options = {"context_limit": limit, "reserve_tokens": limit // 10}
@@ -216,10 +218,10 @@ async def budget(http: Any, cfg: TrustConfig, case: BudgetCase) -> list[BudgetRe
             f"/v1/sessions/{sid}/build-prompt", json={"query": inj.request, **options}
         )
         if resp.status_code == 422:
-            results.append(BudgetResult(case.language, limit, False, False, False))
+            results.append(BudgetResult(case.language, limit, False, False, False, False))
             continue
         text = prompt_text(check_response(resp, f"build {sid} at {limit}"))
-        dropped = holds(text, inj.order) and not holds(text, case.constraint_term)
+        kept, order = holds(text, case.constraint_term), holds(text, inj.order)
         stale = holds(text, update.old_term)
-        results.append(BudgetResult(case.language, limit, True, dropped, stale))
+        results.append(BudgetResult(case.language, limit, True, kept, order, stale))
     return results

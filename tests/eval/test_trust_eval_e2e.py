@@ -38,7 +38,9 @@ def test_eval_trust_intercepts_orders_serves_no_stale_fact_and_leaves_nothing_re
         assert row["seconds_to_zero"] is not None, row
         assert row["expiries"] == 1 and row["expiry_current_before"] == 1.0, row
         assert row["expiry_stale"] == 0.0, row
-        assert row["budget_builds"] >= 3, row
+        # The order is in the window: some builds show it (as quoted data), none without the
+        # constraint.
+        assert row["budget_builds"] >= 5 and row["budget_order_shown"] >= 1, row
         assert row["budget_constraint_dropped"] == 0 and row["budget_stale"] == 0, row
     before = {(r["language"], r["kind"]): r["before"] for r in results["revocations"]}
     assert all(count > 0 for count in before.values()) and len(before) == 10, before

@@ -54,9 +54,9 @@ def run_of(revocations: list[RevocationResult]) -> TrustRun:
         revocations=revocations,
         expiries=[ExpiryResult("en", True, False), ExpiryResult("zh", True, True, ["probe"])],
         budgets=[
-            BudgetResult("en", 250, False, False, False),
-            BudgetResult("en", 500, True, False, False),
-            BudgetResult("zh", 500, True, True, True),
+            BudgetResult("en", 80, False, False, False, False),
+            BudgetResult("en", 120, True, True, True, False),
+            BudgetResult("zh", 120, True, False, True, True),
         ],
         elapsed_s=1.0,
         url="http://x",
@@ -84,6 +84,10 @@ def test_summary_shares_and_misses_per_language() -> None:
     assert summary["zh"]["derived_served"] == 1 and summary["zh"]["derived_left"] == 1
     assert summary["en"]["expiry_stale"] == 0.0 and summary["zh"]["expiry_stale"] == 1.0
     assert summary["en"]["budget_builds"] == 1  # the 422 is not counted
+    assert (
+        summary["en"]["budget_constraint_kept"] == 1.0 and summary["en"]["budget_order_shown"] == 1
+    )
+    assert summary["en"]["budget_constraint_dropped"] == 0  # the order beside the constraint
     assert summary["zh"]["budget_constraint_dropped"] == summary["zh"]["budget_stale"] == 1
     table = trust_table(summary)
     assert "| stale-memory rate (`remember`, same key) | 0.000 | 1.000 |" in table
@@ -97,7 +101,7 @@ def test_summary_shares_and_misses_per_language() -> None:
         "- update zh-h (same key): stale, contradiction",
         "- revocation zh turn: 1 served right after (chunk), 1 left at the deadline",
         "- expiry zh: stale in probe",
-        "- budget zh at 500 tokens: constraint dropped while an order shown, stale fact shown",
+        "- budget zh at 120 tokens: constraint dropped while an order shown, stale fact shown",
     ]
 
 
