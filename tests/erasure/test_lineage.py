@@ -243,6 +243,12 @@ async def test_an_untrusted_source_quarantines_what_was_derived_from_it(
     chunks = ok(await http.get(f"/v1/sessions/{sid}/chunks"))["chunks"]
     covering = [c["trust"] for c in chunks if c["turn_first"] <= seq <= c["turn_last"]]
     assert covering == ["untrusted"]
+    # Recalled, the raw turn is untrusted data, and the manifest says so.
+    ask = {"query": f"What was {value}?", "recall": {"mode": "always"}}
+    built = ok(await http.post(f"/v1/sessions/{sid}/build-prompt", json=ask))
+    ids = {c["chunk_id"] for c in chunks if c["turn_first"] <= seq <= c["turn_last"]}
+    [recalled] = [m for m in built["manifest"] if m["id"] in ids and m["included"]]
+    assert recalled["layer"] == "c3" and recalled["trusted"] is False
 
     # A notes rebuild from the raw turns (the erase job of a forget) derives nothing from it.
     last = ok(await http.get(f"/v1/sessions/{sid}"))["counts"]["turns"]
