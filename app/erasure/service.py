@@ -242,9 +242,10 @@ async def _forget_turns(
         "erase_receipt_id": str(receipt_id),
         "status": "tombstoned",
     }
+    items = f", {len(derived)} remembered item(s) written from them" if derived else ""
     text = (
-        f"Forgotten: turns {first}-{last} ({len(seqs)} turns, {len(dead)} chunks). They no "
-        "longer appear in recall, notes or prompts; the raw text is being erased in the "
+        f"Forgotten: turns {first}-{last} ({len(seqs)} turns, {len(dead)} chunks{items}). They "
+        "no longer appear in recall, notes or prompts; the raw text is being erased in the "
         f"background (erase receipt {receipt_id})."
     )
     if "widened_to" in target:

@@ -153,10 +153,12 @@ async def test_forgetting_a_turn_takes_the_users_item_written_from_it(
     other = await session(http, user, [])
     assert value in await prompt(http, other, query)  # the user's memory, in a new session
 
-    forgot = ok(
+    answer = ok(
         await http.post(f"/v1/sessions/{sid}/memory", json={"type": "forget", "turn_range": [1, 1]})
-    )["data"]
+    )
+    forgot = answer["data"]
     assert forgot["tombstoned_memories"] == [derived_id]
+    assert "1 remembered item(s) written from them" in answer["text"]
     # At once: nothing derived from turn 1 is served, here or in the user's other session.
     for where in (sid, other):
         assert value not in await prompt(http, where, query)
