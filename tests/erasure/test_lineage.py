@@ -296,3 +296,45 @@ async def test_a_session_delete_receipt_lists_what_went_with_it(http: httpx.Asyn
     assert receipt["seconds_to_gone"] is not None
     assert "7304" not in await prompt(http, other, "What is my PIN?")
     assert all("7304" not in m["text"] for m in await memories(http, other))
+
+
+async def test_forgetting_a_tool_result_takes_the_item_read_in_it(http: httpx.AsyncClient) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    sid = await session(http, user, TOOL_TURNS)
+    derived_id = await remember(
+        http, sid, text="Booked at HB-5521", source="api", source_tool="fetch_page", turn_seqs=[3]
+    )
+    await offloaded_and_noted(http, sid, "HB-5521")
+    other = await session(http, user, [])
+    assert "HB-5521" in await prompt(http, other, "Which booking number?")
+    forgot = ok(
+        await http.post(f"/v1/sessions/{sid}/memory", json={"type": "forget", "turn_range": [3, 3]})
+    )["data"]
+    assert forgot["widened_to"] == [2, 3] and forgot["tombstoned_memories"] == [derived_id]
+    for where in (sid, other):
+        assert "HB-5521" not in await prompt(http, where, "Which booking number?")
+        assert "HB-5521" not in await recalled(http, where, "HB-5521 booking number")
+        assert all(m["memory_id"] != derived_id for m in await memories(http, where))
+    receipt = await completed(http, forgot["erase_receipt_id"])
+    assert [m["id"] for m in kinds(receipt["derived"])["memory"]] == [derived_id]
+    assert "HB-5521" not in (await http.get(f"/inspect/sessions/{sid}")).text
+
+
+async def test_a_user_delete_leaves_nothing_of_the_user_in_a_new_session(
+    http: httpx.AsyncClient,
+) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    first = await session(http, user, [{"role": "user", "content": "我的会员号是 VIP-6620。"}])
+    await remember(http, first, text="会员号 VIP-6620", source="user_turn", turn_seqs=[1])
+    second = await session(http, user, [{"role": "user", "content": "Hello again."}])
+    assert "VIP-6620" in await prompt(http, second, "我的会员号是多少？")
+    erased = ok(await http.delete(f"/v1/users/{user}"))
+    assert {s["session_id"] for s in erased["sessions"]} == {first, second}
+    receipts = [await completed(http, s["erase_receipt_id"]) for s in erased["sessions"]]
+    assert sum(
+        m["count"] for r in receipts for m in kinds(r["derived"]).get("memory", [])
+    ) == 1 and all(r["seconds_to_gone"] is not None for r in receipts)
+    fresh = await session(http, user, [])
+    assert "VIP-6620" not in await prompt(http, fresh, "我的会员号是多少？")
+    assert await memories(http, fresh) == []
+    assert (await http.get(f"/inspect/sessions/{first}")).status_code == 404
