@@ -40,6 +40,17 @@ def result_tool(turns: Sequence[TurnRecord], at: int) -> str:
     return call_name((turns[i].tool_calls or [])[j])
 
 
+def tool_names(turns: Sequence[TurnRecord]) -> dict[int, str]:
+    """The seq of each tool result -> the tool that gave it, as `result_tool` names it (its own
+    `name`, else the call it answers), in one pass; a result with neither is left out."""
+    pairs = tool_pairs(turns)
+    return {
+        turn.seq: turn.name or call_name((turns[pairs[at][0]].tool_calls or [])[pairs[at][1]])
+        for at, turn in enumerate(turns)
+        if turn.role == "tool" and (turn.name or at in pairs)
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCallTally:
     """How often the session's live turns issued a tool call id, and answered it."""

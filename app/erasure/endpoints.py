@@ -6,12 +6,18 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response, status
 
 from app.auth.deps import ReadCaller, WriteCaller
-from app.core.errors import InvalidReceiptId, NotFound
-from app.erasure import erase, service
-from app.erasure.schemas import EraseReceiptOut, SessionErased, UserErased
+from app.core.errors import InvalidInput, InvalidReceiptId, NotFound
+from app.erasure import erase, lineage, service, untrust
+from app.erasure.schemas import (
+    EraseReceiptOut,
+    SessionErased,
+    SourceUntrusted,
+    UntrustIn,
+    UserErased,
+)
 from app.http.deps import CacheDep, DbDep, SettingsDep
-from app.http.errors import COMMON_ERRORS, error_responses, with_rules
-from app.http.input import PARAMETER_RULE, StorableText
+from app.http.errors import COMMON_ERRORS, Rule, error_responses, with_rules
+from app.http.input import BODY_RULES, PARAMETER_RULE, StorableText
 from app.http.params import SessionIdPath
 from app.store import receipts as receipts_store
 
@@ -73,6 +79,37 @@ async def delete_user(
     return await service.delete_user(db, caller, settings, cache, user_id, erase_now)
 
 
+@router.post(
+    "/v1/sessions/{session_id}/sources/untrust",
+    operation_id="untrust_source",
+    summary="Mark a source untrusted",
+    **with_rules(
+        "Marks the results of one `tool` in the session, or a `turn_range`, as untrusted after "
+        "the fact, and quarantines everything derived from them, in the request: the turns "
+        "keep their text (in the window and in their chunks, now labelled untrusted: recall "
+        "shows them as untrusted data) but no notes line is derived from them again; the "
+        "remembered items written from them (their `turn_seqs` or `source_tool`) become "
+        "`quarantined` (out of prompts; an explicit recall shows them unconfirmed; `PATCH` "
+        "with `status: verified` takes one back); their notes lines leave this session's notes "
+        "and those of the user's other sessions; stored manifests built since the source "
+        "arrived are deleted. The answer lists each derived thing (kind, id, count). Nothing is "
+        "erased: to erase, forget the turns (the memory tool's `forget`).",
+        Rule(InvalidInput, "exactly one of tool and turn_range; turn_range first <= last"),
+        Rule(NotFound, "the session holds no live turn of that tool or range"),
+        *BODY_RULES,
+    ),
+)
+async def untrust_source(
+    session_id: SessionIdPath,
+    body: UntrustIn,
+    caller: WriteCaller,
+    db: DbDep,
+    settings: SettingsDep,
+    cache: CacheDep,
+) -> SourceUntrusted:
+    return await untrust.untrust_source(db, caller, settings, cache, session_id, body)
+
+
 @router.get(
     "/v1/erase-receipts/{receipt_id}",
     responses=error_responses(*COMMON_ERRORS, InvalidReceiptId),
@@ -92,4 +129,4 @@ async def get_erase_receipt(
     receipt = await receipts_store.get_receipt(db, pk, caller.tenant_id)
     if receipt is None:
         raise NotFound(f"erase receipt {receipt_id!r} not found", field="receipt_id")
-    return service.receipt_out(receipt)
+    return lineage.receipt_out(receipt)

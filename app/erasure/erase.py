@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.core.cache import CACHE_ERRORS, Cache, Client
 from app.core.config import Settings
 from app.core.db import commit, retrying_transaction
-from app.erasure.service import drop_from_notes
+from app.erasure.derived import drop_from_notes
 from app.notes.service import refresh_notes
 from app.store import builds as builds_store
 from app.store import chunks as chunks_store

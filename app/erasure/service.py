@@ -32,35 +32,37 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.cache import CACHE_ERRORS, Cache
 from app.core.config import Settings
 from app.core.db import after_commit, retrying_transaction
-from app.core.errors import Conflict, InvalidInput, NotFound
+from app.core.errors import InvalidInput, NotFound
 from app.domain.callers import Caller
 from app.domain.tool_groups import atomic_units
+from app.erasure.derived import (
+    drop_from_notes,
+    drop_from_others_notes,
+    lineage_sessions,
+    users_other_sessions,
+)
+from app.erasure.lineage import derived_at_request
 from app.erasure.schemas import (
     ErasedMemory,
     ErasedSession,
-    EraseReceiptOut,
     ForgetTarget,
     SessionErased,
     UserErased,
 )
 from app.jobs.queue import TaskName, embedding_lock, enqueue, session_lock
-from app.notes.policy import cap, remove_sources
-from app.notes.schemas import Notes
-from app.notes.service import NotesDraft, memory_items, write_notes
 from app.offload.service import write_chunks
 from app.store import chunks as chunks_store
 from app.store import memories as memories_store
+from app.store import memory_lineage
 from app.store import receipts as receipts_store
-from app.store import scratchpads as scratchpads_store
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
 from app.store.memories import FORGOTTEN, SESSION_DELETED, USER_DELETED
-from app.store.models import EraseReceipt, Session, Turn
+from app.store.memory_lineage import DERIVED_FORGOTTEN
+from app.store.models import Session, Turn
 from app.store.sessions import require_session, session_budget, session_cache_key, write_session
 from app.store.turns import to_record
 
-NOTES_WRITE_ATTEMPTS = 3  # a notes job may commit a new version between our read and our write
-USER_SESSIONS_UPDATED = 50  # notes of at most this many of a user's sessions updated per forget
 USER_SESSIONS_PER_DELETE = 100  # sessions a user delete tombstones per call: a request stays short
 # A session delete erases inline (`app.erasure.erase.erase_now`) when that is cheap: a session of
 # at most this many bytes of turn text, a cache of at most this many keys to hunt, and in a user
@@ -119,7 +121,11 @@ async def _forget(
 ) -> tuple[str, dict[str, Any]]:
     if request.memory_id is not None:
         return await _forget_memory(db, settings, cache, session_pk, session_id, request.memory_id)
-    session = _live(await sessions_store.lock_sessions(db, [session_pk]), session_pk)
+    # Items of the user derived from the forgotten turns leave their other sessions' notes
+    # too: those sessions are locked with this one, before anything else.
+    others = await lineage_sessions(db, session_pk)
+    locked = await sessions_store.lock_sessions(db, [session_pk, *others])
+    session = live_among(locked, session_pk)
     if session is None:
         raise NotFound(f"session {session_id!r} not found", field="session_id")
     if request.chunk_id is not None:
@@ -145,7 +151,7 @@ async def _forget(
     turns = await turns_store.live_turns(db, session.id, first, last)
     if not turns:
         raise NotFound(f"no turns {first}-{last} to forget", field="turn_range")
-    return await _forget_turns(db, settings, cache, session, turns, target)
+    return await _forget_turns(db, settings, cache, locked, session, turns, target)
 
 
 async def _widen_to_tool_groups(
@@ -164,6 +170,7 @@ async def _forget_turns(
     db: AsyncSession,
     settings: Settings,
     cache: Cache,
+    locked: list[Session],
     session: Session,
     turns: list[Turn],
     target: dict[str, Any],
@@ -175,6 +182,10 @@ async def _forget_turns(
     dead = [c.id for c in chunks]
     await turns_store.forget_turns(db, [t.id for t in turns], now)
     await chunks_store.tombstone_chunks(db, dead)
+    # Remembered items written from these turns go with them (the lineage, issue 36).
+    derived = await memory_lineage.tombstone_derived_memories(
+        db, session.id, sorted(seqs), DERIVED_FORGOTTEN
+    )
 
     # Re-chunk what the tombstoned chunks held besides the forgotten turns.
     new_ids: list[uuid.UUID] = []
@@ -209,20 +220,32 @@ async def _forget_turns(
             {"chunk_ids": [str(c) for c in new_ids]},
             lock=embedding_lock(session.id),
         )
-    await drop_from_notes(db, settings, cache, session, seqs)
+    lines = await drop_from_notes(db, settings, cache, session, seqs)
+    if derived:
+        await drop_from_others_notes(db, settings, cache, locked, session.id)
     receipt_id = await _schedule_erase(
-        db, session, {**target, "turn_seqs": sorted(seqs), "chunk_ids": [str(c) for c in dead]}
+        db,
+        session,
+        {
+            **target,
+            "turn_seqs": sorted(seqs),
+            "chunk_ids": [str(c) for c in dead],
+            "memory_ids": [str(m) for m in derived],
+            "derived": derived_at_request(dead, lines, derived),
+        },
     )
     data: dict[str, Any] = {
         "forgotten_turns": sorted(seqs),
         "tombstoned_chunks": [str(c) for c in dead],
+        "tombstoned_memories": [str(m) for m in derived],
         "rechunked_into": [str(c) for c in new_ids],
         "erase_receipt_id": str(receipt_id),
         "status": "tombstoned",
     }
+    items = f", {len(derived)} remembered item(s) written from them" if derived else ""
     text = (
-        f"Forgotten: turns {first}-{last} ({len(seqs)} turns, {len(dead)} chunks). They no "
-        "longer appear in recall, notes or prompts; the raw text is being erased in the "
+        f"Forgotten: turns {first}-{last} ({len(seqs)} turns, {len(dead)} chunks{items}). They "
+        "no longer appear in recall, notes or prompts; the raw text is being erased in the "
         f"background (erase receipt {receipt_id})."
     )
     if "widened_to" in target:
@@ -267,16 +290,22 @@ async def _forget_memory(
         raise NotFound(f"memory {memory_id!r} not found", field="memory_id")
     memory_pk, users = memory.id, {memory.user_id} if memory.scope == "user" else set()
     # A user's item leaves the notes of their other sessions too: all locked before the item.
-    others = await _users_other_sessions(db, read, users)
+    others = await users_other_sessions(db, read, users)
     locked = await sessions_store.lock_sessions(db, [session_pk, *others])
-    session = _live(locked, session_pk)
+    session = live_among(locked, session_pk)
     if session is None:
         raise NotFound(f"session {session_id!r} not found", field="session_id")
     await memories_store.set_memory_status(db, [memory_pk], "tombstoned", FORGOTTEN)
-    await drop_from_notes(db, settings, cache, session, set())
-    await _drop_from_others_notes(db, settings, cache, locked, session_pk)
+    lines = await drop_from_notes(db, settings, cache, session, set())
+    await drop_from_others_notes(db, settings, cache, locked, session_pk)
     receipt_id = await _schedule_erase(
-        db, session, {"kind": "memory", "memory_ids": [str(memory_pk)]}
+        db,
+        session,
+        {
+            "kind": "memory",
+            "memory_ids": [str(memory_pk)],
+            "derived": derived_at_request([], lines, []),
+        },
     )
     text = (
         f"Forgotten: remembered item {memory_pk}. It no longer appears in notes, recall or "
@@ -289,68 +318,10 @@ async def _forget_memory(
     }
 
 
-async def drop_from_notes(
-    db: AsyncSession, settings: Settings, cache: Cache, session: Session, seqs: set[int]
-) -> None:
-    """Now, not at the next refresh: notes without items from `seqs` and with the `remembered`
-    section as it stands (a forgotten item gone), as a new notes version, so cached copies of the
-    previous one are no longer read (the erase job deletes them).
-
-    A notes job may commit a newer version between our read and our compare-and-set; that
-    version may still hold the forgotten items, so read it and try again."""
-    for _ in range(NOTES_WRITE_ATTEMPTS):
-        pad = await scratchpads_store.get_scratchpad(db, session.id)
-        if pad is None or pad.version == 0:
-            return
-        notes = remove_sources(Notes.model_validate(pad.notes or {}), seqs)
-        remembered = memory_items(await memories_store.visible_memories(db, session))
-        result = cap(
-            notes.with_section("remembered", remembered), settings.notes.max_tokens, pad.generator
-        )
-        draft = NotesDraft(session, pad.version, pad.covers_until_seq, result, pad.generator)
-        if await write_notes(db, cache, draft) == "written":
-            return
-    raise Conflict(
-        "the notes changed concurrently while forgetting; nothing was forgotten, retry",
-        field="type",
-    )
-
-
-def _live(locked: list[Session], session_pk: uuid.UUID) -> Session | None:
+def live_among(locked: list[Session], session_pk: uuid.UUID) -> Session | None:
     """The session `session_pk` among `locked`, unless it was deleted or tombstoned meanwhile."""
     found = next((s for s in locked if s.id == session_pk), None)
     return None if found is None or sessions_store.erasing(found) else found
-
-
-async def _users_other_sessions(
-    db: AsyncSession, session: Session, users: set[str | None]
-) -> list[uuid.UUID]:
-    """The sessions of `users` other than `session` whose notes lose a tombstoned user-scope
-    item now (read without locks): the most recently changed ones only, so that a request
-    stays short; the erase job does the rest (`app.erasure.erase`)."""
-    found: list[uuid.UUID] = []
-    for user_id in sorted(u for u in users if u):
-        found.extend(
-            pk
-            for pk in await sessions_store.user_session_ids(
-                db, session.tenant_id, user_id, USER_SESSIONS_UPDATED
-            )
-            if pk != session.id
-        )
-    return found
-
-
-async def _drop_from_others_notes(
-    db: AsyncSession,
-    settings: Settings,
-    cache: Cache,
-    locked: list[Session],
-    session_pk: uuid.UUID,
-) -> None:
-    """`drop_from_notes` in every locked session but `session_pk` (and those being erased)."""
-    for other in locked:
-        if other.id != session_pk and not sessions_store.erasing(other):
-            await drop_from_notes(db, settings, cache, other, set())
 
 
 async def _schedule_erase(db: AsyncSession, session: Session, target: dict[str, Any]) -> uuid.UUID:
@@ -380,7 +351,7 @@ async def delete_session(
     before the answer): its erase receipt id and whether it is complete."""
     session = await require_session(db, caller, session_id)
     session_pk = session.id
-    others = await _users_other_sessions(
+    others = await users_other_sessions(
         db, session, set(await memories_store.session_item_users(db, session_pk))
     )
     inline = erase_now is not None and await _cache_small(cache)
@@ -507,7 +478,7 @@ async def _forget_user_items(
 ) -> tuple[str, list[uuid.UUID], uuid.UUID] | None:
     """Forget the items remembered for the user that `holder_pk` holds: (its session id, the
     items, the erase receipt), None when there are none any more."""
-    holder = _live(await sessions_store.lock_sessions(db, [holder_pk]), holder_pk)
+    holder = live_among(await sessions_store.lock_sessions(db, [holder_pk]), holder_pk)
     if holder is None:  # being erased: its items were tombstoned with it
         return None
     memory_ids = await memories_store.tombstone_user_memories(
@@ -537,7 +508,7 @@ async def _erase_session(
     `others` (the sessions of the users its user-scope items were written for) lose those
     items now."""
     locked = await sessions_store.lock_sessions(db, [session_pk, *others])
-    session = _live(locked, session_pk)
+    session = live_among(locked, session_pk)
     if session is None or not wanted(session):
         return None
     session_id, tenant_id = session.external_id, session.tenant_id
@@ -545,7 +516,7 @@ async def _erase_session(
     await turns_store.forget_session_turns(db, session.id, now)
     await chunks_store.tombstone_session_chunks(db, session.id)
     await memories_store.tombstone_session_memories(db, session.id, SESSION_DELETED)
-    await _drop_from_others_notes(db, settings, cache, locked, session_pk)
+    await drop_from_others_notes(db, settings, cache, locked, session_pk)
     key = session_cache_key(cache, tenant_id, session_id)
     version = await write_session(
         db,
@@ -581,18 +552,3 @@ async def _erase_session(
         delay_seconds=INLINE_JOB_DELAY_SECONDS if inline else None,
     )
     return receipt.id, inline
-
-
-def receipt_out(receipt: EraseReceipt) -> EraseReceiptOut:
-    """A receipt as callers see it (without the internal keys of its target)."""
-    target = {k: v for k, v in receipt.target.items() if k not in ("session_pk", "tenant_id")}
-    return EraseReceiptOut(
-        receipt_id=str(receipt.id),
-        session_id=receipt.session_external_id,
-        target=target,
-        status=receipt.status,
-        stores=receipt.stores,
-        attempts=receipt.attempts,
-        requested_at=receipt.requested_at,
-        completed_at=receipt.completed_at,
-    )

@@ -11,8 +11,8 @@ from app.core.context import AppContext
 from app.domain.budget import REPLY_PRIMING_TOKENS, Budget
 from app.domain.callers import Caller
 from app.domain.records import TurnRecord
+from app.erasure.lineage import receipt_out
 from app.erasure.schemas import EraseReceiptOut
-from app.erasure.service import receipt_out
 from app.http.pagination import BIGINT_KEY, UUID_KEY, Page, cut
 from app.inspect.builds import Anchors, BuildView, build_view
 from app.inspect.charts import (

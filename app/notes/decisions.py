@@ -128,4 +128,5 @@ def confirm(book: Notebook, proposal_turn: TurnRecord, seq: int) -> None:
     ]
     if len(proposals) == 1:
         text = f"User confirmed: {proposals[0]}"
-        book.add("decisions", text, seq, "user", decision_subject(book, ascii_lower(proposals[0])))
+        subject = decision_subject(book, ascii_lower(proposals[0]))
+        book.add("decisions", text, seq, "user", subject, seqs=(proposal_turn.seq,))

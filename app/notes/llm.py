@@ -5,9 +5,11 @@ notes as one JSON object (`response_format: json_object`). Any failure — trans
 HTTP status >= 400, a reply that is not JSON, or JSON that does not validate against `Notes` —
 raises `NotesGenerationError`; the caller then keeps the previous notes and sets `rebuild_pending`.
 
-Provenance is never taken from the model: an item citing a turn gets that turn's role as `source`
-and its trust (tool output stays untrusted); an item citing an unknown turn is an error; the
-`remembered` section belongs to the memory tool and is carried over from `previous` unchanged.
+Provenance is never taken from the model: an item citing a new turn gets that turn's role as
+`source`, its trust (tool output stays untrusted), its tool and `generator: llm`
+(`app.notes.policy.with_provenance`); an item citing an earlier turn keeps what that turn's
+line had; an item citing an unknown turn is an error; the `remembered` section belongs to the
+memory tool and is carried over from `previous` unchanged.
 
 Orders inside data never become notes (`app.domain.injection`): an item citing a tool result that
 gives orders is kept only as a fact whose words stand in one of that result's lines without orders
@@ -25,6 +27,7 @@ from pydantic import ValidationError
 from app.core.chat import ChatEndpoint, ask_json
 from app.domain.injection import gives_orders
 from app.domain.records import TurnRecord
+from app.notes.policy import with_provenance
 from app.notes.rules import data_lines
 from app.notes.schemas import SECTION_NAMES, NoteItem, Notes, SectionName, Source
 
@@ -120,10 +123,24 @@ def _keeps(name: SectionName, item: NoteItem, turn: TurnRecord | None, quoted: l
     return name == "facts" and any(text in line for line in quoted)
 
 
+def _as_before(item: NoteItem, before: NoteItem) -> NoteItem:
+    """A line the model carried over keeps the provenance its turn's line had (never more
+    trust than it had)."""
+    return item.model_copy(
+        update={
+            "source": before.source,
+            "trusted": item.trusted and before.trusted,
+            "tool": before.tool,
+            "generator": before.generator,
+        }
+    )
+
+
 def _enforce_provenance(notes: Notes, previous: Notes, turns: Sequence[TurnRecord]) -> Notes:
     roles = {turn.seq: turn for turn in turns}
     injected = _quoted_data(turns)
-    known = set(roles) | {item.seq for item in previous.items() if item.seq is not None}
+    earlier = {item.seq: item for item in reversed(previous.items()) if item.seq is not None}
+    known = set(roles) | set(earlier)
     fixed = notes.with_section("remembered", previous.remembered)
     for name in SECTION_NAMES:
         if name == "remembered":
@@ -138,7 +155,11 @@ def _enforce_provenance(notes: Notes, previous: Notes, turns: Sequence[TurnRecor
             if turn is not None:
                 source = cast(Source, turn.role)
                 item = item.model_copy(update={"source": source, "trusted": turn.trusted})
-            items.append(item)
+            elif item.seq is not None:  # an earlier turn's line: its provenance as it was
+                item = _as_before(item, earlier[item.seq])
+            items.append(
+                item.model_copy(update={"seqs": tuple(s for s in item.seqs if s in known)})
+            )
         fixed = fixed.with_section(name, items)
     return fixed
 
@@ -161,4 +182,4 @@ async def llm_extract(
         failure=NotesGenerationError,
     )
     notes = _parse_notes(data)
-    return _enforce_provenance(notes, previous, turns)
+    return with_provenance(_enforce_provenance(notes, previous, turns), turns, "llm")

@@ -15,8 +15,10 @@ class Notebook:
         ]
 
     def add(self, section: SectionName, text: str, seq: int, source: Source, subject: str | None,
-            trusted: bool = True) -> None:  # fmt: skip
-        item = NoteItem(text=text.strip(), seq=seq, subject=subject, source=source, trusted=trusted)
+            trusted: bool = True, seqs: tuple[int, ...] = ()) -> None:  # fmt: skip
+        item = NoteItem(
+            text=text.strip(), seq=seq, subject=subject, source=source, trusted=trusted, seqs=seqs
+        )
         self.found[section].append(item)
         self.context.append((section, item))
 

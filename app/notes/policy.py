@@ -11,16 +11,19 @@ lose — oldest first within each tier. What was dropped is returned (section, t
 so the scratchpad and every build-prompt manifest can say so.
 
 Rendering: the block opens with one line saying these are notes quoted from the conversation,
-and every item names who said it ("user, turn 12: …", "assistant, turn 7: …", "tool output,
-untrusted, turn 9: …", "remembered, model-written: …"). The block is sent as a system message, so
-a user's imperative ("You must always obey this line.") must never read as a system rule: it is
-shown as the user's words.
+and every item names who said it ("user, turn 12: …", "assistant, turn 7: …", "tool output
+(fetch_page), untrusted, turn 9: …", "remembered, model-written: …"). The block is sent as a
+system message, so a user's imperative ("You must always obey this line.") must never read as a
+system rule: it is shown as the user's words.
 """
 
 import re
+from collections.abc import Sequence
 
+from app.domain.records import TurnRecord
 from app.domain.tokens import count_tokens
-from app.notes.schemas import DroppedNote, NoteItem, Notes, NotesResult, SectionName
+from app.domain.tool_groups import tool_names
+from app.notes.schemas import DroppedNote, Generator, NoteItem, Notes, NotesResult, SectionName
 
 # (section, only items from tool output): the cap drops tiers in this order.
 DROP_ORDER: tuple[tuple[SectionName, bool], ...] = (
@@ -78,7 +81,12 @@ def _label(item: NoteItem) -> str:
     """Who said it, and where: "user, turn 12"."""
     if item.source == "memory":
         return "remembered, model-written"
-    who = "tool output, untrusted" if item.source == "tool" or not item.trusted else item.source
+    tool = f" ({item.tool})" if item.tool else ""
+    who = (
+        f"tool output{tool}, untrusted"
+        if item.source == "tool" or not item.trusted
+        else item.source
+    )
     return f"{who}, turn {item.seq}" if item.seq is not None else who
 
 
@@ -155,10 +163,34 @@ def cap(
 
 
 def remove_sources(notes: Notes, seqs: set[int]) -> Notes:
-    """Notes without the items whose source turns were forgotten."""
+    """Notes without the items built from any of the turns `seqs` (forgotten or untrusted)."""
     cleaned = notes
     for name, items in notes.sections():
         cleaned = cleaned.with_section(
-            name, [item for item in items if item.seq is None or item.seq not in seqs]
+            name, [item for item in items if not item.source_seqs() & seqs]
         )
     return cleaned
+
+
+def with_provenance(notes: Notes, turns: Sequence[TurnRecord], generator: Generator) -> Notes:
+    """The lines citing one of `turns` stamped with their generator, the tool of a tool
+    result, and the trust of every turn they were built from (an untrusted part makes the
+    line untrusted); the other lines (earlier runs', remembered items) as they were."""
+    by_seq = {turn.seq: turn for turn in turns}
+    tools = tool_names(turns)
+    stamped = notes
+    for name, items in notes.sections():
+        fresh = []
+        for item in items:
+            if item.seq in by_seq:
+                parts = [by_seq[s] for s in item.source_seqs() if s in by_seq]
+                item = item.model_copy(
+                    update={
+                        "generator": generator,
+                        "tool": tools.get(item.seq),
+                        "trusted": item.trusted and all(t.trusted for t in parts),
+                    }
+                )
+            fresh.append(item)
+        stamped = stamped.with_section(name, fresh)
+    return stamped

@@ -78,7 +78,7 @@ from app.notes.decisions import (
 )
 from app.notes.facts import codes, facts, names
 from app.notes.notebook import Notebook
-from app.notes.policy import merge
+from app.notes.policy import merge, with_provenance
 from app.notes.schemas import Notes, Source
 from app.notes.sentences import (
     COMMIT_RE,
@@ -223,4 +223,4 @@ def extract(turns: Sequence[TurnRecord], previous: Notes | None = None) -> Notes
         elif turn.role == "tool":
             for line in data_lines(turn.content):
                 facts(run, line, turn.seq, "tool", False)
-    return merge(Notes(), Notes(**run.found))
+    return with_provenance(merge(Notes(), Notes(**run.found)), ordered, "rules")

@@ -5,6 +5,7 @@ section (a corrected budget, a changed decision); items without a subject are on
 """
 
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,8 +23,14 @@ SECTION_NAMES: tuple[SectionName, ...] = (
 )
 
 
+Generator = Literal["rules", "llm"]
+
+
 class NoteItem(BaseModel):
-    """One line of notes, with the turn it came from (`seq`, None for memory items)."""
+    """One line of notes and its provenance: the turn it came from (`seq`, None for memory
+    items) and any other turn it was built from (`seqs`), who said it (`source`), the tool of a
+    tool result, and the generator that wrote the line. A line built from any untrusted part is
+    untrusted."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -32,6 +39,20 @@ class NoteItem(BaseModel):
     subject: str | None = None
     source: Source
     trusted: bool = True
+    seqs: tuple[int, ...] = Field(
+        (), description="other turns it was built from (the proposal a user confirmed)"
+    )
+    tool: str | None = Field(None, description="the tool whose result it came from")
+    generator: Generator | None = Field(
+        None, description="rules or llm; null for remembered items and lines written before"
+    )
+    valid_until: datetime | None = Field(
+        None, description="a remembered item's end (its valid_until or TTL): out of prompts then"
+    )
+
+    def source_seqs(self) -> set[int]:
+        """Every turn the line was built from: forgetting any of them takes the line."""
+        return {*(() if self.seq is None else (self.seq,)), *self.seqs}
 
 
 class Notes(BaseModel):
@@ -65,6 +86,20 @@ class Notes(BaseModel):
     def with_section(self, name: SectionName, items: list[NoteItem]) -> "Notes":
         """A copy with one section replaced (notes are treated as values)."""
         return self.model_copy(update={name: list(items)})
+
+    def lapses_by(self, at: datetime) -> bool:
+        """Whether a line's validity ended at or before `at`."""
+        return any(i.valid_until is not None and i.valid_until <= at for i in self.items())
+
+    def in_force(self, at: datetime) -> "Notes":
+        """A copy without the lines whose validity ended by `at` (an expired remembered item
+        leaves the prompt at once, not at the next notes version)."""
+        kept = self
+        for name, items in self.sections():
+            lapsed = [i for i in items if i.valid_until is not None and i.valid_until <= at]
+            if lapsed:
+                kept = kept.with_section(name, [i for i in items if i not in lapsed])
+        return kept
 
     def max_seq(self) -> int | None:
         """The newest source turn any item cites (None when no item cites a turn)."""

@@ -6,7 +6,8 @@ its result and is counted (`stale_writes`), never written over newer notes.
 """
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Literal
 
 import httpx
@@ -44,7 +45,14 @@ class NotesDraft:
 
 def memory_items(memories: list[Memory]) -> list[NoteItem]:
     return [
-        NoteItem(text=m.text, seq=None, subject=m.key, source="memory", trusted=m.trusted)
+        NoteItem(
+            text=m.text,
+            seq=None,
+            subject=m.key,
+            source="memory",
+            trusted=m.trusted,
+            valid_until=min((t for t in (m.valid_until, m.expires_at) if t), default=None),
+        )
         for m in memories
     ]
 
@@ -170,6 +178,13 @@ class NotesSnapshot:
     notes: Notes
     token_count: int
     dropped: list[DroppedNote]  # what the token cap left out of this version
+
+
+def in_force_at(snapshot: NotesSnapshot, at: datetime) -> NotesSnapshot:
+    """The snapshot without the lines whose validity ended by `at`."""
+    if not snapshot.notes.lapses_by(at):
+        return snapshot
+    return replace(snapshot, notes=snapshot.notes.in_force(at))
 
 
 def empty_notes() -> NotesSnapshot:

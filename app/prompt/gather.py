@@ -24,7 +24,7 @@ from app.memories.service import claim, user_memory_disputes, user_memory_weight
 from app.memories.tiers import dispute, disputed_fact
 from app.notes.policy import render_notes_block
 from app.notes.schemas import Notes
-from app.notes.service import NotesSnapshot, current_notes
+from app.notes.service import NotesSnapshot, current_notes, in_force_at
 from app.offload.service import inline_offload
 from app.prompt.clearing import ToolClearing
 from app.prompt.prepare import BuildState, elapsed_ms, has_history
@@ -112,8 +112,9 @@ async def _current_notes(db: AsyncSession, context: AppContext, session: Session
     version, and the old one leaves the process at the session's next build here."""
     key = (str(session.id), session.notes_version)
     kept = context.notes.get(key) if session.notes_version else None
-    if kept is None:
-        notes = await current_notes(db, context.cache, session)
+    now = datetime.now(UTC)  # a remembered item whose validity ended leaves the block now
+    if kept is None or kept.notes.notes.lapses_by(now):
+        notes = in_force_at(await current_notes(db, context.cache, session), now)
         block = render_notes_block(notes.notes)
         kept = KeptNotes(notes, block, message_tokens("system", block) if block else 0)
         if notes.version == session.notes_version and notes.version:

@@ -73,6 +73,7 @@ def build_manifest(
             score=None,
             included=False,
             reason="notes_cap",
+            trusted=d.source != "tool",
         )
         for d in notes_dropped
     ]
@@ -132,6 +133,7 @@ def _validated(entries: list[ManifestEntry], untrusted: Mapping[str, str]) -> li
                 "reason": e.reason,
                 "chunk_id": e.chunk_id,
                 "injection": _injection(e, untrusted),
+                "trusted": e.id not in untrusted,
             }
             for e in entries
         ]

@@ -138,6 +138,12 @@ class ManifestItem(BaseModel):
         description="untrusted text (a tool result, text recalled or remembered from tool "
         "output) that gives orders to the model: in the prompt only as quoted data, never a note",
     )
+    trusted: bool = Field(
+        True,
+        description="false for untrusted text: a tool result, a chunk or remembered item built "
+        "from one (or from a source marked untrusted), a notes line from tool output; the "
+        "notes entry's lines and their provenance are in the scratchpad of `notes_version`",
+    )
 
 
 class BuildPromptResponse(BaseModel):

@@ -2,6 +2,7 @@
 
 import json
 import uuid
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import String, cast, delete, or_, select, text
@@ -63,6 +64,16 @@ async def delete_builds_quoting(db: AsyncSession, session_pk: uuid.UUID, needles
         delete(PromptBuild).where(
             PromptBuild.session_id == session_pk,
             or_(*(cast(PromptBuild.record, String).contains(n) for n in needles)),
+        )
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+async def delete_builds_since(db: AsyncSession, session_pk: uuid.UUID, since: datetime) -> int:
+    """Delete the session's stored manifests built at or after `since`."""
+    result = await db.execute(
+        delete(PromptBuild).where(
+            PromptBuild.session_id == session_pk, PromptBuild.created_at >= since
         )
     )
     return int(result.rowcount or 0)  # type: ignore[attr-defined]

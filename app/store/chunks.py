@@ -373,6 +373,23 @@ async def tombstone_session_chunks(db: AsyncSession, session_pk: uuid.UUID) -> N
     )
 
 
+async def distrust_chunks(
+    db: AsyncSession, session_pk: uuid.UUID, seqs: Sequence[int]
+) -> list[uuid.UUID]:
+    """Label untrusted the active chunks covering any of `seqs`; returns those newly labelled."""
+    if not seqs:
+        return []
+    result = await db.execute(
+        text(
+            "UPDATE chunks SET trusted = false WHERE session_id = :session AND status = 'active' "
+            "AND trusted AND EXISTS (SELECT 1 FROM unnest(CAST(:seqs AS bigint[])) AS s(seq) "
+            "WHERE s.seq BETWEEN chunks.turn_first AND chunks.turn_last) RETURNING id"
+        ),
+        {"session": session_pk, "seqs": list(seqs)},
+    )
+    return sorted(result.scalars())
+
+
 async def erase_chunks(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, int, list[str]]:
     """Tombstoned chunks lose text, terms, tsvector and embedding; (chunks, embeddings, texts)."""
     rows = await db.execute(

@@ -134,6 +134,8 @@ class Turn(Base):
     created_at: Mapped[datetime] = _created_at()
     chunk_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True), index=True)
     forgotten_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Its source was marked untrusted (migration 0016): nothing is derived from it any more.
+    quarantined_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class IdempotencyRecord(Base):

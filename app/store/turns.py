@@ -215,7 +215,8 @@ async def offloaded_tail(
 
 
 async def offloaded_turns(db: AsyncSession, session_pk: uuid.UUID, after_seq: int) -> list[Turn]:
-    """Live turns already moved into chunks, after `after_seq`, in order (what notes read)."""
+    """Live turns already moved into chunks, after `after_seq`, in order (what notes read): a
+    quarantined turn is left out, nothing may be derived from it."""
     query = (
         select(Turn)
         .where(
@@ -223,6 +224,7 @@ async def offloaded_turns(db: AsyncSession, session_pk: uuid.UUID, after_seq: in
             Turn.seq > after_seq,
             Turn.chunk_id.is_not(None),
             Turn.forgotten_at.is_(None),
+            Turn.quarantined_at.is_(None),
         )
         .order_by(Turn.seq)
     )
@@ -302,6 +304,26 @@ async def forget_session_turns(db: AsyncSession, session_pk: uuid.UUID, now: dat
         .where(Turn.session_id == session_pk, Turn.forgotten_at.is_(None))
         .values(forgotten_at=now)
     )
+
+
+async def quarantine_turns(
+    db: AsyncSession, session_pk: uuid.UUID, seqs: Sequence[int], now: datetime
+) -> list[int]:
+    """Mark live turns of `seqs` untrusted and quarantined; returns the seqs newly marked."""
+    if not seqs:
+        return []
+    result = await db.execute(
+        update(Turn)
+        .where(
+            Turn.session_id == session_pk,
+            Turn.seq.in_(seqs),
+            Turn.forgotten_at.is_(None),
+            Turn.quarantined_at.is_(None),
+        )
+        .values(trusted=False, quarantined_at=now)
+        .returning(Turn.seq)
+    )
+    return sorted(result.scalars())
 
 
 async def erase_turns(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, list[str]]:

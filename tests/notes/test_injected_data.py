@@ -132,3 +132,5 @@ async def test_the_build_manifest_flags_a_tool_result_that_gives_orders(
         flags = {m["id"]: m["injection"] for m in resp.json()["manifest"] if m["layer"] == "c1"}
         # The user's own orders are not injection; the results that give orders are.
         assert flags == {f"turn:{n}": n in (3, 5) for n in range(1, 8)}
+        trust = {m["id"]: m["trusted"] for m in resp.json()["manifest"] if m["layer"] == "c1"}
+        assert trust == {f"turn:{n}": n not in (3, 5, 7) for n in range(1, 8)}  # tool results

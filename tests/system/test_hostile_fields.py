@@ -124,6 +124,7 @@ BODIES: dict[str, list[dict[str, Any]]] = {
         }
     ],
     "build_prompt": BUILD_BODIES,
+    "untrust_source": [{"tool": "lookup"}, {"turn_range": [1, 1]}],
 }
 TOOL_ARGUMENTS = {"memory": MEMORY_BODIES, "build_prompt": BUILD_BODIES}
 

@@ -1,0 +1,93 @@
+"""Notes derived from a revoked source, taken out now (not at the next notes run): in the
+session itself and in the notes of its user's other sessions that quote a remembered item the
+revocation took (the most recently changed ones; the erase job does the rest)."""
+
+import uuid
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.cache import Cache
+from app.core.config import Settings
+from app.core.errors import Conflict
+from app.erasure.lineage import lines_removed
+from app.notes.policy import cap, remove_sources
+from app.notes.schemas import Notes
+from app.notes.service import NotesDraft, memory_items, write_notes
+from app.store import memories as memories_store
+from app.store import memory_lineage
+from app.store import scratchpads as scratchpads_store
+from app.store import sessions as sessions_store
+from app.store.models import Session
+
+NOTES_WRITE_ATTEMPTS = 3  # a notes job may commit a new version between our read and our write
+USER_SESSIONS_UPDATED = 50  # notes of at most this many of a user's sessions updated per forget
+
+
+async def drop_from_notes(
+    db: AsyncSession, settings: Settings, cache: Cache, session: Session, seqs: set[int]
+) -> int:
+    """Now, not at the next refresh: notes without items from `seqs` and with the `remembered`
+    section as it stands (a forgotten item gone), as a new notes version, so cached copies of the
+    previous one are no longer read (the erase job deletes them). Returns the lines removed.
+
+    A notes job may commit a newer version between our read and our compare-and-set; that
+    version may still hold the forgotten items, so read it and try again."""
+    for _ in range(NOTES_WRITE_ATTEMPTS):
+        pad = await scratchpads_store.get_scratchpad(db, session.id)
+        if pad is None or pad.version == 0:
+            return 0
+        before = Notes.model_validate(pad.notes or {})
+        notes = remove_sources(before, seqs)
+        remembered = memory_items(await memories_store.visible_memories(db, session))
+        result = cap(
+            notes.with_section("remembered", remembered), settings.notes.max_tokens, pad.generator
+        )
+        draft = NotesDraft(session, pad.version, pad.covers_until_seq, result, pad.generator)
+        if await write_notes(db, cache, draft) == "written":
+            return lines_removed(before, notes.with_section("remembered", remembered))
+    raise Conflict(
+        "the notes changed concurrently while forgetting; nothing was forgotten, retry",
+        field="type",
+    )
+
+
+async def users_other_sessions(
+    db: AsyncSession, session: Session, users: set[str | None]
+) -> list[uuid.UUID]:
+    """The sessions of `users` other than `session` whose notes lose a tombstoned user-scope
+    item now (read without locks): the most recently changed ones only, so that a request
+    stays short; the erase job does the rest (`app.erasure.erase`)."""
+    found: list[uuid.UUID] = []
+    for user_id in sorted(u for u in users if u):
+        found.extend(
+            pk
+            for pk in await sessions_store.user_session_ids(
+                db, session.tenant_id, user_id, USER_SESSIONS_UPDATED
+            )
+            if pk != session.id
+        )
+    return found
+
+
+async def drop_from_others_notes(
+    db: AsyncSession,
+    settings: Settings,
+    cache: Cache,
+    locked: list[Session],
+    session_pk: uuid.UUID,
+) -> None:
+    """`drop_from_notes` in every locked session but `session_pk` (and those being erased)."""
+    for other in locked:
+        if other.id != session_pk and not sessions_store.erasing(other):
+            await drop_from_notes(db, settings, cache, other, set())
+
+
+async def lineage_sessions(db: AsyncSession, session_pk: uuid.UUID) -> list[uuid.UUID]:
+    """The other sessions whose notes a revocation of this session's turns may change: those
+    of the users of the items it derived from its turns or tools (read without locks)."""
+    read = await sessions_store.get_session_by_pk(db, session_pk)
+    if read is None:
+        return []
+    return await users_other_sessions(
+        db, read, set(await memory_lineage.derived_item_users(db, session_pk))
+    )
