@@ -38,6 +38,7 @@ BODIES: dict[tuple[str, str], Any] = {
     ("post", "/v1/sessions/{session_id}/memories"): {"text": "the intruder's own note"},
     ("patch", "/v1/sessions/{session_id}/memories/{memory_id}"): {"status": "verified"},
     ("post", "/v1/sessions/{session_id}/memories/{memory_id}/versions/{revision}/redact"): {},
+    ("post", "/v1/sessions/{session_id}/sources/untrust"): {"turn_range": [1, 1]},
 }
 
 
@@ -154,6 +155,7 @@ async def test_another_tenant_reaches_nothing_through_any_operation(
         "get /v1/sessions/{session_id}/scratchpad",
         "post /v1/sessions/{session_id}/memory",
         "post /v1/sessions/{session_id}/build-prompt",
+        "post /v1/sessions/{session_id}/sources/untrust",
         "delete /v1/sessions/{session_id}",
     ):
         assert 200 <= answers[op] < 300, (op, answers[op])
