@@ -15,8 +15,8 @@ from app.store.models import PromptBuild, Session
 _STORE_BUILD = text(
     "WITH stored AS (INSERT INTO prompt_builds (id, tenant_id, session_id, record) "
     "VALUES (:id, :tenant, :session, CAST(:record AS jsonb))) "
-    "DELETE FROM prompt_builds WHERE session_id = :session AND id NOT IN ("
-    "SELECT id FROM prompt_builds WHERE session_id = :session "
+    "DELETE FROM prompt_builds WHERE tenant_id = :tenant AND session_id = :session AND id NOT IN ("
+    "SELECT id FROM prompt_builds WHERE tenant_id = :tenant AND session_id = :session "
     "ORDER BY created_at DESC, id DESC LIMIT :older)"
 )
 # Only when the transaction wrote nothing yet (no transaction id assigned).

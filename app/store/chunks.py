@@ -60,12 +60,14 @@ async def insert_chunks(
         )
 
 
-def active_chunk_count(session_pk: Any) -> Any:
-    """A scalar subquery counting the active chunks of `session_pk` (a column of an outer
-    query): the truth that `sessions.chunk_count` mirrors."""
+def active_chunk_count(session_pk: Any, tenant_id: Any) -> Any:
+    """A scalar subquery counting the active chunks of `session_pk` in `tenant_id` (columns of an
+    outer query): the truth that `sessions.chunk_count` mirrors."""
     return (
         select(func.count())
-        .where(Chunk.session_id == session_pk, Chunk.status == "active")
+        .where(
+            Chunk.session_id == session_pk, Chunk.tenant_id == tenant_id, Chunk.status == "active"
+        )
         .scalar_subquery()
     )
 
@@ -237,17 +239,19 @@ SHOWN_COLUMNS = (
 # a cast to the model's dimension (a cast copies every vector); one model's vectors all have that
 # dimension.
 _RANKED_NEAREST = (
-    "WITH near AS (SELECT id, embedding <=> CAST(%(vector)s AS vector) AS distance FROM chunks "
+    "WITH near AS (SELECT id, tenant_id, embedding <=> CAST(%(vector)s AS vector) AS distance "
+    "FROM chunks "
     "WHERE session_id = %(session)s AND status = 'active' AND embedding_model = %(model)s "
     "ORDER BY distance LIMIT %(limit)s), "
-    "ranked AS (SELECT id, distance, row_number() OVER (ORDER BY distance) AS place FROM near) "
+    "ranked AS (SELECT id, tenant_id, distance, row_number() OVER (ORDER BY distance) AS place "
+    "FROM near) "
 )
 # The scan and what recall shows of those chunks and of the other arms' candidates (`ids`), in
 # one statement: the vector arm and the candidates' rows in one round trip. The nearest come
 # first, in distance order, with their distance; the others after them with none.
 _NEAREST_AND_SHOWN = (
-    _RANKED_NEAREST
-    + f"SELECT {SHOWN_COLUMNS}, r.distance FROM chunks c LEFT JOIN ranked r ON r.id = c.id "
+    _RANKED_NEAREST + f"SELECT {SHOWN_COLUMNS}, r.distance FROM chunks c "
+    "LEFT JOIN ranked r ON r.id = c.id AND r.tenant_id = c.tenant_id "
     "WHERE c.id = ANY(ARRAY(SELECT id FROM ranked) || CAST(%(ids)s AS uuid[])) "
     "ORDER BY r.place NULLS LAST"
 )  # run by the driver itself (`read_once`): psycopg's placeholders

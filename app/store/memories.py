@@ -354,7 +354,7 @@ async def memories_as_of(
     version = aliased(MemoryVersion, then)
     query = (
         select(Memory, version)
-        .join(then, then.c.memory_id == Memory.id)
+        .join(then, (then.c.memory_id == Memory.id) & (then.c.tenant_id == Memory.tenant_id))
         .where(Memory.tenant_id == session.tenant_id, _visible(session))
         .order_by(Memory.created_at, Memory.id)
     )

@@ -1,4 +1,9 @@
-"""The relational model of spec §2. Every row carries `tenant_id`, so the store can shard by it."""
+"""The relational model of spec §2. Every row carries `tenant_id`, so the store can shard by it:
+every table but the global ones (`GLOBAL_TABLES`) has the tenant in its primary key, its unique
+constraints and its foreign keys to other tenant-scoped tables, as their last column (a lookup by a
+row's own id still reads the key's index by its prefix). The ORM identifies a row by its own id
+(`_identified_by`), a uuid or a sequence number no other tenant's row shares.
+tests/store/test_tenant_keys.py checks the migrated schema and the store's joins against this."""
 
 import uuid
 from datetime import datetime
@@ -11,6 +16,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     String,
@@ -22,7 +28,20 @@ from sqlalchemy import (
     text as sql_text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR, UUID
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
+
+# The tables not distributed by tenant, each with the reason (on Citus: reference tables, a copy
+# on every node, for the first two; the coordinator's own tables for the others). Every other
+# table of the database is tenant-scoped; a new table is one or the other, never unlisted.
+GLOBAL_TABLES: dict[str, str] = {
+    "tenants": "the tenants themselves: tenant-scoped rows point at them",
+    "api_keys": "read by the key's hash to learn the tenant, before any tenant is known",
+    "alembic_version": "the schema's revision",
+    "procrastinate_jobs": "the job queue (procrastinate's): workers take every tenant's jobs",
+    "procrastinate_events": "the job queue's history of each job",
+    "procrastinate_periodic_defers": "the job queue's record of periodic tasks deferred",
+    "procrastinate_workers": "the job queue's live workers and their heartbeats",
+}
 
 
 class Base(DeclarativeBase):
@@ -42,6 +61,29 @@ def _created_at() -> Mapped[datetime]:
 
 def _tenant_fk() -> Mapped[uuid.UUID]:
     return mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False)
+
+
+def _tenant_key() -> Mapped[uuid.UUID]:
+    """`tenant_id` as the last column of the primary key."""
+    return mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
+
+
+def _of_session() -> ForeignKeyConstraint:
+    """The row's session, in the same tenant (a key between tenant-scoped tables has the tenant)."""
+    return ForeignKeyConstraint(
+        ["session_id", "tenant_id"], ["sessions.id", "sessions.tenant_id"], ondelete="CASCADE"
+    )
+
+
+def _identified_by(column: str) -> Any:
+    """Mapper arguments naming the row's identity in the ORM: its own id, alone (unique across
+    tenants), so that `db.get(Model, id)` and the identity map need no tenant."""
+
+    @declared_attr.directive
+    def __mapper_args__(cls: Any) -> dict[str, Any]:
+        return {"primary_key": [cls.__table__.c[column]]}
+
+    return __mapper_args__
 
 
 class Tenant(Base):
@@ -74,8 +116,9 @@ class Session(Base):
         Index("ix_sessions_updated", "updated_at"),
         Index("ix_sessions_chunk_count", "chunk_count"),
     )
+    __mapper_args__ = _identified_by("id")
     id: Mapped[uuid.UUID] = _uuid_pk()
-    tenant_id: Mapped[uuid.UUID] = _tenant_fk()
+    tenant_id: Mapped[uuid.UUID] = _tenant_key()
     external_id: Mapped[str] = mapped_column(String(128))
     user_id: Mapped[str | None] = mapped_column(String(128))
     config: Mapped[dict[str, Any]] = mapped_column(server_default=sql_text("'{}'::jsonb"))
@@ -112,14 +155,16 @@ class Session(Base):
 class Turn(Base):
     __tablename__ = "turns"
     __table_args__ = (
-        UniqueConstraint("session_id", "seq"),
+        UniqueConstraint("session_id", "seq", "tenant_id"),
         Index(
             "ix_turns_window", "session_id", "seq", postgresql_where=sql_text("chunk_id IS NULL")
         ),
+        _of_session(),
     )
+    __mapper_args__ = _identified_by("id")
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    tenant_id: Mapped[uuid.UUID] = _tenant_fk()
-    session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    tenant_id: Mapped[uuid.UUID] = _tenant_key()
+    session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
     seq: Mapped[int] = mapped_column(BigInteger)
     role: Mapped[str] = mapped_column(String(16))
     content: Mapped[str] = mapped_column(Text)
@@ -140,13 +185,11 @@ class Turn(Base):
 
 class IdempotencyRecord(Base):
     __tablename__ = "idempotency_keys"
-    __table_args__ = (Index("ix_idempotency_keys_created", "created_at"),)
+    __table_args__ = (Index("ix_idempotency_keys_created", "created_at"), _of_session())
     tenant_id: Mapped[uuid.UUID] = mapped_column(
         ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
     )
-    session_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
-    )
+    session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     key: Mapped[str] = mapped_column(String(255), primary_key=True)
     request_hash: Mapped[str] = mapped_column(String(64))
     status_code: Mapped[int | None] = mapped_column(Integer)
@@ -171,10 +214,12 @@ class Chunk(Base):
             postgresql_using="gin",
             postgresql_with={"gin_pending_list_limit": 64},  # migration 0008
         ),
+        _of_session(),
     )
+    __mapper_args__ = _identified_by("id")
     id: Mapped[uuid.UUID] = _uuid_pk()
-    tenant_id: Mapped[uuid.UUID] = _tenant_fk()
-    session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    tenant_id: Mapped[uuid.UUID] = _tenant_key()
+    session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
     turn_first: Mapped[int] = mapped_column(BigInteger)
     turn_last: Mapped[int] = mapped_column(BigInteger)
     part: Mapped[int] = mapped_column(Integer, server_default="0")
@@ -202,10 +247,10 @@ class Chunk(Base):
 
 class Scratchpad(Base):
     __tablename__ = "scratchpads"
-    session_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
-    )
-    tenant_id: Mapped[uuid.UUID] = _tenant_fk()
+    __table_args__ = (_of_session(),)
+    __mapper_args__ = _identified_by("session_id")
+    session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    tenant_id: Mapped[uuid.UUID] = _tenant_key()
     version: Mapped[int] = mapped_column(Integer, server_default="0")
     covers_until_seq: Mapped[int] = mapped_column(BigInteger, server_default="0")
     notes: Mapped[dict[str, Any]] = mapped_column(server_default=sql_text("'{}'::jsonb"))
@@ -232,12 +277,14 @@ MEMORY_STATUSES = (*MEMORY_HELD, "tombstoned", "erased")
 
 class Memory(Base):
     __tablename__ = "memories"
-    __table_args__ = (Index("ix_memories_scope", "tenant_id", "scope", "user_id", "session_id"),)
-    id: Mapped[uuid.UUID] = _uuid_pk()
-    tenant_id: Mapped[uuid.UUID] = _tenant_fk()
-    session_id: Mapped[uuid.UUID | None] = mapped_column(
-        ForeignKey("sessions.id", ondelete="CASCADE")
+    __table_args__ = (
+        Index("ix_memories_scope", "tenant_id", "scope", "user_id", "session_id"),
+        _of_session(),
     )
+    __mapper_args__ = _identified_by("id")
+    id: Mapped[uuid.UUID] = _uuid_pk()
+    tenant_id: Mapped[uuid.UUID] = _tenant_key()
+    session_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     user_id: Mapped[str | None] = mapped_column(String(128))
     scope: Mapped[str] = mapped_column(String(16))
     key: Mapped[str | None] = mapped_column(String(128))
@@ -285,12 +332,15 @@ class MemoryVersion(Base):
     when, why, and the item as it then was. Redaction drops `text` and keeps the rest."""
 
     __tablename__ = "memory_versions"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["memory_id", "tenant_id"], ["memories.id", "memories.tenant_id"], ondelete="CASCADE"
+        ),
+    )
     tenant_id: Mapped[uuid.UUID] = mapped_column(
         ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
     )
-    memory_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("memories.id", ondelete="CASCADE"), primary_key=True
-    )
+    memory_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     revision: Mapped[int] = mapped_column(Integer, primary_key=True)
     status: Mapped[str] = mapped_column(String(16))
     text: Mapped[str | None] = mapped_column(Text)
@@ -308,9 +358,11 @@ class MemoryVersion(Base):
 
 class OffloadEvent(Base):
     __tablename__ = "offload_events"
+    __table_args__ = (_of_session(),)
+    __mapper_args__ = _identified_by("id")
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    tenant_id: Mapped[uuid.UUID] = _tenant_fk()
-    session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    tenant_id: Mapped[uuid.UUID] = _tenant_key()
+    session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
     trigger: Mapped[str] = mapped_column(String(16))
     trigger_ratio: Mapped[float] = mapped_column(Float)
     ratio_after: Mapped[float] = mapped_column(Float)
@@ -325,18 +377,23 @@ class OffloadEvent(Base):
 
 class PromptBuild(Base):
     __tablename__ = "prompt_builds"
-    __table_args__ = (Index("ix_prompt_builds_session", "session_id", "created_at", "id"),)
+    __table_args__ = (
+        Index("ix_prompt_builds_session", "session_id", "created_at", "id"),
+        _of_session(),
+    )
+    __mapper_args__ = _identified_by("id")
     id: Mapped[uuid.UUID] = _uuid_pk()
-    tenant_id: Mapped[uuid.UUID] = _tenant_fk()
-    session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    tenant_id: Mapped[uuid.UUID] = _tenant_key()
+    session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
     record: Mapped[dict[str, Any]] = mapped_column(JSONB)
     created_at: Mapped[datetime] = _created_at()
 
 
 class EraseReceipt(Base):
     __tablename__ = "erase_receipts"
+    __mapper_args__ = _identified_by("id")
     id: Mapped[uuid.UUID] = _uuid_pk()
-    tenant_id: Mapped[uuid.UUID] = _tenant_fk()
+    tenant_id: Mapped[uuid.UUID] = _tenant_key()
     # No foreign key: a receipt outlives the session it reports on.
     session_external_id: Mapped[str] = mapped_column(String(128))
     target: Mapped[dict[str, Any]] = mapped_column(JSONB)

@@ -25,7 +25,10 @@ async def offload_events(db: AsyncSession, session_pk: uuid.UUID, limit: int) ->
     )
     query = (
         select(OffloadEvent)
-        .join(newest, OffloadEvent.id == newest.c.id)
+        .join(
+            newest,
+            (OffloadEvent.id == newest.c.id) & (OffloadEvent.tenant_id == newest.c.tenant_id),
+        )
         .order_by(OffloadEvent.created_at, OffloadEvent.id)
     )
     return list((await db.execute(query)).scalars().all())

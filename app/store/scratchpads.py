@@ -36,7 +36,7 @@ async def ensure_scratchpad(db: AsyncSession, session: Session) -> None:
     await db.execute(
         insert(Scratchpad)
         .values(session_id=session.id, tenant_id=session.tenant_id)
-        .on_conflict_do_nothing(index_elements=["session_id"])
+        .on_conflict_do_nothing(index_elements=["session_id", "tenant_id"])
     )
 
 

@@ -249,18 +249,20 @@ class Counters:
     chunk_count: int
 
 
-# `app.store.chunks.active_chunk_count`: chunks are counted where they are queried.
-ChunkCount = Callable[[Any], Any]
+# `app.store.chunks.active_chunk_count`: chunks are counted where they are queried (of the
+# session and tenant columns of an outer query).
+ChunkCount = Callable[[Any, Any], Any]
 
 
 def _counted(chunk_count: ChunkCount) -> tuple[Any, Any, Any, Any]:
     """Correlated subqueries recounting each counter of the outer `Session` row from the rows."""
-    window = (Turn.session_id == Session.id) & Turn.chunk_id.is_(None) & Turn.forgotten_at.is_(None)
+    of_session = (Turn.session_id == Session.id) & (Turn.tenant_id == Session.tenant_id)
+    window = of_session & Turn.chunk_id.is_(None) & Turn.forgotten_at.is_(None)
     return (
         select(func.coalesce(func.sum(Turn.token_count), 0)).where(window).scalar_subquery(),
         select(func.count()).where(window).scalar_subquery(),
-        select(func.count()).where(Turn.session_id == Session.id).scalar_subquery(),
-        chunk_count(Session.id),
+        select(func.count()).where(of_session).scalar_subquery(),
+        chunk_count(Session.id, Session.tenant_id),
     )
 
 

@@ -133,7 +133,8 @@ _SESSION_WITH_WINDOW = (
     + ", CASE WHEN s.id = %(kept_id)s AND s.version = %(kept_version)s THEN NULL ELSE "
     "(SELECT coalesce(json_agg(json_build_array(t.seq, t.role, t.content, t.token_count, "
     "t.created_at, t.name, t.tool_calls, t.tool_call_id, t.metadata) ORDER BY t.seq), '[]') "
-    "FROM turns t WHERE t.session_id = s.id AND t.chunk_id IS NULL AND t.forgotten_at IS NULL) "
+    "FROM turns t WHERE t.session_id = s.id AND t.tenant_id = s.tenant_id AND t.chunk_id IS NULL "
+    "AND t.forgotten_at IS NULL) "
     "END FROM sessions s WHERE s.tenant_id = %(tenant)s AND s.external_id = %(external)s"
 )  # run by the driver itself (`read_once`): psycopg's placeholders
 
