@@ -302,7 +302,11 @@ async def change_memory(
         values = {**values, "lexical": func.to_tsvector("simple", lexical_source)}
     result = await db.execute(
         update(Memory)
-        .where(Memory.id == memory.id, Memory.revision == expected_revision)
+        .where(
+            Memory.id == memory.id,
+            Memory.tenant_id == memory.tenant_id,
+            Memory.revision == expected_revision,
+        )
         .values(**values, revision=Memory.revision + 1)
         .returning(Memory.id)
     )

@@ -8,7 +8,8 @@
   text. Every join between rows of tenant-scoped tables (`JOIN ... ON`, a correlated subquery,
   a join in WHERE, a table joined to itself or to a subquery or CTE of it) matches `tenant_id`
   on both sides too. A subquery that is not correlated (`IN (SELECT ...)`) is no join: Citus
-  runs it on its own and passes the result on.
+  runs it on its own and passes the result on; a join whose condition SQLAlchemy takes from a
+  foreign key has the tenant by the first rule.
 
 Each check names what breaks it, and each is fed a schema or a query that breaks it."""
 
