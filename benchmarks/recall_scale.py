@@ -188,10 +188,12 @@ def add_history(
         conn.execute("ANALYZE chunks")
         # `turn_count` counts the session's turn rows (the offloaded turns are not written here):
         # a count the rows do not match would have the worker's sweep repair it during the run.
+        # `offloaded_until_seq`: a build recalls only from a session with offloaded turns.
         conn.execute(
             "UPDATE sessions SET chunk_count = %s, chunks_version = chunks_version + 1, "
-            "last_seq = %s, turn_count = %s, version = version + 1 WHERE id = %s",
-            (chunks + n, first_turn + WINDOW_TURNS - 1, WINDOW_TURNS, session),
+            "last_seq = %s, turn_count = %s, offloaded_until_seq = %s, version = version + 1 "
+            "WHERE id = %s",
+            (chunks + n, first_turn + WINDOW_TURNS - 1, WINDOW_TURNS, first_turn - 1, session),
         )
 
 
@@ -267,9 +269,10 @@ def add_sessions(
         "INSERT INTO batch_ids SELECT g, gen_random_uuid() "
         "FROM generate_series(%(a)s::bigint, %(b)s::bigint) g",
         "INSERT INTO sessions (id, tenant_id, external_id, chunk_count, chunks_version, "
-        "last_seq, turn_count, c1_tokens, c1_turns) SELECT id, %(tenant)s, %(prefix)s || g, "
-        f"{SESSION_CHUNKS}, 1, %(last)s, {WINDOW_TURNS}, {35 * WINDOW_TURNS}, {WINDOW_TURNS} "
-        "FROM batch_ids",
+        "last_seq, turn_count, c1_tokens, c1_turns, offloaded_until_seq) "
+        "SELECT id, %(tenant)s, %(prefix)s || g, "
+        f"{SESSION_CHUNKS}, 1, %(last)s, {WINDOW_TURNS}, {35 * WINDOW_TURNS}, {WINDOW_TURNS}, "
+        "%(first_seq)s - 1 FROM batch_ids",
         "INSERT INTO chunks (id, tenant_id, session_id, turn_first, turn_last, part, parts, "
         "roles, ts_first, ts_last, raw_text, token_count, term_counts, term_total, lexical, "
         "embedding, embedding_model) SELECT gen_random_uuid(), %(tenant)s, b.id, "

@@ -48,15 +48,16 @@ def test_sessions_loaded_around_deferred_indexes_leave_the_schema_as_migrated(
         assert set(rebuilt) == {"indexes_s", "keys_s"}
 
         sessions = conn.execute(
-            "SELECT external_id, chunk_count, turn_count, last_seq, c1_turns, c1_tokens, "
+            "SELECT external_id, chunk_count, turn_count, last_seq, offloaded_until_seq, c1_turns, "
+            "c1_tokens, "
             "(SELECT count(*) FROM chunks c WHERE c.session_id = s.id), "
             "(SELECT count(*) FROM turns t WHERE t.session_id = s.id) "
             "FROM sessions s WHERE tenant_id = %s ORDER BY external_id",
             (tenant,),
         ).fetchall()
         assert len(sessions) == 30
-        assert sessions[0] == ("bulk-1", 5, 10, 30, 10, 350, 5, 10)
-        assert {s[1:] for s in sessions} == {(5, 10, 30, 10, 350, 5, 10)}
+        assert sessions[0] == ("bulk-1", 5, 10, 30, 20, 10, 350, 5, 10)
+        assert {s[1:] for s in sessions} == {(5, 10, 30, 20, 10, 350, 5, 10)}
 
         chunk = conn.execute(
             "SELECT array_agg(turn_first ORDER BY turn_first), count(DISTINCT raw_text), "
