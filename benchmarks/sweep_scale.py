@@ -13,7 +13,7 @@ For each size one embedded PostgreSQL (its own data directory, the migrations ap
 that many idle sessions generated in the server (`benchmarks.recall_scale.add_sessions`: 5 chunks
 with vectors and a 10-turn window each, last written and offloaded a week ago; loaded in one
 transaction with the tables' indexes and keys built after the rows, as a restore does:
-`benchmarks.bulk_load`; 10^6 sessions take ~25 GB of disk) and 20 live ones
+`benchmarks.bulk_load`; 10^6 sessions took 19 min and 24 GB of disk) and 20 live ones
 (written a minute ago: one over its watermark with no job, one with drifted counters, one with
 chunks lacking a vector), `VACUUM ANALYZE`d. Then, in `--rounds` rounds going through every size
 (so the ratios are side by side), each statement of the sweep runs through its store function
