@@ -21,11 +21,18 @@ first build of each session (the per-process BM25 index is built then).
             alone, the generic plan of a statement filtered by session expects a third of the
             table and scans all of it); measured in `--rounds` rounds, each round going through
             every size, so the ratios are side by side;
-  sessions: one `contextd dev` with its own database per size (10^2 .. 10^5 sessions of 5
+  sessions: one `contextd dev` with its own database per size (10^2 .. 10^6 sessions of 5
             chunks and 10 turns each, besides the measured session of 1,000 chunks), all loaded
             first, then measured in `--rounds` interleaved rounds, so the ratios are side by side
-            (two sizes, e.g. `--sessions 100,100000`, keep the machine's memory in bounds);
+            (two sizes, e.g. `--sessions 100,1000000`, keep the machine's memory in bounds);
             `--explain` prints the plans of the vector and exact-hits queries in each database.
+            The small sessions are generated in the server (`add_sessions`: INSERT ... SELECT
+            over generate_series, their chunks and turns copied from pool tables by index
+            arithmetic), in one transaction with the three tables' indexes and keys dropped
+            and built again after the rows, as a restore does (`benchmarks.bulk_load`: the
+            catalog's own definitions, so the schema is the migrations'); then the measured
+            session is written as before, through the indexes. Printed per database: how long
+            the rows, the indexes and the keys took, and each table's and index's size.
 
 Kept stores (`--data-dir DIR`): each axis's database (`DIR/chunks`, `DIR/s<N>`: an embedded
 PostgreSQL and Valkey each) stays in DIR when the command ends, and a later run with the same DIR
@@ -35,11 +42,11 @@ is loaded (a store holding something else is an error: delete that directory). S
 checkout (e.g. after a merge) measures the same data with the same command; `contextd dev` runs
 that checkout's migrations on the kept database when it starts. `--load-only` loads what is
 missing (and waits for the HNSW index) and stops. Without `--data-dir` the stores live in a
-temporary directory, deleted at the end. Loading 10^5 sessions took ~5-15 min, a 10^5-chunk
-session and its index ~10 min on the 2 cores. Every point gets `--warmup` builds (default 40, not
-counted) after its first build: a reused store starts with cold buffers, and a 10^5-chunk
-session's HNSW index (195 MB) takes ~50 searches to be read into them (the first one read 3,785
-pages in 68 ms, the 50th 37).
+temporary directory, deleted at the end. A 10^5-chunk session and its index took ~10 min on the
+2 cores; the sessions axis's load times and sizes are in docs/BENCHMARKS.md ("A database of 10^6
+sessions"). Every point gets `--warmup` builds (default 40, not counted) after its first build:
+a reused store starts with cold buffers, and a 10^5-chunk session's HNSW index (195 MB) takes
+~50 searches to be read into them (the first one read 3,785 pages in 68 ms, the 50th 37).
 
 Ports: the chunks axis's server on `--port`, its Valkey on the next; the sessions axis's i-th
 server on `--port` + 2 + 2i, its Valkey on the next (PostgreSQL listens on a Unix socket).
@@ -69,6 +76,7 @@ from app.domain.text import lexical_document, terms
 from app.store.chunks import _NEAREST, _exact_statement
 from app.store.vector_index import vector_index_name
 from benchmarks.build_prompt_latency import WORDS, percentile, turn_text
+from benchmarks.bulk_load import deferred_indexes, relation_sizes
 from benchmarks.floor_compare import DevServer, contextd_dev
 
 DIM = 384
@@ -76,6 +84,7 @@ MODEL = "e5-small-q4"
 TURNS_PER_CHUNK = 4
 WINDOW_TURNS = 10
 BIG = "scale-big"
+MEASURED_CHUNKS = 1000  # the sessions axis's measured session
 NEIGHBOUR = "scale-n"  # the small sessions beside those of the chunks axis
 NEIGHBOURS = 1000
 
@@ -179,10 +188,12 @@ def add_history(
         conn.execute("ANALYZE chunks")
         # `turn_count` counts the session's turn rows (the offloaded turns are not written here):
         # a count the rows do not match would have the worker's sweep repair it during the run.
+        # `offloaded_until_seq`: a build recalls only from a session with offloaded turns.
         conn.execute(
             "UPDATE sessions SET chunk_count = %s, chunks_version = chunks_version + 1, "
-            "last_seq = %s, turn_count = %s, version = version + 1 WHERE id = %s",
-            (chunks + n, first_turn + WINDOW_TURNS - 1, WINDOW_TURNS, session),
+            "last_seq = %s, turn_count = %s, offloaded_until_seq = %s, version = version + 1 "
+            "WHERE id = %s",
+            (chunks + n, first_turn + WINDOW_TURNS - 1, WINDOW_TURNS, first_turn - 1, session),
         )
 
 
@@ -204,6 +215,11 @@ def insert_window(
     )
 
 
+SESSION_CHUNKS = 5  # chunks of each small session, before its window
+TURN_POOL = 1000  # distinct texts per window position of the small sessions' turns
+BATCH = 100_000  # small sessions per statement
+
+
 def add_sessions(
     conn: psycopg.Connection,
     rng: random.Random,
@@ -213,39 +229,74 @@ def add_sessions(
     start: int,
     n: int,
 ) -> None:
-    """`n` small sessions (5 chunks, a 10-turn window) named `{prefix}{i}`."""
-    for offset in range(0, n, 1000):
-        ids = [uuid.uuid4() for _ in range(min(1000, n - offset))]
-        with (
-            conn.cursor() as cur,
-            cur.copy(
-                "COPY sessions (id, tenant_id, external_id, chunk_count, chunks_version, "
-                "last_seq, turn_count) FROM STDIN"
-            ) as copy,
-        ):
-            for k, sid in enumerate(ids):
-                last = 5 * TURNS_PER_CHUNK + WINDOW_TURNS
-                name = f"{prefix}{start + offset + k}"
-                copy.write_row((sid, tenant, name, 5, 1, last, WINDOW_TURNS))
-        rows = []
-        for sid in ids:
-            rows += chunk_rows(rng, pool, tenant, sid, 1, 5)
-        copy_chunks(conn, rows)
-        with (
-            conn.cursor() as cur,
-            cur.copy(
-                "COPY turns (tenant_id, session_id, seq, role, content, token_count) FROM STDIN"
-            ) as copy,
-        ):
-            for sid in ids:
-                for k in range(WINDOW_TURNS):
-                    seq = 5 * TURNS_PER_CHUNK + 1 + k
-                    role = "user" if k % 2 == 0 else "assistant"
-                    copy.write_row((tenant, sid, seq, role, turn_text(rng, seq), 35))
-        conn.execute(
-            "UPDATE sessions SET c1_tokens = %s, c1_turns = %s WHERE id = ANY(%s)",
-            (35 * WINDOW_TURNS, WINDOW_TURNS, ids),
-        )
+    """`n` small sessions (5 chunks, a 10-turn window) named `{prefix}{i}`, generated in the
+    server: the chunks copy rows of `pool` (with a tsvector and a random vector each, computed
+    once per pool row) and the turns rows of a pool of window texts, picked by index arithmetic
+    per session, so a million sessions cost three INSERT ... SELECT per `BATCH` and no row
+    crosses the socket."""
+    conn.execute("DROP TABLE IF EXISTS pool_source, pool_chunks, pool_turns, batch_ids")
+    conn.execute(
+        "CREATE TEMP TABLE pool_source (i int, raw_text text, token_count int, "
+        "term_counts jsonb, term_total int, lexical_source text)"
+    )
+    with conn.cursor() as cur, cur.copy("COPY pool_source FROM STDIN") as copy:
+        for i, (text, counts, total, lexical) in enumerate(pool):
+            copy.write_row((i, text, len(text) // 4, counts, total, lexical))
+    # A random direction per pool row (the subquery refers to the row, so it is drawn per row).
+    conn.execute(
+        "CREATE TEMP TABLE pool_chunks AS SELECT i, raw_text, token_count, term_counts, "
+        "term_total, to_tsvector('simple', lexical_source) AS lexical, "
+        f"CAST(ARRAY(SELECT random() - 0.5 FROM generate_series(1, {DIM} + 0 * i)) AS vector) "
+        "AS embedding FROM pool_source"
+    )
+    conn.execute("ALTER TABLE pool_chunks ADD PRIMARY KEY (i)")
+    conn.execute("CREATE TEMP TABLE pool_turns (i int PRIMARY KEY, content text)")
+    first_seq = SESSION_CHUNKS * TURNS_PER_CHUNK + 1
+    with conn.cursor() as cur, cur.copy("COPY pool_turns FROM STDIN") as copy:
+        for k in range(WINDOW_TURNS):
+            for j in range(TURN_POOL):
+                copy.write_row((k * TURN_POOL + j, turn_text(rng, first_seq + k)))
+    conn.execute("CREATE TEMP TABLE batch_ids (g bigint, id uuid)")
+    params = {
+        "tenant": tenant,
+        "prefix": prefix,
+        "model": MODEL,
+        "last": first_seq + WINDOW_TURNS - 1,
+        "first_seq": first_seq,
+    }
+    # 7919 is prime to both pool sizes: neighbouring sessions draw different rows.
+    statements = (
+        "INSERT INTO batch_ids SELECT g, gen_random_uuid() "
+        "FROM generate_series(%(a)s::bigint, %(b)s::bigint) g",
+        "INSERT INTO sessions (id, tenant_id, external_id, chunk_count, chunks_version, "
+        "last_seq, turn_count, c1_tokens, c1_turns, offloaded_until_seq) "
+        "SELECT id, %(tenant)s, %(prefix)s || g, "
+        f"{SESSION_CHUNKS}, 1, %(last)s, {WINDOW_TURNS}, {35 * WINDOW_TURNS}, {WINDOW_TURNS}, "
+        "%(first_seq)s - 1 FROM batch_ids",
+        "INSERT INTO chunks (id, tenant_id, session_id, turn_first, turn_last, part, parts, "
+        "roles, ts_first, ts_last, raw_text, token_count, term_counts, term_total, lexical, "
+        "embedding, embedding_model) SELECT gen_random_uuid(), %(tenant)s, b.id, "
+        f"1 + k * {TURNS_PER_CHUNK}, {TURNS_PER_CHUNK} + k * {TURNS_PER_CHUNK}, 1, 1, "
+        "'{user,assistant}', now(), now(), p.raw_text, p.token_count, p.term_counts, "
+        "p.term_total, p.lexical, p.embedding, %(model)s "
+        f"FROM batch_ids b, generate_series(0, {SESSION_CHUNKS - 1}) k, LATERAL (SELECT * "
+        f"FROM pool_chunks WHERE i = (b.g * {SESSION_CHUNKS} + k) * 7919 %% {POOL}) p",
+        "INSERT INTO turns (tenant_id, session_id, seq, role, content, token_count) "
+        "SELECT %(tenant)s, b.id, %(first_seq)s + k, "
+        "CASE WHEN k %% 2 = 0 THEN 'user' ELSE 'assistant' END, t.content, 35 "
+        f"FROM batch_ids b, generate_series(0, {WINDOW_TURNS - 1}) k, LATERAL (SELECT content "
+        f"FROM pool_turns WHERE i = k * {TURN_POOL} + (b.g * 7919 + k) %% {TURN_POOL}) t",
+        "TRUNCATE batch_ids",
+    )
+    started = time.monotonic()
+    for a in range(start, start + n, BATCH):
+        bounds = {"a": a, "b": min(a + BATCH, start + n) - 1}
+        for statement in statements:
+            conn.execute(statement, params | bounds)
+        if n > BATCH:
+            done = bounds["b"] - start + 1
+            print(f"    {done:,} sessions in {time.monotonic() - started:.0f} s", flush=True)
+    conn.execute("DROP TABLE pool_source, pool_chunks, pool_turns, batch_ids")
 
 
 def query_text(rng: random.Random) -> str:
@@ -422,22 +473,46 @@ async def chunks_axis(
 async def load_sessions_point(
     http: httpx.AsyncClient, conn: psycopg.Connection, sessions: int, seed: int
 ) -> dict[str, Any]:
-    """One database of the sessions axis: the measured session (1,000 chunks) and `sessions - 1`
-    small ones, analysed; kept as it is when the store holds them already."""
+    """One database of the sessions axis: `sessions - 1` small ones loaded as a restore would
+    (`bulk_load.deferred_indexes`, one transaction), then the measured session (1,000 chunks)
+    written through the indexes, analysed; kept as it is when the store holds them already."""
     row = conn.execute("SELECT count(*) FROM sessions").fetchone()
     stored = 0 if row is None else int(row[0])
-    if stored_session(conn, BIG) is not None:
-        if stored != sessions:
+    measured_stored = stored_session(conn, BIG)
+    if measured_stored is not None:
+        if stored != sessions or measured_stored[1] != MEASURED_CHUNKS:
             raise SystemExit(f"the store holds {stored} sessions, not {sessions}: delete it")
         return {"reused": True}
     rng = random.Random(seed)
     pool = text_pool(seed)
     started = time.monotonic()
     tenant, measured = await new_session(http, conn, BIG)
-    add_history(conn, rng, pool, tenant, measured, 1000)
-    add_sessions(conn, rng, pool, tenant, "scale-s", 1, sessions - 1)
+    # Index builds sort in memory rather than in many runs on disk (this connection only).
+    conn.execute("SET maintenance_work_mem = '1GB'")
+    with conn.transaction(), deferred_indexes(conn, ["sessions", "chunks", "turns"]) as rebuilt:
+        add_sessions(conn, rng, pool, tenant, "scale-s", 1, sessions - 1)
+        rows_s = time.monotonic() - started
+    add_history(conn, rng, pool, tenant, measured, MEASURED_CHUNKS)
     conn.execute("VACUUM ANALYZE")
-    return {"load_s": round(time.monotonic() - started, 1)}
+    return {"load_s": round(time.monotonic() - started, 1), "rows_s": round(rows_s, 1)} | rebuilt
+
+
+def print_load(sessions: int, point: dict[str, Any]) -> None:
+    """How a database of the sessions axis was loaded and what it takes on disk."""
+    if "load_s" in point:
+        state = (
+            f"loaded in {point['load_s']:.0f} s (rows {point['rows_s']:.0f} s, indexes "
+            f"{point['indexes_s']:.0f} s, keys {point['keys_s']:.0f} s)"
+        )
+    else:
+        state = "kept"
+    print(
+        f"  {sessions} sessions {state}, database {point['database_bytes'] / 2**20:,.0f} MB",
+        flush=True,
+    )
+    for name, rows, size in point["relations"]:
+        counted = f"{rows:>12,} rows" if rows else ""
+        print(f"    {name:40s} {counted:>17s} {size / 2**20:>10,.1f} MB", flush=True)
 
 
 def reader_plan(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> str:
@@ -522,8 +597,10 @@ async def sessions_axis(args: argparse.Namespace, servers: list[DevServer]) -> d
         for n, server in zip(args.sessions, servers, strict=True):
             with psycopg.connect(server.database_url, autocommit=True) as conn:
                 out[n] = await load_sessions_point(clients[n], conn, n, seed=11)
-            state = f"loaded in {out[n]['load_s']:.0f} s" if "load_s" in out[n] else "kept"
-            print(f"  {n} sessions {state}", flush=True)
+                out[n]["relations"] = relation_sizes(conn, ["sessions", "chunks", "turns"])
+                row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+                out[n]["database_bytes"] = 0 if row is None else int(row[0])
+            print_load(n, out[n])
         if args.load_only:
             return out
         for n in args.sessions:
