@@ -13,8 +13,9 @@ and the server idle. Prints R@5, R@10 and evidence recall at B250-B2000 per cate
 
 With `--floors 0,0.2,0.3` it scores the same recalls again as each relevance floor would leave
 them (`app.recall.floor`: a question whose first hits all fall below the floor gets no recalled
-history; with `--per-item`, only the hits below it are left out) and prints the overall figures
-per floor and split, with how many questions lost their recalled history.
+history; with `--per-item`, only the hits below it are left out; build-prompt itself keeps its
+hits) and prints the overall figures per floor and split, with how many questions lost their
+recalled history.
 
 With `--misses B` it also lists every evidence turn not injected at budget B: the question, the
 rank of the shown hit holding the turn (after rerank) and that hit's rank in the lexical and the
@@ -106,7 +107,6 @@ class Asked:
     notes_block: str
     available: int
     per_item_max_tokens: int
-    floor: float  # the relevance floor build-prompt holds recall to
     hop: list[RecallHit] | None = None  # with `--second-hop`: both hops' hits merged
 
     @property
@@ -224,7 +224,6 @@ async def ask(
                             notes_block=notes_block,
                             available=budget.available,
                             per_item_max_tokens=settings.recall.per_item_max_tokens,
-                            floor=settings.recall.relevance_floor,
                             hop=hopped,
                         )
                     )
@@ -273,7 +272,7 @@ async def score(
     run_id: str, data: str, data_dir: Path, only: set[int] | None, misses_at: int | None = None
 ) -> list[dict]:
     asked = await ask(run_id, data, data_dir, only)
-    return [score_one(a, floored(a.shown, a.floor, False), misses_at) for a in asked]
+    return [score_one(a, a.shown, misses_at) for a in asked]
 
 
 def floored(shown: Sequence[RecallHit], floor: float, per_item: bool) -> list[RecallHit]:
@@ -359,9 +358,9 @@ def main() -> None:
     if args.second_hop:
         asked = asyncio.run(ask(args.run_id, args.data, args.data_dir, only, hop=True))
         print("first hop only:")
-        print(table([score_one(a, floored(a.shown, a.floor, False)) for a in asked]))
+        print(table([score_one(a, a.shown) for a in asked]))
         print("with the second hop:")
-        print(table([score_one(a, floored(a.hop or a.shown, a.floor, False)) for a in asked]))
+        print(table([score_one(a, a.hop or a.shown) for a in asked]))
         return
     rows = asyncio.run(score(args.run_id, args.data, args.data_dir, only, args.misses))
     if args.misses is not None:
