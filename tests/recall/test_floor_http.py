@@ -88,3 +88,18 @@ async def test_build_prompt_gives_each_recalled_item_its_relevance_and_the_floor
         assert included and all(m["floor"] is not None for m in included)
         assert max(m["relevance"] for m in included) >= included[0]["floor"]
         assert any(fact in msg["content"] for msg in built["messages"]), query
+
+
+async def test_a_remembered_item_is_not_held_to_the_floor(admin: httpx.AsyncClient):
+    """An item the agent chose to remember is quoted when it matches the question, however
+    little of a long question it holds: a session of remembered items has no chunks to weigh
+    the question's words by (MADial-Bench's recalls, with the dialogue so far as the query)."""
+    sid = "floor-remembered"
+    assert (await admin.put(f"/v1/sessions/{sid}", json=SMALL)).status_code == 200
+    body = {"type": "remember", "text": "I always order the matcha latte at the corner cafe."}
+    resp = await admin.post(f"/v1/sessions/{sid}/memory", json=body)
+    assert resp.status_code == 200, resp.text
+    question = "Which latte would suit my grandmother's ninetieth birthday surprise party tonight?"
+    data = (await recall(admin, sid, question))["data"]
+    assert [m["text"] for m in data["matches"]] == [body["text"]]
+    assert data["matches"][0]["relevance"] < data["floor"]
