@@ -5,10 +5,15 @@ history answers is quoted as before, with its relevance. English and
 Chinese, over the scripted travel conversation of the no-history set."""
 
 import json
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+
+from app.core.config import Settings
+from tests.support.server import RunningServer, run_server
 
 SET = Path(__file__).resolve().parent / "no_history_set.json"
 SMALL = {
@@ -24,6 +29,27 @@ ANSWERED = (
     ("Which hotel did we pick in Kyoto?", "Sotetsu Fresa"),
     ("从京都到奈良坐什么车？", "近铁特急"),
 )
+
+
+FLOOR = 0.25
+
+
+@pytest.fixture(scope="module")
+def floor_server(settings: Settings) -> Iterator[RunningServer]:
+    """The API with the relevance floor on (off by default)."""
+    own = settings.model_copy(
+        update={"recall": settings.recall.model_copy(update={"relevance_floor": FLOOR})}
+    )
+    with run_server(own) as server:
+        yield server
+
+
+@pytest.fixture
+async def admin(floor_server: RunningServer, admin_key: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(
+        base_url=floor_server.url, headers={"Authorization": f"Bearer {admin_key}"}, timeout=30
+    ) as http:
+        yield http
 
 
 async def travel_session(http: httpx.AsyncClient, sid: str) -> None:
@@ -56,6 +82,7 @@ async def test_no_confident_match_names_its_case_and_the_nearest_item(admin: htt
         assert data["no_match"] == "nothing_relevant", query
         nearest = data["nearest"]
         assert nearest["confidence"] == "low"
+        assert data["floor"] == FLOOR
         assert 0 <= nearest["relevance"] < data["floor"]
         assert nearest["text"]
         assert answer["text"].startswith("No match: nothing stored in this conversation's")
