@@ -11,6 +11,12 @@ with the `contextd dev` of that ingestion up (it reads its `dev.json` for the da
 and the server idle. Prints R@5, R@10 and evidence recall at B250-B2000 per category, tune split
 (conversations 0-3) and check split (4-6) apart, as `contextd eval locomo` counts them.
 
+With `--floors 0,0.2,0.3` it scores the same recalls again as each relevance floor would leave
+them (`app.recall.floor`: a question whose first hits all fall below the floor gets no recalled
+history; with `--per-item`, only the hits below it are left out; build-prompt itself keeps its
+hits) and prints the overall figures per floor and split, with how many questions lost their
+recalled history.
+
 With `--misses B` it also lists every evidence turn not injected at budget B: the question, the
 rank of the shown hit holding the turn (after rerank) and that hit's rank in the lexical and the
 vector arm (`-`: not among the arm's candidates), or "no candidate" when no hit holds it.
@@ -20,7 +26,7 @@ import argparse
 import asyncio
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,8 +42,11 @@ from app.eval.locomo import CATEGORIES, SCORED_CATEGORIES, coverage, dia_ids_of_
 from app.notes.policy import render_notes_block
 from app.notes.service import current_notes
 from app.prompt.assembly import AssemblyInput, assemble_prompt
-from app.recall.hits import RecallHit, recalled_item
+from app.recall.floor import confident
+from app.recall.hits import RecallHit, RecallOutcome, recalled_item
+from app.recall.second_hop import hop_terms, merged_hops
 from app.recall.service import recall
+from app.recall.session_chunks import kept_chunks
 from app.recall.shown import show_best_turns
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
@@ -98,6 +107,7 @@ class Asked:
     notes_block: str
     available: int
     per_item_max_tokens: int
+    hop: list[RecallHit] | None = None  # with `--second-hop`: both hops' hits merged
 
     @property
     def in_window(self) -> set[str]:
@@ -130,7 +140,28 @@ async def dia_ids_by_seq(db: AsyncSession, session: Session) -> dict[int, str]:
     return {int(seq): dia for seq, dia in found.all() if dia}
 
 
-async def ask(run_id: str, data: str, data_dir: Path, only: set[int] | None) -> list[Asked]:
+async def second_hop(
+    db: AsyncSession,
+    context: AppContext,
+    session: Session,
+    question: str,
+    shown: list[RecallHit],
+    recall_with: Callable[[str], Awaitable[RecallOutcome]],
+) -> list[RecallHit]:
+    """The first hop's `shown` hits merged with a second recall searched with the names and
+    dates they hold (`app.recall.second_hop`); `shown` when they hold none."""
+    index = (await kept_chunks(db, context, session)).index
+    extra = hop_terms(question, [h.text for h in shown], index.df, len(index))
+    if not extra:
+        return shown
+    outcome = await recall_with(f"{question} {' '.join(extra)}")
+    again = await show_best_turns(db, context, session, outcome, SHOWN)
+    return merged_hops(shown, again, lambda h: h.id)
+
+
+async def ask(
+    run_id: str, data: str, data_dir: Path, only: set[int] | None, hop: bool = False
+) -> list[Asked]:
     """One recall per scored question (categories 1-4 with evidence), as build-prompt asks it."""
     context = dev_context(data_dir)
     settings = context.settings
@@ -151,18 +182,36 @@ async def ask(run_id: str, data: str, data_dir: Path, only: set[int] | None) -> 
                 for q in conv.questions:
                     if not q.evidence or q.category not in SCORED_CATEGORIES:
                         continue
-                    outcome = await recall(
-                        db,
-                        context,
-                        session,
-                        q.question,
-                        recent_turns=[t.content for t in window[-2:]],
-                        candidates=budget.config.recall_candidates,
-                        window_seqs={t.seq for t in window},
-                        include_memories=False,
-                        now=said_at(window[-1].metadata, window[-1].created_at) if window else None,
-                    )
+
+                    def recall_with(
+                        query: str,
+                        session: Session = session,
+                        window: list[TurnRecord] = window,
+                        candidates: int = budget.config.recall_candidates,
+                    ) -> Awaitable[RecallOutcome]:
+                        return recall(
+                            db,
+                            context,
+                            session,
+                            query,
+                            recent_turns=[t.content for t in window[-2:]],
+                            candidates=candidates,
+                            window_seqs={t.seq for t in window},
+                            include_memories=False,
+                            now=(
+                                said_at(window[-1].metadata, window[-1].created_at)
+                                if window
+                                else None
+                            ),
+                        )
+
+                    outcome = await recall_with(q.question)
                     shown = await show_best_turns(db, context, session, outcome, SHOWN)
+                    hopped = (
+                        await second_hop(db, context, session, q.question, shown, recall_with)
+                        if hop
+                        else None
+                    )
                     out.append(
                         Asked(
                             conversation=index,
@@ -175,6 +224,7 @@ async def ask(run_id: str, data: str, data_dir: Path, only: set[int] | None) -> 
                             notes_block=notes_block,
                             available=budget.available,
                             per_item_max_tokens=settings.recall.per_item_max_tokens,
+                            hop=hopped,
                         )
                     )
     finally:
@@ -221,7 +271,43 @@ def score_one(asked: Asked, shown: Sequence[RecallHit], misses_at: int | None = 
 async def score(
     run_id: str, data: str, data_dir: Path, only: set[int] | None, misses_at: int | None = None
 ) -> list[dict]:
-    return [score_one(a, a.shown, misses_at) for a in await ask(run_id, data, data_dir, only)]
+    asked = await ask(run_id, data, data_dir, only)
+    return [score_one(a, a.shown, misses_at) for a in asked]
+
+
+def floored(shown: Sequence[RecallHit], floor: float, per_item: bool) -> list[RecallHit]:
+    """`shown` as the relevance floor `floor` leaves it: all or nothing (`above_floor`), or with
+    `per_item` only the hits that reach it."""
+    if per_item:
+        return [h for h in shown if h.relevance >= floor]
+    return list(shown) if confident([h.relevance for h in shown], floor) else []
+
+
+def floor_table(asked: Sequence[Asked], floors: Sequence[float], per_item: bool) -> str:
+    """Overall R@5 and evidence recall per budget at each floor, per split, and the questions
+    left without recalled history."""
+    keys = ["R@5", *(f"B{b}" for b in BUDGETS)]
+    lines = [
+        "| floor | split | n | left without recall | " + " | ".join(keys) + " |",
+        "|---" * (4 + len(keys)) + "|",
+    ]
+    for floor in floors:
+        kept = [floored(a.shown, floor, per_item) for a in asked]
+        rows = [score_one(a, k) for a, k in zip(asked, kept, strict=True)]
+        for split, tune in (("tune", True), ("check", False)):
+            picked = [
+                (r, k)
+                for r, k in zip(rows, kept, strict=True)
+                if (r["conversation"] < TUNE_CONVERSATIONS) == tune
+            ]
+            if not picked:
+                continue
+            empty = sum(1 for _, k in picked if not k)
+            cells = [f"{statistics.fmean(r[key] for r, _ in picked):.3f}" for key in keys]
+            lines.append(
+                f"| {floor:g} | {split} | {len(picked)} | {empty} | " + " | ".join(cells) + " |"
+            )
+    return "\n".join(lines)
 
 
 def table(rows: Sequence[dict]) -> str:
@@ -253,8 +339,29 @@ def main() -> None:
     parser.add_argument(
         "--misses", type=int, choices=BUDGETS, help="list the evidence turns missed at this budget"
     )
+    parser.add_argument("--floors", help="relevance floors to score, e.g. 0,0.2,0.3")
+    parser.add_argument(
+        "--second-hop",
+        action="store_true",
+        help="also score a second recall from the first hop's names and dates, merged",
+    )
+    parser.add_argument(
+        "--per-item", action="store_true", help="a floor leaves out only the hits below it"
+    )
     args = parser.parse_args()
     only = {int(i) for i in args.conversations.split(",")} if args.conversations else None
+    if args.floors:
+        asked = asyncio.run(ask(args.run_id, args.data, args.data_dir, only))
+        floors = [float(f) for f in args.floors.split(",")]
+        print(floor_table(asked, floors, args.per_item))
+        return
+    if args.second_hop:
+        asked = asyncio.run(ask(args.run_id, args.data, args.data_dir, only, hop=True))
+        print("first hop only:")
+        print(table([score_one(a, a.shown) for a in asked]))
+        print("with the second hop:")
+        print(table([score_one(a, a.hop or a.shown) for a in asked]))
+        return
     rows = asyncio.run(score(args.run_id, args.data, args.data_dir, only, args.misses))
     if args.misses is not None:
         for row in rows:

@@ -7,10 +7,12 @@ trip to Japan planned in English and Chinese: rail, ryokan, hotels, food, flight
 50 questions, 25 English and 25 Chinese, that nothing in it answers ("What is the boiling point
 of mercury in kelvin?", "git合并冲突怎么解决？"). Per embedder a fresh contextd (embedded stack,
 API and worker) stores the conversation in one session, offloads it and waits for its vectors,
-then asks each question through the memory tool's `recall`. Prints, per language, how many
-questions got at least one quoted item and how many items in all (every one of them is noise),
-and how many were searched without their vector (the query embedding timed out).
-`--show` prints each answered question with its first match.
+then asks each question through the memory tool's `recall`. Prints, per language and per half
+of the set (tune: the questions at even positions, which set the relevance floor of
+`app.recall.floor`; check: the odd ones), how many questions got at least one quoted item (one
+above the floor) and how many items in all (every one of them is noise), and how many were
+searched without their vector (the query embedding timed out).
+`--show` prints each answered question with its first match and its relevance.
 """
 
 import argparse
@@ -32,8 +34,9 @@ async def measure(
     answers = []
     async with client(url, key) as http:
         await load_session(http, "no-history", data["conversation"], embedded=embedded)
-        for q in data["queries"]:
+        for position, q in enumerate(data["queries"]):
             matches, fallbacks = await recall(http, "no-history", q["query"], top_k)
+            q = {**q, "half": "tune" if position % 2 == 0 else "check"}
             if embedded and any(f.startswith("vector_") for f in fallbacks):
                 q = {**q, "without_vector": "yes"}
             answers.append((q, matches))
@@ -51,13 +54,13 @@ def main() -> None:
     turns, questions = len(data["conversation"]), len(data["queries"])
     print(f"{turns} turns of a travel conversation, {questions} questions it does not answer, "
           f"memory tool recall top_k {args.top_k}")  # fmt: skip
-    print("| embedder | language | answered with quoted items | items quoted | without vector |")
+    print("| embedder | questions | answered with quoted items | items quoted | without vector |")
     print("|---|---|---|---|---|")
     for kind in args.embedders.split(","):
         with served(kind) as (url, key):
             answers = asyncio.run(measure(url, key, data, args.top_k, embedded=kind != "none"))
-        for lang in ("en", "zh", None):
-            part = [(q, m) for q, m in answers if lang is None or q["lang"] == lang]
+        for lang in ("en", "zh", "tune", "check", None):
+            part = [(q, m) for q, m in answers if lang is None or lang in (q["lang"], q["half"])]
             answered = sum(bool(m) for _, m in part)
             lexical = sum("without_vector" in q for q, _ in part)
             print(
@@ -69,7 +72,8 @@ def main() -> None:
             for q, matches in answers:
                 if matches:
                     first = " ".join(matches[0]["text"].split())[:100]
-                    print(f"  - {q['query']} → {len(matches)}: {first}")
+                    relevance = matches[0].get("relevance")
+                    print(f"  - {q['query']} → {len(matches)} ({relevance}): {first}")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from app.offload.service import offload_session
 from app.prompt.blocks import counted_item, neutralise_quoted
 from app.prompt.choosing import choose_recalled
 from app.prompt.gather import recalled_history
-from app.recall.hits import RecallHit, RecallOutcome
+from app.recall.hits import MEMORY_PREFIX, RecallHit, RecallOutcome, recalled_item
 from app.sessions.schemas import Usage, Watermark
 from app.store import keys as keys_store
 from app.store import memories as memories_store
@@ -160,6 +160,7 @@ async def _recall(
         query_timeout_s=settings.memory.recall_query_timeout_seconds,
         keep=matches_query,
         shown_seqs=whole,
+        floored=True,
     )
     per_item = settings.memory.recall_item_max_tokens
     choice = choose_recalled(
@@ -170,16 +171,30 @@ async def _recall(
         per_item_max_tokens=per_item,
         overhead=0,
     )
-    matches = [_match(item, per_item) for item in choice.chosen]
+    relevance = {hit.id.removeprefix(MEMORY_PREFIX): hit.relevance for hit in outcome.hits}
+    matches = [
+        {**_match(item, per_item), "relevance": relevance.get(item.chunk_id)}
+        for item in choice.chosen
+    ]
     data: dict[str, Any] = {
         "matches": matches,
         "query_rewritten": outcome.query.rewritten,
         "fallbacks": outcome.fallbacks,
+        "floor": outcome.floor,
     }
     if not matches:
         case, shown = await _no_match(db, session, window, request.query, outcome)
         data["no_match"] = case
-        return _no_match_text(case, neutralise_quoted(request.query), shown), data
+        text = _no_match_text(case, neutralise_quoted(request.query), shown)
+        nearest = _nearest(outcome, per_item) if case == "nothing_relevant" else None
+        if nearest is not None:
+            data["nearest"], quoted = nearest
+            text = (
+                f"{text}\n\nThe nearest item, low confidence (relevance "
+                f"{data['nearest']['relevance']} below the floor {outcome.floor}); quoted "
+                f"history, not an answer:\n\n{quoted}"
+            )
+        return text, data
     lines = [
         f"{len(matches)} match(es) for {neutralise_quoted(request.query)!r} "
         f"({sum(m['tokens'] for m in matches)} "
@@ -230,6 +245,17 @@ async def _no_match(
     return ("nothing_relevant" if stored else "nothing_stored"), []
 
 
+def _nearest(outcome: RecallOutcome, per_item: int) -> tuple[dict[str, Any], str] | None:
+    """The best hit the relevance floor left out, as a match marked low confidence, and as
+    quoted (None: nothing was left out for it)."""
+    below = next((hit for hit, reason in outcome.dropped if reason == "below_floor"), None)
+    if below is None:
+        return None
+    item = recalled_item(below, memory_source="remembered")
+    match = {**_match(item, per_item), "relevance": below.relevance, "confidence": "low"}
+    return match, counted_item(item, per_item)[0]
+
+
 def _no_match_text(case: NoMatch, query: str, shown: Sequence[int]) -> str:
     if case == "in_window":
         turns = ", ".join(str(seq) for seq in shown[-5:])
@@ -240,7 +266,7 @@ def _no_match_text(case: NoMatch, query: str, shown: Sequence[int]) -> str:
     said = (
         "nothing of this conversation has been offloaded or remembered yet"
         if case == "nothing_stored"
-        else "nothing stored in this conversation's history matches"
+        else "nothing stored in this conversation's history is a confident match for"
     )
     return (
         f"No match: {said} {query!r}. "

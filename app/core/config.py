@@ -195,6 +195,19 @@ class RecallSettings(BaseModel):
         "unchanged); remembered items use the embedding as it is",
     )
     per_item_max_tokens: int = Field(300, gt=0, description="a recalled item is cut to this")
+    relevance_floor: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="the relevance (0-1, `app/recall/floor.py`: the question's own words an "
+        "item holds, IDF-weighted, the share the session holds, or its e5 similarity) one of "
+        "recall's first history items must reach for the memory tool to quote any; below it the "
+        "tool answers no confident match, the nearest item marked low confidence. 0.25 silences "
+        "most questions a single-language session has no answer to, but also questions asked "
+        "in the other language than the facts (docs/BENCHMARKS.md, Confident or silent). "
+        "Build-prompt's manifest gives each recalled item's relevance and the floor. 0: off; "
+        "off too with an embedder other than e5",
+    )
     rerank_url: str | None = Field(None, description="HTTP cross-encoder; unset: feature rerank")
     rerank_style: Literal["tei", "jina", "cohere"] = Field("tei", description="its API style")
     rerank_model: str | None = Field(None, description="model name (jina, cohere)")

@@ -315,11 +315,13 @@ async def recalled_history(
     query_timeout_s: float | None = None,
     keep: Callable[[RecallOutcome, RecallHit], bool] | None = None,
     shown_seqs: Collection[int] | None = None,
+    floored: bool = False,
 ) -> tuple[RecallOutcome, list[RecalledItem]]:
     """Recall of `query` beside the window (its last two turns resolve the query, its turns
     are left out, or only `shown_seqs` when given, its last turn's time dates it), the hits
     `keep` accepts, each with its best turns: what build-prompt's recalled block and the
-    memory tool's `recall` both choose from (`app.prompt.choosing.choose_recalled`)."""
+    memory tool's `recall` both choose from (`app.prompt.choosing.choose_recalled`).
+    `floored`: when no hit reaches the relevance floor, none is offered (`below_floor`)."""
     outcome = await recall(
         db,
         context,
@@ -333,17 +335,32 @@ async def recalled_history(
         query_timeout_s=query_timeout_s,
         query_vectors=query_vectors,
     )
+    shown_max = max(SHOWN_PER_K * top_k, SHOWN_MIN)
+    if floored:
+        outcome = above_floor(outcome, shown_max)
     if keep is not None:
         outcome = replace(outcome, hits=[hit for hit in outcome.hits if keep(outcome, hit)])
-    shown = await show_best_turns(
-        db, context, session, outcome, max(SHOWN_PER_K * top_k, SHOWN_MIN)
-    )
+    shown = await show_best_turns(db, context, session, outcome, shown_max)
     return outcome, [recalled_item(hit, memory_source=memory_source) for hit in shown]
 
 
-def dropped_by_recall(outcome: RecallOutcome) -> list[ManifestItem]:
-    """The manifest items of what recall found and left out, with the reason."""
-    return [
+def above_floor(outcome: RecallOutcome, listed: int) -> RecallOutcome:
+    """`outcome` as it is when one of its first hits reaches the relevance floor; else with no
+    hits, its first `listed` left out as `below_floor`."""
+    if outcome.confident or not outcome.hits:
+        return outcome
+    below = [(hit, "below_floor") for hit in outcome.hits[:listed]]
+    return replace(outcome, hits=[], dropped=[*below, *outcome.dropped])
+
+
+def recall_manifest(manifest: list[ManifestItem], outcome: RecallOutcome) -> None:
+    """The recalled items of `manifest` given their relevance and the floor, then the manifest
+    items of what recall found and left out, with the reason."""
+    relevance = {hit.id.removeprefix(MEMORY_PREFIX): hit.relevance for hit in outcome.hits}
+    for item in manifest:
+        if item.layer == "c3" and item.id in relevance:
+            item.relevance, item.floor = relevance[item.id], outcome.floor
+    manifest.extend(
         ManifestItem(
             id=hit.id.removeprefix(MEMORY_PREFIX),
             layer="c3",
@@ -352,9 +369,11 @@ def dropped_by_recall(outcome: RecallOutcome) -> list[ManifestItem]:
             score=hit.score,
             included=False,
             reason=reason,
+            relevance=hit.relevance,
+            floor=outcome.floor,
         )
         for hit, reason in outcome.dropped
-    ]
+    )
 
 
 async def offloaded_tail(

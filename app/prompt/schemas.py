@@ -144,6 +144,17 @@ class ManifestItem(BaseModel):
         "from one (or from a source marked untrusted), a notes line from tool output; the "
         "notes entry's lines and their provenance are in the scratchpad of `notes_version`",
     )
+    relevance: float | None = Field(
+        None,
+        description="a recalled item's relevance to the query, 0-1 (the query's own terms it "
+        "holds, IDF-weighted, or its vector similarity); null: not a recalled item",
+    )
+    floor: float | None = Field(
+        None,
+        description="the relevance one of recall's first items must reach for the memory tool "
+        "to quote any (`CONTEXTD_RECALL__RELEVANCE_FLOOR`); build-prompt keeps its recalled "
+        "block below it, this shows how far below",
+    )
 
 
 class BuildPromptResponse(BaseModel):

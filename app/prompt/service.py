@@ -22,11 +22,11 @@ from app.domain.callers import Caller
 from app.prompt.assembly import AssembledPrompt, AssemblyInput, PromptTooLarge, assemble_prompt
 from app.prompt.gather import (
     Gathered,
-    dropped_by_recall,
     gather,
     notes_and_emergency,
     offloaded_tail,
     recall_limits,
+    recall_manifest,
     tool_clearing,
 )
 from app.prompt.manifest import build_manifest, recall_items, untrusted_texts
@@ -93,7 +93,7 @@ async def _build_prompt(
         assembled, kept, notes.notes.dropped, gathered.about_dropped, untrusted
     )
     if gathered.outcome is not None:
-        manifest.extend(dropped_by_recall(gathered.outcome))
+        recall_manifest(manifest, gathered.outcome)
     items = recall_items(assembled, gathered.recalled)
     response, build_id = _response(
         context, build, assembled, gathered, items, manifest, notes.notes.version

@@ -29,6 +29,7 @@ from app.core.context import AppContext
 from app.core.cpu import off_loop
 from app.core.db import read_once, release
 from app.embeddings.base import EmbedderUnavailable
+from app.recall.adapter import packaged_adapter
 from app.recall.arms import (
     discard,
     exact_arm,
@@ -37,8 +38,9 @@ from app.recall.arms import (
     scans_in_process,
     vector_arm_and_rows,
 )
+from app.recall.floor import QueryWeights, query_weights, relevance
 from app.recall.fusion import FusedCandidate
-from app.recall.hits import MEMORY_PREFIX, Clock, RecallOutcome, hits_of
+from app.recall.hits import MEMORY_PREFIX, Clock, RecallHit, RecallOutcome, hits_of
 from app.recall.memory_arms import memory_exact_arm, memory_lexical_arm, memory_vector_arm
 from app.recall.query import embedding_query, rule_rewrite, weighted_terms
 from app.recall.query_vectors import QueryVectors, rewrite_with_llm
@@ -69,6 +71,7 @@ class Understood:
     rewritten: RewrittenQuery
     terms: dict[str, float]
     llm_query: str | None
+    dated: bool = False  # the query names a day or month
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,7 @@ async def recall(
     clock.lap("select")
     await stored
     hits, dropped = hits_of(selection, fields, by_id, rangeless, vector_all, vector_median)
+    hits, dropped, floor = _judged(context, query, understood, first.kept, hits, dropped)
     return RecallOutcome(
         query=understood.rewritten,
         hits=hits,
@@ -161,7 +165,51 @@ async def recall(
         timings_ms=clock.timings,
         candidates=len(fused),
         query_terms=understood.terms,
+        floor=floor,
     )
+
+
+def _judged(
+    context: AppContext,
+    query: str,
+    understood: Understood,
+    kept: SessionChunks,
+    hits: list[RecallHit],
+    dropped: list[tuple[RecallHit, str]],
+) -> tuple[list[RecallHit], list[tuple[RecallHit, str]], float]:
+    """The hits and the dropped ones with their relevance (`app.recall.floor`), and the floor
+    that applies: judged on the caller's own words (or the LLM's rewrite of them), weighted by
+    the session's term statistics; no floor with another embedder than the one the floor's
+    similarity scale was calibrated on."""
+    weights = query_weights(
+        understood.llm_query or query, kept.index.df, len(kept.index), dated=understood.dated
+    )
+    scaled = _similarity_calibrated(context)
+    floor = context.settings.recall.relevance_floor
+    return (
+        [_with_relevance(hit, weights, scaled) for hit in hits],
+        [(_with_relevance(hit, weights, scaled), reason) for hit, reason in dropped],
+        floor if scaled or context.embedder is None else 0.0,
+    )
+
+
+def _similarity_calibrated(context: AppContext) -> bool:
+    """Whether the chunks' vector similarities are on the scale the floor was calibrated on:
+    the packaged query adapter's embedder, adapter on (another embedder's similarities, or
+    unadapted ones, sit elsewhere: an 8-dimension test embedder's unrelated texts reach 0.9)."""
+    embedder = context.embedder
+    return (
+        context.settings.recall.query_adapter
+        and embedder is not None
+        and embedder.name == packaged_adapter().model
+    )
+
+
+def _with_relevance(hit: RecallHit, weights: QueryWeights, scaled: bool) -> RecallHit:
+    """`hit` with its relevance (`app.recall.floor`); its vector similarity counts only for a
+    chunk on the calibrated scale (remembered items are searched unadapted)."""
+    similarity = hit.vector_similarity if scaled and hit.source == "chunk" else None
+    return replace(hit, relevance=relevance(weights, hit.text, similarity))
 
 
 async def _understand(
@@ -189,7 +237,7 @@ async def _understand(
     query_terms.update(dict.fromkeys(dates, 1.0))
     if context.settings.recall.rewrite_llm_base_url:
         clock.lap("rewrite_llm")
-    return Understood(rewritten, query_terms, llm_query)
+    return Understood(rewritten, query_terms, llm_query, dated=bool(dates))
 
 
 async def _arms_before_vector(

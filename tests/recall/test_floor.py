@@ -1,0 +1,121 @@
+"""The relevance floor (`app.recall.floor`): pure, no database."""
+
+from collections import Counter
+
+from app.domain.stem import stem
+from app.domain.text import terms
+from app.recall.floor import (
+    CONFIDENT_WITHIN,
+    FAMILIAR_SHARE,
+    VECTOR_ONE,
+    VECTOR_ZERO,
+    confident,
+    lexical_relevance,
+    query_weights,
+    relevance,
+    vector_relevance,
+)
+
+TRAVEL = [
+    "We booked the Hotel Gracery in Shinjuku for four nights, 18,000 yen a night.",
+    "The JR Pass costs 50,000 yen for seven days; buy it before you fly.",
+    "我们在京都住两晚旅馆，每晚预算不超过九百元。",
+    "Flight LH741 leaves Frankfurt at 13:45 on April 4.",
+]
+
+
+def weights_over(query: str, texts: list[str]) -> dict[str, float]:
+    df = Counter(key for text in texts for key in {stem(t) for t in terms(text)})
+    return query_weights(query, lambda term: df[term], len(texts))
+
+
+def test_a_question_the_session_answers_is_relevant():
+    weights = weights_over("What does the JR Pass cost?", TRAVEL)
+    assert lexical_relevance(weights, TRAVEL[1]) == 1.0
+    assert lexical_relevance(weights, TRAVEL[0]) == 0.0
+
+
+def test_terms_the_session_never_holds_weigh_the_most():
+    # "boiling", "point", "mercury" and "kelvin" are in no chunk; "four" is in one.
+    weights = weights_over("What is the boiling point of mercury for four kelvin?", TRAVEL)
+    assert weights.units["mercury"] > weights.units["four"]
+    assert 0 < lexical_relevance(weights, TRAVEL[0]) < 0.15
+
+
+def test_chinese_by_bigrams_not_lone_characters():
+    weights = weights_over("京都的旅馆每晚多少钱？", TRAVEL)
+    assert "京都" in weights.pieces and "旅馆" in weights.pieces
+    assert "京" not in weights.pieces  # a lone character only when the query has nothing longer
+    assert lexical_relevance(weights, TRAVEL[2]) > 0.4  # 京都, 旅馆, 每晚 held; 多少钱 not
+    unrelated = weights_over("水银的沸点是多少开尔文？", TRAVEL)
+    assert lexical_relevance(unrelated, TRAVEL[2]) == 0.0
+
+
+def test_inflections_compare_by_stem():
+    weights = weights_over("When did we book the hotels?", TRAVEL)
+    assert lexical_relevance(weights, "I am booking a hotel now.") == 1.0
+
+
+def test_a_dated_query_leaves_its_date_to_the_chunks_dates():
+    # A chunk's days are search terms beside its text, not in it: "May 3, 2023" would sink the
+    # turn that answers.
+    question = "Who did we meet for dinner on May 3, 2023?"
+    dinner = "We had dinner with Aiko at the ryokan."
+    weights = weights_over(question, [*TRAVEL, dinner])
+    dated = query_weights(question, lambda term: 1, 5, dated=True)
+    assert lexical_relevance(weights, dinner) < 0.5
+    assert set(dated.units) == {"meet", "dinner"}
+    assert lexical_relevance(dated, dinner) == 0.5
+
+
+def test_a_query_without_terms_is_relevant_to_nothing():
+    weights = weights_over("what is it?", TRAVEL)
+    assert weights.units == {}
+    assert lexical_relevance(weights, TRAVEL[0]) == 0.0
+
+
+def test_vector_relevance_scales_between_zero_and_one():
+    assert vector_relevance(None) == 0.0
+    assert vector_relevance(VECTOR_ZERO - 0.05) == 0.0
+    assert vector_relevance(VECTOR_ZERO) == 0.0
+    assert abs(vector_relevance((VECTOR_ZERO + VECTOR_ONE) / 2) - 0.5) < 1e-9
+    assert vector_relevance(VECTOR_ONE) == 1.0
+
+
+def test_relevance_is_the_stronger_signal_capped_at_one():
+    weights = weights_over("What does the JR Pass cost?", TRAVEL)
+    unheard = weights_over("What is the boiling point of mercury?", TRAVEL)
+    assert unheard.familiar == 0.0
+    assert relevance(weights, TRAVEL[1], None) == 1.0
+    assert relevance(unheard, TRAVEL[0], VECTOR_ONE + 0.1) == 1.0
+    assert relevance(unheard, TRAVEL[0], (VECTOR_ZERO + VECTOR_ONE) / 2) == 0.5
+    assert relevance(unheard, TRAVEL[0], None) == 0.0
+
+
+def test_a_question_about_what_the_session_talks_of_is_familiar():
+    # Every word of it is somewhere in the session, though not in this item.
+    weights = weights_over("What does the JR Pass cost?", TRAVEL)
+    assert weights.familiar == 1.0
+    assert relevance(weights, TRAVEL[0], None) == FAMILIAR_SHARE
+    half = weights_over("Which pass covers Mongolia?", TRAVEL)
+    assert 0 < half.familiar < 1
+
+
+def test_question_words_count_for_nothing():
+    # 什么 and 多少 ask; no answer holds them.
+    weights = weights_over("我叫什么名字？", ["你好！我叫王小梅。", *TRAVEL])
+    assert not {"什", "么"} & set(weights.units)
+    assert weights_over("How many yen is the JR Pass?", TRAVEL).units.keys() == {
+        "yen",
+        "jr",
+        "pass",
+    }
+
+
+def test_confident_when_one_of_the_first_items_reaches_the_floor():
+    assert confident([0.1, 0.5, 0.0], 0.5)
+    assert not confident([0.1, 0.49], 0.5)
+    assert not confident([], 0.5)
+    assert confident([0.0, 0.0], 0.0)  # floor 0: everything is quoted, as without a floor
+    late = [0.0] * CONFIDENT_WITHIN + [1.0]
+    assert not confident(late, 0.5)  # ranked past the first items: not what recall quotes
