@@ -44,7 +44,6 @@ from app.notes.service import current_notes
 from app.prompt.assembly import AssemblyInput, assemble_prompt
 from app.recall.floor import confident
 from app.recall.hits import RecallHit, RecallOutcome, recalled_item
-from app.recall.second_hop import hop_terms, merged_hops
 from app.recall.service import recall
 from app.recall.session_chunks import kept_chunks
 from app.recall.shown import show_best_turns
@@ -52,6 +51,7 @@ from app.store import sessions as sessions_store
 from app.store import turns as turns_store
 from app.store.models import Session
 from app.store.sessions import session_budget
+from benchmarks.second_hop import hop_terms, merged_hops
 
 BUDGETS = (250, 500, 1000, 2000)
 KS = (5, 10)
@@ -149,7 +149,7 @@ async def second_hop(
     recall_with: Callable[[str], Awaitable[RecallOutcome]],
 ) -> list[RecallHit]:
     """The first hop's `shown` hits merged with a second recall searched with the names and
-    dates they hold (`app.recall.second_hop`); `shown` when they hold none."""
+    dates they hold (`benchmarks.second_hop`); `shown` when they hold none."""
     index = (await kept_chunks(db, context, session)).index
     extra = hop_terms(question, [h.text for h in shown], index.df, len(index))
     if not extra:

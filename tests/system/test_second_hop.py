@@ -1,9 +1,9 @@
-"""The second hop's extraction and merge (`app.recall.second_hop`): pure, no database."""
+"""The second hop's extraction and merge (`benchmarks.second_hop`): pure, no database."""
 
 from collections import Counter
 
 from app.domain.text import terms
-from app.recall.second_hop import HOP_SOURCES, hop_terms, merged_hops
+from benchmarks.second_hop import HOP_SOURCES, hop_terms, merged_hops
 
 SESSION = [
     "Caroline: I went to the LGBTQ support group yesterday in Boston.",

@@ -7,7 +7,8 @@ capitals, so its terms of two characters count when the session holds them rarel
 chunks hold (a speaker's name in every turn) tells nothing apart: only terms at most
 `MAX_DF_SHARE` of the session's chunks hold count, rarest first, at most `HOP_TERMS`.
 
-Pure: no I/O, no settings.
+Pure: no I/O, no settings. Measured and not kept (docs/BENCHMARKS.md, "A second hop"): it lives
+here, beside the benchmark that measures it, not in the service.
 """
 
 import re
