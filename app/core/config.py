@@ -328,6 +328,22 @@ class MemorySettings(BaseModel):
         description="what a user-memory item's ranking score is multiplied by once past "
         "`decay_days` without new evidence",
     )
+    conflict_llm_base_url: str | None = Field(
+        None,
+        description="OpenAI-compatible chat API that judges whether a new fact contradicts an "
+        "item the conflict rules say nothing about; unset: rules only",
+    )
+    conflict_llm_model: str = Field("gpt-4o-mini", description="chat model of the conflict judge")
+    conflict_llm_api_key: str | None = Field(None, description="bearer key of the judge's API")
+    conflict_llm_timeout_seconds: float = Field(
+        2.0, gt=0, description="per judged pair; on expiry or failure the rules' answer stands"
+    )
+    conflict_llm_candidates: int = Field(
+        3,
+        ge=1,
+        description="items of the owner the judge is asked about per new fact at most, those "
+        "sharing most words first",
+    )
     offload_for_all_keys: bool = Field(
         False, description="`offload` without the memory:offload scope (tenants.settings can too)"
     )

@@ -16,8 +16,9 @@ Two statements contradict when they are about the same slot and cannot both hold
   allergies" contradicts every allergy, and an allergy contradicts an earlier "no allergies";
 - likes add up too ("I like tea", "I like coffee").
 Values in different scripts ("Paris", "巴黎") are not compared. A statement with no slot the
-rules know contradicts nothing here (an LLM judge may, behind the
-same interface as the LLM notes).
+rules know contradicts nothing here; where the rules say nothing about a pair (`rules_silent`:
+"I'm vegetarian" … "I had steak yesterday"), the optional LLM judge
+(`app.memories.conflict_judge`) may be asked about the few items `judge_candidates` picks.
 
 The caller (the memories lifecycle) asks, for a new item, which active items of the same owner
 `contradicts(old.text, new.text)`; the newer supersedes the older when its source is at least as
@@ -25,9 +26,10 @@ trusted, else both are shown with their dates.
 """
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.domain.text import ascii_lower
+from app.domain.text import ascii_lower, term_set
 
 _CJK = "\u4e00-\u9fff"
 _END = r"(?=[,.;!?，。；！？]|\s+(?:now|and|but|since|for|last|this|these|because|with)\b|$)"
@@ -268,3 +270,21 @@ def contradicts(old: str, new: str) -> bool:
     """True when `new` cannot hold together with `old` (the rules of the module docstring)."""
     before, after = statement(old), statement(new)
     return before is not None and after is not None and _clash(before, after)
+
+
+def rules_silent(old: str, new: str) -> bool:
+    """True when the rules cannot tell whether `new` contradicts `old`: one of them has no slot
+    the rules know, or they are about different slots."""
+    before, after = statement(old), statement(new)
+    return before is None or after is None or before.slot != after.slot
+
+
+def judge_candidates(new: str, olds: Sequence[str], limit: int) -> list[int]:
+    """The indexes of at most `limit` of `olds` (oldest first) an LLM judge is asked about for
+    `new`: those the rules are silent about, the ones sharing most words with `new` first, then
+    the newest. Words alone would miss a contradiction about one subject in other words ("I'm
+    vegetarian" … "I had steak"), so an item sharing none may still be asked about."""
+    new_terms = term_set(new)
+    silent = [i for i, old in enumerate(olds) if rules_silent(old, new)]
+    ranked = sorted(silent, key=lambda i: (len(new_terms & term_set(olds[i])), i), reverse=True)
+    return ranked[:limit]

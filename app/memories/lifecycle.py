@@ -104,7 +104,9 @@ async def change_item(
     )
     assert changed  # the row is locked: nobody moved it on
     # A change (a verification above all) states the item now: it outranks older values.
-    await supersede_replaced(db, session, memory, change, said_at=datetime.now(UTC))
+    await supersede_replaced(
+        db, session, memory, change, said_at=datetime.now(UTC), context=context
+    )
     await refresh_notes_of(db, session, user_scope=memory.scope == "user")
     if text is not None and context.settings.embedding.kind != "none":
         await enqueue(db, TaskName.EMBED_MEMORIES, {"memory_ids": [str(memory.id)]})

@@ -4,6 +4,7 @@ transaction (the outer layer commits once) and enqueue their follow-up jobs in i
 an item's lifecycle are in `app.memories.lifecycle`.
 """
 
+import asyncio
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -11,6 +12,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.chat import ChatEndpoint
 from app.core.config import Settings
 from app.core.context import AppContext
 from app.core.errors import InvalidInput, NotFound, TooLong
@@ -19,7 +21,8 @@ from app.domain.callers import Caller
 from app.domain.text import lexical_document
 from app.http.pagination import Page, created_after, created_cursor, page_of
 from app.jobs.queue import TaskName, enqueue, session_lock
-from app.memories.conflicts import contradicts
+from app.memories.conflict_judge import judged_contradiction
+from app.memories.conflicts import contradicts, judge_candidates
 from app.memories.policy import (
     expiry,
     initial_status,
@@ -206,7 +209,7 @@ async def store_item(
         lexical_document(text),
         change,
     )
-    replaced = await supersede_replaced(db, session, memory, change)
+    replaced = await supersede_replaced(db, session, memory, change, context=context)
     await refresh_notes_of(db, session, user_scope=scope == "user")
     if settings.embedding.kind != "none":
         await enqueue(db, TaskName.EMBED_MEMORIES, {"memory_ids": [str(memory.id)]})
@@ -320,14 +323,16 @@ async def supersede_replaced(
     change: Change,
     *,
     said_at: datetime | None = None,
+    context: AppContext | None = None,
 ) -> list[Memory]:
     """Once an item is a fact, it supersedes the other live values of its key and the items of
     its owner it contradicts (`app.memories.conflicts`: "I live in Paris" … "we moved to Lyon",
     预算 5 万 … 预算改成 8 万) as precedence says (`app.memories.tiers.prevails`): a fact is
     trusted or verified, so it outranks a candidate (an inference, a tool's word), and between
     facts the newer wins — when it was said (`said_at`, else its last evidence) is what counts,
-    so a statement dated before the fact it contradicts is kept as history. Returns the items
-    it superseded."""
+    so a statement dated before the fact it contradicts is kept as history. With `context`, the
+    LLM conflict judge, when configured, is asked about a few items the rules are silent about
+    (`judged_contradicted`). Returns the items it superseded."""
     if memory.status not in MEMORY_INJECTED:
         return []
     keyed = await memories_store.live_keyed_memories(db, memory, session) if memory.key else []
@@ -337,7 +342,10 @@ async def supersede_replaced(
         *await memories_store.owner_memories(db, session, memory.scope, None),
         *await memories_store.owner_unconfirmed(db, session, memory.scope),
     ]
-    contradicted = [m for m in others if m.id not in seen and contradicts(m.text, memory.text)]
+    unkeyed = [m for m in others if m.id not in seen]
+    by_rules = [m for m in unkeyed if contradicts(m.text, memory.text)]
+    by_judge = await judged_contradicted(context, memory, unkeyed) if context else []
+    contradicted = by_rules + by_judge
     newer = claim(memory) if said_at is None else Claim(memory.trusted, said_at)
     if any(m.status in MEMORY_INJECTED and not prevails(newer, claim(m)) for m in contradicted):
         # Said before what it contradicts (a turn dated earlier, appended late): history.
@@ -346,14 +354,44 @@ async def supersede_replaced(
         )
         await db.refresh(memory)
         return []
-    replaced = keyed + [m for m in contradicted if prevails(newer, claim(m))]
-    await memories_store.set_memory_status(
-        db,
-        [m.id for m in replaced],
-        "superseded",
-        Change(change.actor, change.key_id, f"replaced by {memory.id}"),
+    replaced = keyed + [m for m in by_rules if prevails(newer, claim(m))]
+    judged = [m for m in by_judge if prevails(newer, claim(m))]
+    for items, why in (
+        (replaced, f"replaced by {memory.id}"),
+        (judged, f"replaced by {memory.id}, judged by the LLM to contradict it"),
+    ):
+        if items:
+            await memories_store.set_memory_status(
+                db, [m.id for m in items], "superseded", Change(change.actor, change.key_id, why)
+            )
+    return replaced + judged
+
+
+async def judged_contradicted(
+    context: AppContext, memory: Memory, others: list[Memory]
+) -> list[Memory]:
+    """The items of `others` the LLM conflict judge says `memory` contradicts, when it is
+    configured: only those the rules are silent about, at most `conflict_llm_candidates`, asked
+    at once; a failed judgement is a "no"."""
+    settings = context.settings.memory
+    if not settings.conflict_llm_base_url:
+        return []
+    endpoint = ChatEndpoint(
+        settings.conflict_llm_base_url,
+        settings.conflict_llm_model,
+        settings.conflict_llm_api_key,
+        settings.conflict_llm_timeout_seconds,
     )
-    return replaced
+    asked = [
+        others[i]
+        for i in judge_candidates(
+            memory.text, [m.text for m in others], settings.conflict_llm_candidates
+        )
+    ]
+    verdicts = await asyncio.gather(
+        *(judged_contradiction(context.http, endpoint, m.text, memory.text) for m in asked)
+    )
+    return [m for m, contradicted in zip(asked, verdicts, strict=True) if contradicted]
 
 
 async def _check_rate(db: AsyncSession, context: AppContext, session: Session) -> None:
