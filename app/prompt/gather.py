@@ -358,7 +358,7 @@ def recall_manifest(manifest: list[ManifestItem], outcome: RecallOutcome) -> Non
     items of what recall found and left out, with the reason."""
     relevance = {hit.id.removeprefix(MEMORY_PREFIX): hit.relevance for hit in outcome.hits}
     for item in manifest:
-        if item.layer == "c3" and item.id in relevance:
+        if item.layer == "c3" and relevance.get(item.id) is not None:
             item.relevance, item.floor = relevance[item.id], outcome.floor
     manifest.extend(
         ManifestItem(

@@ -34,8 +34,9 @@ class RecallHit:
     # The hit's cosine similarity to the query (None: the vector arm did not return it): the
     # relevance floor reads it (`app.recall.floor`).
     vector_similarity: float | None = None
-    # The hit's relevance to the caller's own words, 0-1 (`app.recall.floor`).
-    relevance: float = 0.0
+    # The hit's relevance to the caller's own words, 0-1 (`app.recall.floor`); None while the
+    # floor is off (not judged).
+    relevance: float | None = None
     # The hit cut down to the turns that answer the query (None: not cut).
     compact_text: str | None = None
     compact_seqs: tuple[int, ...] | None = None
@@ -93,7 +94,8 @@ class RecallOutcome:
         on its own scale (a session of remembered items and no chunks has no term statistics;
         on MADial-Bench the floor silenced 98 % of the recalls that found the item)."""
         return confident(
-            [1.0 if hit.source == "memory" else hit.relevance for hit in self.hits], self.floor
+            [1.0 if hit.source == "memory" else hit.relevance or 0.0 for hit in self.hits],
+            self.floor,
         )
 
 

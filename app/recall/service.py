@@ -181,11 +181,15 @@ def _judged(
     that applies: judged on the caller's own words (or the LLM's rewrite of them), weighted by
     the session's term statistics; no floor with another embedder than the one the floor's
     similarity scale was calibrated on."""
+    floor = context.settings.recall.relevance_floor
+    if floor <= 0:
+        # Off: nothing to judge. The relevance reads the stems of each hit's shown text, new to
+        # the stems' cache when the trim differs from query to query: ~1 ms a recall build.
+        return hits, dropped, 0.0
     weights = query_weights(
         understood.llm_query or query, kept.index.df, len(kept.index), dated=understood.dated
     )
     scaled = _similarity_calibrated(context)
-    floor = context.settings.recall.relevance_floor
     return (
         [_with_relevance(hit, weights, scaled) for hit in hits],
         [(_with_relevance(hit, weights, scaled), reason) for hit, reason in dropped],
