@@ -7,14 +7,13 @@ import uuid
 
 import httpx
 import pytest
-from alembic import command
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings
-from app.core.migrate import alembic_config, upgrade
-from tests.conftest import new_key
+from app.core.migrate import upgrade
 from tests.support.factories import transaction
+from tests.support.migrations import session_before
 from tests.support.server import RunningServer
 
 OWN_DATABASE = True  # it migrates its database down and up again
@@ -31,19 +30,8 @@ ITEMS = [  # (text, scope, status)
 async def test_existing_items_keep_their_state_and_user_ones_become_candidates(
     engine: AsyncEngine, settings: Settings, request: pytest.FixtureRequest
 ) -> None:
-    url = settings.database_url or ""
-    await asyncio.to_thread(command.downgrade, alembic_config(url), "0015")
-    tenant = f"t-{uuid.uuid4().hex[:12]}"
-    key = await new_key(engine, tenant, ["sessions:read", "sessions:write"])
-    session_pk = uuid.uuid4()
+    key, session_pk = await session_before(engine, settings, "0015", user_id="u-1")
     async with transaction(engine) as db:
-        await db.execute(
-            text(
-                "INSERT INTO sessions (id, tenant_id, external_id, user_id)"
-                " SELECT :id, id, 'before', 'u-1' FROM tenants WHERE name = :t"
-            ),
-            {"id": session_pk, "t": tenant},
-        )
         for body, scope, status in ITEMS:
             await db.execute(
                 text(
@@ -60,7 +48,7 @@ async def test_existing_items_keep_their_state_and_user_ones_become_candidates(
                     "s": session_pk,
                 },
             )
-    await asyncio.to_thread(upgrade, url)
+    await asyncio.to_thread(upgrade, settings.database_url or "")
 
     async with engine.connect() as conn:
         rows = (

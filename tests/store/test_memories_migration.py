@@ -6,14 +6,13 @@ import uuid
 
 import httpx
 import pytest
-from alembic import command
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings
-from app.core.migrate import alembic_config, upgrade
-from tests.conftest import new_key
+from app.core.migrate import upgrade
 from tests.support.factories import transaction
+from tests.support.migrations import session_before
 from tests.support.server import RunningServer
 
 OWN_DATABASE = True  # it migrates its database down and up again
@@ -29,19 +28,8 @@ ITEMS = [  # (text, scope, status)
 async def test_existing_items_stay_active_and_trusted_with_a_first_version(
     engine: AsyncEngine, settings: Settings, request: pytest.FixtureRequest
 ) -> None:
-    url = settings.database_url or ""
-    await asyncio.to_thread(command.downgrade, alembic_config(url), "0012")
-    tenant = f"t-{uuid.uuid4().hex[:12]}"
-    key = await new_key(engine, tenant, ["sessions:read", "sessions:write"])
-    session_pk = uuid.uuid4()
+    key, session_pk = await session_before(engine, settings, "0012", user_id="u-1")
     async with transaction(engine) as db:
-        await db.execute(
-            text(
-                "INSERT INTO sessions (id, tenant_id, external_id, user_id)"
-                " SELECT :id, id, 'before', 'u-1' FROM tenants WHERE name = :t"
-            ),
-            {"id": session_pk, "t": tenant},
-        )
         for body, scope, status in ITEMS:
             await db.execute(
                 text(
@@ -58,7 +46,7 @@ async def test_existing_items_stay_active_and_trusted_with_a_first_version(
                     "session": session_pk,
                 },
             )
-    await asyncio.to_thread(upgrade, url)
+    await asyncio.to_thread(upgrade, settings.database_url or "")
 
     async with engine.connect() as conn:
         rows = (
