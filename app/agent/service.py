@@ -135,7 +135,7 @@ async def _recall(
     settings = context.settings
     config = effective_config(settings, session)
     top_k = min(request.top_k or config.recall_top_k or 1, settings.memory.recall_max_top_k)
-    window = await turns_store.window_turns(db, session.id)
+    window = await turns_store.window_turns(db, session.tenant_id, session.id)
     # A tool result layered on arrival sits in the window as its view (head, tail, values): the
     # rest of it is in its chunks, which a recall asks for, so only whole turns count as shown.
     whole = {t.seq for t in window if not t.content.startswith(LAYERED_PREFIX)}
@@ -212,7 +212,7 @@ async def _remember_provenance(
     the window: the item then names that tool and turn (forgetting the result takes the item
     with it), and a result that gave orders to the model quarantines it."""
     agent = Provenance(source="remember", actor="agent", key_id=caller.key_id)
-    window = await turns_store.window_turns(db, session.id)
+    window = await turns_store.window_turns(db, session.tenant_id, session.id)
     results = [i for i, turn in enumerate(window) if turn.role == "tool"]
     lifted = lifted_from(text, [window[i].content for i in results])
     if lifted is None:
@@ -299,7 +299,7 @@ async def _status(
 ) -> tuple[str, dict[str, Any]]:
     budget = session_budget(context.settings, session)
     usage, watermark = Usage.of(budget), Watermark.of(budget)
-    pad = await get_scratchpad(db, session.id)
+    pad = await get_scratchpad(db, session.tenant_id, session.id)
     covers = pad.covers_until_seq if pad else 0
     stale = session.offloaded_until_seq > covers
     memories = await memories_store.count_memories(
@@ -350,6 +350,7 @@ async def _offload(
         db,
         context.settings,
         context.cache,
+        session.tenant_id,
         session.id,
         trigger="tool",
         until_tokens=request.until_tokens,

@@ -17,7 +17,7 @@ from app.store import memories as memories_store
 from app.store import memory_lineage
 from app.store import scratchpads as scratchpads_store
 from app.store import sessions as sessions_store
-from app.store.models import Session
+from app.store.models import Session, SessionKey
 
 NOTES_WRITE_ATTEMPTS = 3  # a notes job may commit a new version between our read and our write
 USER_SESSIONS_UPDATED = 50  # notes of at most this many of a user's sessions updated per forget
@@ -33,7 +33,7 @@ async def drop_from_notes(
     A notes job may commit a newer version between our read and our compare-and-set; that
     version may still hold the forgotten items, so read it and try again."""
     for _ in range(NOTES_WRITE_ATTEMPTS):
-        pad = await scratchpads_store.get_scratchpad(db, session.id)
+        pad = await scratchpads_store.get_scratchpad(db, session.tenant_id, session.id)
         if pad is None or pad.version == 0:
             return 0
         before = Notes.model_validate(pad.notes or {})
@@ -82,12 +82,12 @@ async def drop_from_others_notes(
             await drop_from_notes(db, settings, cache, other, set())
 
 
-async def lineage_sessions(db: AsyncSession, session_pk: uuid.UUID) -> list[uuid.UUID]:
+async def lineage_sessions(db: AsyncSession, key: SessionKey) -> list[uuid.UUID]:
     """The other sessions whose notes a revocation of this session's turns may change: those
     of the users of the items it derived from its turns or tools (read without locks)."""
-    read = await sessions_store.get_session_by_pk(db, session_pk)
+    read = await sessions_store.get_session_by_pk(db, *key)
     if read is None:
         return []
     return await users_other_sessions(
-        db, read, set(await memory_lineage.derived_item_users(db, session_pk))
+        db, read, set(await memory_lineage.derived_item_users(db, *key))
     )

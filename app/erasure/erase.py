@@ -36,12 +36,12 @@ from app.erasure.derived import drop_from_notes
 from app.notes.service import refresh_notes
 from app.store import builds as builds_store
 from app.store import chunks as chunks_store
-from app.store import memories as memories_store
+from app.store import memory_erasure as memory_erasure_store
 from app.store import receipts as receipts_store
 from app.store import scratchpads as scratchpads_store
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
-from app.store.models import Session
+from app.store.models import Session, SessionKey
 from app.store.sessions import session_cache_key
 
 NEEDLE_CHARS = 40
@@ -77,12 +77,16 @@ async def run_erase(
     settings: Settings,
     cache: Cache,
     llm_client: httpx.AsyncClient,
+    tenant_id: uuid.UUID,
     receipt_id: uuid.UUID,
 ) -> bool:
     """The job body. False when the receipt is gone or already complete."""
     async with maker() as db:
         claimed = await _counting_attempt(
-            db, receipt_id, lambda: _claim_or_erase_session(db, settings, cache, receipt_id)
+            db,
+            tenant_id,
+            receipt_id,
+            lambda: _claim_or_erase_session(db, settings, cache, tenant_id, receipt_id),
         )
         if not isinstance(claimed, tuple):
             return claimed
@@ -92,25 +96,28 @@ async def run_erase(
         # that fails leaves the receipt pending and every erased text for the retry's hunt, and
         # no session row is held while an LLM answers.
         rebuilt = await refresh_notes(
-            db, settings, cache, session_pk, rebuild=True, llm_client=llm_client
+            db, settings, cache, tenant_id, session_pk, rebuild=True, llm_client=llm_client
         )
         await commit(db)
         if rebuilt == "failed":
             raise NotesRebuildFailed(f"notes rebuild of session {session_pk} failed, will retry")
         notes = {"notes": _stamp({"rebuilt_from_raw_turns": rebuilt})}
         return await retrying_transaction(
-            db, lambda: _erase_pending(db, settings, cache, receipt_id, notes)
+            db, lambda: _erase_pending(db, settings, cache, tenant_id, receipt_id, notes)
         )
 
 
 async def erase_now(
-    db: AsyncSession, settings: Settings, cache: Cache, receipt_id: uuid.UUID
+    db: AsyncSession, settings: Settings, cache: Cache, tenant_id: uuid.UUID, receipt_id: uuid.UUID
 ) -> bool:
     """A session delete's erase, inline in the request that tombstoned it (committed): True
     when the receipt is complete. The request's erase job stays queued, a little later, for a
     process that dies meanwhile; run twice, the second run finds the receipt complete."""
     done = await _counting_attempt(
-        db, receipt_id, lambda: _claim_or_erase_session(db, settings, cache, receipt_id)
+        db,
+        tenant_id,
+        receipt_id,
+        lambda: _claim_or_erase_session(db, settings, cache, tenant_id, receipt_id),
     )
     return done is True
 
@@ -119,7 +126,10 @@ Claimed = tuple[dict[str, Any], uuid.UUID]
 
 
 async def _counting_attempt(
-    db: AsyncSession, receipt_id: uuid.UUID, work: Callable[[], Awaitable[bool | Claimed]]
+    db: AsyncSession,
+    tenant_id: uuid.UUID,
+    receipt_id: uuid.UUID,
+    work: Callable[[], Awaitable[bool | Claimed]],
 ) -> bool | Claimed:
     """`work` in a retried transaction; one that fails is still counted on the receipt (its
     own count rolled back with it)."""
@@ -129,23 +139,24 @@ async def _counting_attempt(
         await db.rollback()
         db.info.pop("after_commit", None)  # actions of the rolled back attempt
         with contextlib.suppress(DBAPIError):  # the database is down: the job's retry counts
-            await receipts_store.count_attempt(db, receipt_id)
+            await receipts_store.count_attempt(db, tenant_id, receipt_id)
             await commit(db)
         raise
 
 
 async def _claim_or_erase_session(
-    db: AsyncSession, settings: Settings, cache: Cache, receipt_id: uuid.UUID
+    db: AsyncSession, settings: Settings, cache: Cache, tenant_id: uuid.UUID, receipt_id: uuid.UUID
 ) -> bool | Claimed:
     """One transaction: count an attempt on the receipt and lock it (a second run of the same
     receipt, the job's and the request's, waits here, then finds it complete). A session
     delete is erased and completed in the same transaction, returning True; a forget's
     target is returned (the attempt committed) for its notes rebuild; False: no receipt to
     erase."""
-    claimed = await receipts_store.claim_attempt(db, receipt_id)
-    if claimed is None:
+    target = await receipts_store.claim_attempt(db, tenant_id, receipt_id)
+    if target is None:
         return False
-    if claimed[0]["kind"] != "session":
+    claimed = (target, tenant_id)
+    if target["kind"] != "session":
         return claimed
     await _erase_and_complete(db, settings, cache, receipt_id, claimed, {})
     return True
@@ -155,14 +166,15 @@ async def _erase_pending(
     db: AsyncSession,
     settings: Settings,
     cache: Cache,
+    tenant_id: uuid.UUID,
     receipt_id: uuid.UUID,
     notes: dict[str, Any],
 ) -> bool:
     """A forget's rows, cached copies and completion, its receipt locked first."""
-    claimed = await receipts_store.lock_pending(db, receipt_id)
-    if claimed is None:
+    target = await receipts_store.lock_pending(db, tenant_id, receipt_id)
+    if target is None:
         return False
-    await _erase_and_complete(db, settings, cache, receipt_id, claimed, notes)
+    await _erase_and_complete(db, settings, cache, receipt_id, (target, tenant_id), notes)
     return True
 
 
@@ -183,7 +195,7 @@ async def _erase_and_complete(
     stores, texts = await _erase_rows(db, settings, cache, tenant_pk, session_pk, target)
     redis_report = await _erase_cached(cache, session_pk, target, needles(texts))
     stores = {**stores, **notes, "redis": redis_report}
-    await receipts_store.complete_receipt(db, receipt_id, stores, datetime.now(UTC))
+    await receipts_store.complete_receipt(db, tenant_pk, receipt_id, stores, datetime.now(UTC))
 
 
 def _stamp(report: dict[str, Any]) -> dict[str, Any]:
@@ -204,31 +216,36 @@ async def _erase_rows(
     first, together (the lock order of `app.store`); which ones is read before."""
     memory_ids = [uuid.UUID(m) for m in target.get("memory_ids", [])]
     if target["kind"] == "session":
-        memories, quoted = await memories_store.session_memory_texts(db, session_pk)
+        memories, quoted = await memory_erasure_store.session_memory_texts(
+            db, tenant_pk, session_pk
+        )
     else:
-        quoted = await memories_store.tombstoned_texts(db, memory_ids)
+        quoted = await memory_erasure_store.tombstoned_texts(db, tenant_pk, memory_ids)
     quoting = await scratchpads_store.sessions_quoting_remembered(db, tenant_pk, quoted)
-    locked = await sessions_store.lock_sessions(db, [session_pk, *quoting])
+    locked = await sessions_store.lock_sessions(db, tenant_pk, [session_pk, *quoting])
+    session = SessionKey(tenant_pk, session_pk)
     if target["kind"] == "session":
         present = any(s.id == session_pk for s in locked)
-        stores, texts = await _delete_session_rows(db, session_pk, present, memories, quoted)
+        stores, texts = await _delete_session_rows(db, session, present, memories, quoted)
     else:
-        stores, texts = await _erase_targets(db, session_pk, target, memory_ids)
+        stores, texts = await _erase_targets(db, session, target, memory_ids)
     others = [s for s in locked if s.id != session_pk]
     stores["other_notes"] = await _drop_from_other_notes(db, settings, cache, others)
     return stores, texts
 
 
 async def _erase_targets(
-    db: AsyncSession, session_pk: uuid.UUID, target: dict[str, Any], memory_ids: list[uuid.UUID]
+    db: AsyncSession, session: SessionKey, target: dict[str, Any], memory_ids: list[uuid.UUID]
 ) -> tuple[dict[str, Any], list[str]]:
     """Erase a forget's targets; returns the receipt's stores and every erased text."""
-    turns, turn_texts = await turns_store.erase_turns(db, session_pk)
-    chunks, embeddings, chunk_texts = await chunks_store.erase_chunks(db, session_pk)
-    memories, memory_texts = await memories_store.erase_memories(db, memory_ids)
+    turns, turn_texts = await turns_store.erase_turns(db, *session)
+    chunks, embeddings, chunk_texts = await chunks_store.erase_chunks(db, *session)
+    memories, memory_texts = await memory_erasure_store.erase_memories(
+        db, session.tenant_id, memory_ids
+    )
     texts = [*turn_texts, *chunk_texts, *memory_texts]
     ids = [*target.get("chunk_ids", []), *target.get("memory_ids", [])]
-    builds = await builds_store.delete_builds_quoting(db, session_pk, [*needles(texts), *ids])
+    builds = await builds_store.delete_builds_quoting(db, *session, [*needles(texts), *ids])
     stores = {
         "turns": _stamp({"erased": turns}),
         "chunks": _stamp({"erased": chunks, "raw_text": "cleared"}),
@@ -243,17 +260,17 @@ async def _erase_targets(
 
 
 async def _delete_session_rows(
-    db: AsyncSession, session_pk: uuid.UUID, present: bool, memories: int, memory_texts: list[str]
+    db: AsyncSession, session: SessionKey, present: bool, memories: int, memory_texts: list[str]
 ) -> tuple[dict[str, Any], list[str]]:
     """Delete a session's rows (its row locked by the caller, when `present`; `memories`: the
     items it holds, with their texts); returns as `_erase_targets` does. The texts are read
     first, to hunt their cached copies; the rows go with the session row, not blanked first."""
     if not present:  # a retry after the delete committed
         return {"session": _stamp({"deleted": True, "already": True})}, []
-    turns, turn_texts = await turns_store.session_turn_texts(db, session_pk)
-    chunks, embeddings, chunk_texts = await chunks_store.session_chunk_texts(db, session_pk)
+    turns, turn_texts = await turns_store.session_turn_texts(db, *session)
+    chunks, embeddings, chunk_texts = await chunks_store.session_chunk_texts(db, *session)
     # Turns, chunks, notes, memories and metrics go with the row (ON DELETE CASCADE).
-    await sessions_store.delete_session(db, session_pk)
+    await sessions_store.delete_session(db, *session)
     stores = {
         "session": _stamp({"deleted": True}),
         "turns": _stamp({"deleted": turns}),

@@ -53,13 +53,14 @@ from app.jobs.queue import TaskName, embedding_lock, enqueue, session_lock
 from app.offload.service import write_chunks
 from app.store import chunks as chunks_store
 from app.store import memories as memories_store
+from app.store import memory_erasure as memory_erasure_store
 from app.store import memory_lineage
 from app.store import receipts as receipts_store
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
 from app.store.memories import FORGOTTEN, SESSION_DELETED, USER_DELETED
 from app.store.memory_lineage import DERIVED_FORGOTTEN
-from app.store.models import Session, Turn
+from app.store.models import Session, SessionKey, Turn
 from app.store.sessions import require_session, session_budget, session_cache_key, write_session
 from app.store.turns import to_record
 
@@ -74,7 +75,7 @@ INLINE_SECONDS = 2.0
 INLINE_JOB_DELAY_SECONDS = 10.0
 
 logger = logging.getLogger("contextd.erasure")
-EraseNow = Callable[[uuid.UUID], Awaitable[bool]]
+EraseNow = Callable[[uuid.UUID, uuid.UUID], Awaitable[bool]]  # (tenant, receipt id)
 
 
 def parse_id(value: str, field: str, what: str) -> uuid.UUID:
@@ -105,9 +106,9 @@ async def forget(
     db: AsyncSession, settings: Settings, cache: Cache, session: Session, request: ForgetTarget
 ) -> tuple[str, dict[str, Any]]:
     """The memory tool's `forget`: (answer text, answer data), committed."""
-    session_pk, session_id = session.id, session.external_id
+    key, session_id = session.key, session.external_id
     return await retrying_transaction(
-        db, lambda: _forget(db, settings, cache, session_pk, session_id, request)
+        db, lambda: _forget(db, settings, cache, key, session_id, request)
     )
 
 
@@ -115,27 +116,27 @@ async def _forget(
     db: AsyncSession,
     settings: Settings,
     cache: Cache,
-    session_pk: uuid.UUID,
+    key: SessionKey,
     session_id: str,
     request: ForgetTarget,
 ) -> tuple[str, dict[str, Any]]:
     if request.memory_id is not None:
-        return await _forget_memory(db, settings, cache, session_pk, session_id, request.memory_id)
+        return await _forget_memory(db, settings, cache, key, session_id, request.memory_id)
     # Items of the user derived from the forgotten turns leave their other sessions' notes
     # too: those sessions are locked with this one, before anything else.
-    others = await lineage_sessions(db, session_pk)
-    locked = await sessions_store.lock_sessions(db, [session_pk, *others])
-    session = live_among(locked, session_pk)
+    others = await lineage_sessions(db, key)
+    locked = await sessions_store.lock_sessions(db, key.tenant_id, [key.id, *others])
+    session = live_among(locked, key.id)
     if session is None:
         raise NotFound(f"session {session_id!r} not found", field="session_id")
     if request.chunk_id is not None:
         chunk_pk = resolve_ref(
             request.chunk_id,
-            await chunks_store.active_chunk_ids(db, session.id),
+            await chunks_store.active_chunk_ids(db, session.tenant_id, session.id),
             "chunk_id",
             "chunk",
         )
-        chunk = await chunks_store.get_chunk(db, session.id, chunk_pk)
+        chunk = await chunks_store.get_chunk(db, session.tenant_id, session.id, chunk_pk)
         if chunk is None:
             raise NotFound(f"chunk {request.chunk_id!r} not found", field="chunk_id")
         first, last = chunk.turn_first, chunk.turn_last
@@ -148,7 +149,7 @@ async def _forget(
         if widened != (first, last):
             first, last = widened
             target["widened_to"] = [first, last]
-    turns = await turns_store.live_turns(db, session.id, first, last)
+    turns = await turns_store.live_turns(db, session.tenant_id, session.id, first, last)
     if not turns:
         raise NotFound(f"no turns {first}-{last} to forget", field="turn_range")
     return await _forget_turns(db, settings, cache, locked, session, turns, target)
@@ -158,7 +159,7 @@ async def _widen_to_tool_groups(
     db: AsyncSession, session: Session, first: int, last: int
 ) -> tuple[int, int]:
     """`[first, last]` grown to the whole tool-call groups its live turns belong to."""
-    live = await turns_store.live_turns(db, session.id, 1, session.last_seq)
+    live = await turns_store.live_turns(db, session.tenant_id, session.id, 1, session.last_seq)
     lo, hi = first, last
     for unit in atomic_units([to_record(t) for t in live]):
         if any(first <= live[i].seq <= last for i in unit):
@@ -178,13 +179,13 @@ async def _forget_turns(
     now = datetime.now(UTC)
     seqs = {t.seq for t in turns}
     first, last = min(seqs), max(seqs)
-    chunks = await chunks_store.chunks_overlapping(db, session.id, first, last)
+    chunks = await chunks_store.chunks_overlapping(db, session.tenant_id, session.id, first, last)
     dead = [c.id for c in chunks]
-    await turns_store.forget_turns(db, [t.id for t in turns], now)
-    await chunks_store.tombstone_chunks(db, dead)
+    await turns_store.forget_turns(db, session.tenant_id, [t.id for t in turns], now)
+    await chunks_store.tombstone_chunks(db, session.tenant_id, dead)
     # Remembered items written from these turns go with them (the lineage, issue 36).
     derived = await memory_lineage.tombstone_derived_memories(
-        db, session.id, sorted(seqs), DERIVED_FORGOTTEN
+        db, session.tenant_id, session.id, sorted(seqs), DERIVED_FORGOTTEN
     )
 
     # Re-chunk what the tombstoned chunks held besides the forgotten turns.
@@ -194,7 +195,9 @@ async def _forget_turns(
         span_last = max(c.turn_last for c in chunks)
         kept = [
             t
-            for t in await turns_store.live_turns(db, session.id, span_first, span_last)
+            for t in await turns_store.live_turns(
+                db, session.tenant_id, session.id, span_first, span_last
+            )
             if t.chunk_id is not None
         ]
         for run in _runs(kept):
@@ -217,7 +220,7 @@ async def _forget_turns(
         await enqueue(
             db,
             TaskName.EMBED_CHUNKS,
-            {"chunk_ids": [str(c) for c in new_ids]},
+            {"chunk_ids": [str(c) for c in new_ids], "tenant_id": str(session.tenant_id)},
             lock=embedding_lock(session.id),
         )
     lines = await drop_from_notes(db, settings, cache, session, seqs)
@@ -272,11 +275,12 @@ async def _forget_memory(
     db: AsyncSession,
     settings: Settings,
     cache: Cache,
-    session_pk: uuid.UUID,
+    key: SessionKey,
     session_id: str,
     memory_id: str,
 ) -> tuple[str, dict[str, Any]]:
-    read = await sessions_store.get_session_by_pk(db, session_pk)
+    session_pk = key.id
+    read = await sessions_store.get_session_by_pk(db, key.tenant_id, session_pk)
     if read is None or sessions_store.erasing(read):
         raise NotFound(f"session {session_id!r} not found", field="session_id")
     pk = resolve_ref(
@@ -291,11 +295,11 @@ async def _forget_memory(
     memory_pk, users = memory.id, {memory.user_id} if memory.scope == "user" else set()
     # A user's item leaves the notes of their other sessions too: all locked before the item.
     others = await users_other_sessions(db, read, users)
-    locked = await sessions_store.lock_sessions(db, [session_pk, *others])
+    locked = await sessions_store.lock_sessions(db, key.tenant_id, [session_pk, *others])
     session = live_among(locked, session_pk)
     if session is None:
         raise NotFound(f"session {session_id!r} not found", field="session_id")
-    await memories_store.set_memory_status(db, [memory_pk], "tombstoned", FORGOTTEN)
+    await memories_store.set_memory_status(db, key.tenant_id, [memory_pk], "tombstoned", FORGOTTEN)
     lines = await drop_from_notes(db, settings, cache, session, set())
     await drop_from_others_notes(db, settings, cache, locked, session_pk)
     receipt_id = await _schedule_erase(
@@ -331,7 +335,7 @@ async def _schedule_erase(db: AsyncSession, session: Session, target: dict[str, 
     await enqueue(
         db,
         TaskName.ERASE,
-        {"receipt_id": str(receipt.id)},
+        {"receipt_id": str(receipt.id), "tenant_id": str(session.tenant_id)},
         lock=session_lock(session.id),
     )
     return receipt.id
@@ -350,20 +354,20 @@ async def delete_session(
     the job that erases it; then, when cheap, erase it with `erase_now` (its receipt complete
     before the answer): its erase receipt id and whether it is complete."""
     session = await require_session(db, caller, session_id)
-    session_pk = session.id
+    key = session.key
     others = await users_other_sessions(
-        db, session, set(await memories_store.session_item_users(db, session_pk))
+        db, session, set(await memory_erasure_store.session_item_users(db, *key))
     )
     inline = erase_now is not None and await _cache_small(cache)
     tombstoned = await retrying_transaction(
         db,
         lambda: _erase_session(
-            db, settings, cache, session_pk, others, lambda s: s.external_id == session_id, inline
+            db, settings, cache, key, others, lambda s: s.external_id == session_id, inline
         ),
     )
     if tombstoned is None:  # deleted by a concurrent call
         raise NotFound(f"session {session_id!r} not found", field="session_id")
-    erased = await _erase_inline(erase_now, *tombstoned)
+    erased = await _erase_inline(erase_now, key.tenant_id, *tombstoned)
     return SessionErased(
         session_id=session_id,
         erase_receipt_id=str(tombstoned[0]),
@@ -382,13 +386,15 @@ async def _cache_small(cache: Cache) -> bool:
         return False  # the job retries until Redis answers
 
 
-async def _erase_inline(erase_now: EraseNow | None, receipt_id: uuid.UUID, inline: bool) -> bool:
+async def _erase_inline(
+    erase_now: EraseNow | None, tenant_id: uuid.UUID, receipt_id: uuid.UUID, inline: bool
+) -> bool:
     """The inline erase of a tombstoned session: whether it erased it (one that fails, or is
     not tried, is left to its job)."""
     if erase_now is None or not inline:
         return False
     try:
-        await erase_now(receipt_id)
+        await erase_now(tenant_id, receipt_id)
     except Exception as exc:  # the tombstone is committed: the answer is still 202
         logger.warning("inline erase of receipt %s failed (%r); its job retries", receipt_id, exc)
         return False
@@ -431,10 +437,20 @@ async def delete_user(
         inline = small_cache and time.monotonic() - started < INLINE_SECONDS
         # The user's other sessions go too: their notes are left to the erase jobs.
         tombstoned = await retrying_transaction(
-            db, partial(_erase_session, db, settings, cache, session_pk, [], still_theirs, inline)
+            db,
+            partial(
+                _erase_session,
+                db,
+                settings,
+                cache,
+                SessionKey(tenant_id, session_pk),
+                [],
+                still_theirs,
+                inline,
+            ),
         )
         if tombstoned is not None:
-            erased = await _erase_inline(erase_now, *tombstoned)
+            erased = await _erase_inline(erase_now, tenant_id, *tombstoned)
             erased_sessions.append(
                 ErasedSession(
                     session_id=session_id,
@@ -443,7 +459,7 @@ async def delete_user(
                 )
             )
     erased_memories: list[ErasedMemory] = []
-    for holder_pk in await memories_store.user_memories_by_session(db, tenant_id, user_id):
+    for holder_pk in await memory_erasure_store.user_memories_by_session(db, tenant_id, user_id):
         forgotten = await retrying_transaction(
             db, partial(_forget_user_items, db, settings, cache, holder_pk, tenant_id, user_id)
         )
@@ -478,10 +494,10 @@ async def _forget_user_items(
 ) -> tuple[str, list[uuid.UUID], uuid.UUID] | None:
     """Forget the items remembered for the user that `holder_pk` holds: (its session id, the
     items, the erase receipt), None when there are none any more."""
-    holder = live_among(await sessions_store.lock_sessions(db, [holder_pk]), holder_pk)
+    holder = live_among(await sessions_store.lock_sessions(db, tenant_id, [holder_pk]), holder_pk)
     if holder is None:  # being erased: its items were tombstoned with it
         return None
-    memory_ids = await memories_store.tombstone_user_memories(
+    memory_ids = await memory_erasure_store.tombstone_user_memories(
         db, holder_pk, tenant_id, user_id, USER_DELETED
     )
     if not memory_ids:
@@ -497,27 +513,30 @@ async def _erase_session(
     db: AsyncSession,
     settings: Settings,
     cache: Cache,
-    session_pk: uuid.UUID,
+    key: SessionKey,
     others: list[uuid.UUID],
     wanted: Callable[[Session], bool],
     inline: bool,
 ) -> tuple[uuid.UUID, bool] | None:
-    """Tombstone the session `session_pk` and enqueue its erase: its receipt id and whether
+    """Tombstone the session `key` and enqueue its erase: its receipt id and whether
     the caller erases it inline (`inline` asked and the session small: its job then waits),
     None when it is gone, being erased, or no longer `wanted` once locked. The notes of
     `others` (the sessions of the users its user-scope items were written for) lose those
     items now."""
-    locked = await sessions_store.lock_sessions(db, [session_pk, *others])
+    session_pk = key.id
+    locked = await sessions_store.lock_sessions(db, key.tenant_id, [session_pk, *others])
     session = live_among(locked, session_pk)
     if session is None or not wanted(session):
         return None
     session_id, tenant_id = session.external_id, session.tenant_id
     now = datetime.now(UTC)
-    await turns_store.forget_session_turns(db, session.id, now)
-    await chunks_store.tombstone_session_chunks(db, session.id)
-    await memories_store.tombstone_session_memories(db, session.id, SESSION_DELETED)
+    await turns_store.forget_session_turns(db, session.tenant_id, session.id, now)
+    await chunks_store.tombstone_session_chunks(db, session.tenant_id, session.id)
+    await memory_erasure_store.tombstone_session_memories(
+        db, session.tenant_id, session.id, SESSION_DELETED
+    )
     await drop_from_others_notes(db, settings, cache, locked, session_pk)
-    key = session_cache_key(cache, tenant_id, session_id)
+    cache_key = session_cache_key(cache, tenant_id, session_id)
     version = await write_session(
         db,
         cache,
@@ -527,7 +546,7 @@ async def _erase_session(
     )
 
     async def _retire_cached_view() -> None:  # write_session saw the row's new external id
-        await cache.invalidate_versioned(key, version)
+        await cache.invalidate_versioned(cache_key, version)
 
     after_commit(db, _retire_cached_view)
     receipt = await receipts_store.add_receipt(
@@ -542,12 +561,14 @@ async def _erase_session(
         },
     )
     inline = (
-        inline and await turns_store.session_text_bytes(db, session.id) <= INLINE_MAX_TEXT_BYTES
+        inline
+        and await turns_store.session_text_bytes(db, session.tenant_id, session.id)
+        <= INLINE_MAX_TEXT_BYTES
     )
     await enqueue(
         db,
         TaskName.ERASE,
-        {"receipt_id": str(receipt.id)},
+        {"receipt_id": str(receipt.id), "tenant_id": str(tenant_id)},
         lock=session_lock(session.id),
         delay_seconds=INLINE_JOB_DELAY_SECONDS if inline else None,
     )

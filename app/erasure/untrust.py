@@ -29,7 +29,7 @@ from app.store import memory_lineage
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
 from app.store.memory_lineage import SOURCE_UNTRUSTED
-from app.store.models import Session
+from app.store.models import Session, SessionKey
 from app.store.sessions import require_session, write_session
 from app.store.turns import to_record
 
@@ -51,9 +51,9 @@ async def untrust_source(
 ) -> SourceUntrusted:
     _checked(body)
     started = datetime.now(UTC)
-    session_pk = (await require_session(db, caller, session_id)).id
+    key = (await require_session(db, caller, session_id)).key
     return await retrying_transaction(
-        db, lambda: _untrust(db, settings, cache, session_pk, session_id, body, started)
+        db, lambda: _untrust(db, settings, cache, key, session_id, body, started)
     )
 
 
@@ -61,28 +61,28 @@ async def _untrust(
     db: AsyncSession,
     settings: Settings,
     cache: Cache,
-    session_pk: Any,
+    key: SessionKey,
     session_id: str,
     body: UntrustIn,
     started: datetime,
 ) -> SourceUntrusted:
-    others = await lineage_sessions(db, session_pk)
-    locked = await sessions_store.lock_sessions(db, [session_pk, *others])
-    session = live_among(locked, session_pk)
+    others = await lineage_sessions(db, key)
+    locked = await sessions_store.lock_sessions(db, key.tenant_id, [key.id, *others])
+    session = live_among(locked, key.id)
     if session is None:
         raise NotFound(f"session {session_id!r} not found", field="session_id")
     seqs, since = await _source(db, session, body)
-    await turns_store.quarantine_turns(db, session.id, seqs, started)
-    chunks = await chunks_store.distrust_chunks(db, session.id, seqs)
+    await turns_store.quarantine_turns(db, session.tenant_id, session.id, seqs, started)
+    chunks = await chunks_store.distrust_chunks(db, session.tenant_id, session.id, seqs)
     memories = await memory_lineage.quarantine_derived_memories(
-        db, session.id, seqs, body.tool, SOURCE_UNTRUSTED
+        db, session.tenant_id, session.id, seqs, body.tool, SOURCE_UNTRUSTED
     )
     lines = await drop_from_notes(db, settings, cache, session, set(seqs))
     derived = [DerivedItem.model_validate(d) for d in derived_at_request(chunks, lines, memories)]
     if memories:
         await drop_from_others_notes(db, settings, cache, locked, session.id)
         derived.append(DerivedItem(kind="other_session_notes", count=len(locked) - 1))
-    builds = await builds_store.delete_builds_since(db, session.id, since)
+    builds = await builds_store.delete_builds_since(db, session.tenant_id, session.id, since)
     if builds:
         derived.append(DerivedItem(kind="prompt_build", count=builds))
     # The chunks' trust changed: every per-process copy of them is keyed by this version.
@@ -99,11 +99,11 @@ async def _untrust(
 async def _source(db: AsyncSession, session: Session, body: UntrustIn) -> tuple[list[int], Any]:
     """The source's live turns (their seqs) and when the first of them arrived."""
     if body.turn_range is not None:
-        turns = await turns_store.live_turns(db, session.id, *body.turn_range)
+        turns = await turns_store.live_turns(db, session.tenant_id, session.id, *body.turn_range)
         field, seqs = "turn_range", [t.seq for t in turns]
     else:
         assert body.tool is not None
-        turns = await turns_store.live_turns(db, session.id, 1, session.last_seq)
+        turns = await turns_store.live_turns(db, session.tenant_id, session.id, 1, session.last_seq)
         named = tool_names([to_record(t) for t in turns])
         field, seqs = "tool", sorted(seq for seq, name in named.items() if name == body.tool)
     if not seqs:

@@ -36,7 +36,7 @@ from app.store import offload_events as offload_events_store
 from app.store import receipts as receipts_store
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
-from app.store.models import Chunk, OffloadEvent, PromptBuild, Session
+from app.store.models import Chunk, OffloadEvent, PromptBuild, Session, SessionKey
 from app.store.scratchpads import get_scratchpad
 from app.store.sessions import effective_config, require_session, session_budget
 from app.store.turns import to_record
@@ -115,7 +115,9 @@ async def session_page(
     view = await session_view(db, caller, settings, context.cache, session_id)
     session = await require_session(db, caller, session_id)
     config = effective_config(settings, session)
-    events = await offload_events_store.offload_events(db, session.id, OFFLOADS_SHOWN)
+    events = await offload_events_store.offload_events(
+        db, session.tenant_id, session.id, OFFLOADS_SHOWN
+    )
     marks = [
         OffloadMark(
             e.created_at,
@@ -129,7 +131,7 @@ async def session_page(
         for e in events
     ]
     series = watermark_series(
-        await turns_store.turn_timeline(db, session.id),
+        await turns_store.turn_timeline(db, session.tenant_id, session.id),
         marks,
         available=view.usage.limit,
         base_tokens=view.usage.c0 + REPLY_PRIMING_TOKENS,
@@ -142,15 +144,19 @@ async def session_page(
             f"emergency {config.emergency_ratio:.2f}": config.emergency_ratio,
         },
     )
-    pad = await get_scratchpad(db, session.id)
+    pad = await get_scratchpad(db, session.tenant_id, session.id)
     covers = pad.covers_until_seq if pad else 0
-    chunks = await chunks_store.list_chunks(db, session.id, (0, 0), CHUNKS_SHOWN + 1)
-    window = (await turns_store.window_turns(db, session.id))[-WINDOW_TURNS_SHOWN:]
+    chunks = await chunks_store.list_chunks(
+        db, session.tenant_id, session.id, (0, 0), CHUNKS_SHOWN + 1
+    )
+    window = (await turns_store.window_turns(db, session.tenant_id, session.id))[
+        -WINDOW_TURNS_SHOWN:
+    ]
     chunks, more_chunks = cut(chunks, CHUNKS_SHOWN)
     builds = await _build_views(
         db,
-        session.id,
-        await builds_store.recent_builds(db, session.id, BUILDS_SHOWN),
+        session.key,
+        await builds_store.recent_builds(db, session.tenant_id, session.id, BUILDS_SHOWN),
         Anchors(
             frozenset(t.seq for t in window),
             [(str(c.id), c.turn_first, c.turn_last) for c in chunks],
@@ -190,7 +196,7 @@ async def session_page(
         ).memories,
         builds=builds,
         build=build,
-        stubs=await _stub_texts(db, session.id, build) if build else {},
+        stubs=await _stub_texts(db, session.key, build) if build else {},
         receipts=[
             receipt_out(r)
             for r in await receipts_store.session_receipts(
@@ -201,7 +207,7 @@ async def session_page(
 
 
 async def _build_views(
-    db: AsyncSession, session_pk: uuid.UUID, builds: list[PromptBuild], anchors: Anchors
+    db: AsyncSession, session: SessionKey, builds: list[PromptBuild], anchors: Anchors
 ) -> list[BuildView]:
     """The stored builds with each fragment's turns: a recalled chunk's from the build's recall
     items, else from the chunk itself."""
@@ -213,14 +219,14 @@ async def _build_views(
                     chunk_ids.add(uuid.UUID(entry["id"]))
                 except ValueError:
                     continue
-    spans = await chunks_store.chunk_spans(db, session_pk, chunk_ids)
+    spans = await chunks_store.chunk_spans(db, *session, chunk_ids)
     return [
         build_view(str(b.id), b.created_at, b.record, chunk_turns=spans, anchors=anchors)
         for b in builds
     ]
 
 
-async def _stub_texts(db: AsyncSession, session_pk: uuid.UUID, build: BuildView) -> dict[int, str]:
+async def _stub_texts(db: AsyncSession, session: SessionKey, build: BuildView) -> dict[int, str]:
     """The build's cleared tool results as the stubs it showed, made again from the stored turns
     (with their calls) by the same rules; a result forgotten since has none."""
     stubs = {f.turns[0]: f.chunk_id for f in build.stubs if f.turns}
@@ -229,7 +235,7 @@ async def _stub_texts(db: AsyncSession, session_pk: uuid.UUID, build: BuildView)
     turns = [
         to_record(t)
         for t in await turns_store.live_turns(
-            db, session_pk, min(stubs) - STUB_CALL_LOOKBACK, max(stubs)
+            db, *session, min(stubs) - STUB_CALL_LOOKBACK, max(stubs)
         )
     ]
     chunk_of = {seq: chunk for seq, chunk in stubs.items() if chunk}

@@ -3,27 +3,26 @@ lack a vector of the embedder's model, embed their texts as passages, store, rep
 left. A provider failure counts an attempt on the batch, commits that, and re-raises so the job
 retries later; the rows stay searchable lexically meanwhile."""
 
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from app.core.context import AppContext
 from app.core.db import unit_of_work
 from app.embeddings.base import Embedder, EmbedderUnavailable
 from app.store import embedding_backlog as embedding_backlog_store
 from app.store import sessions as sessions_store
-from app.store.embedding_backlog import Backlog, Row
+from app.store.embedding_backlog import Backlog, Row, TenantRows
 
 
 async def embed_backlog(
     context: AppContext,
     embedder: Embedder,
     backlog: Backlog[Row],
-    ids: Sequence[uuid.UUID],
+    of: TenantRows,
     *,
     batch: int,
     text_of: Callable[[Row], str],
 ) -> int:
-    """Embed the rows of `ids` that lack a vector of the embedder's model, batch after batch;
+    """Embed the rows `of` one tenant that lack a vector of the embedder's model, batch after batch;
     rows embedded.
 
     The rows are read in one short transaction and stored in another: no transaction stays open
@@ -36,21 +35,23 @@ async def embed_backlog(
     done = 0
     while True:
         async with unit_of_work(maker) as db:
-            rows = await embedding_backlog_store.pending(db, backlog, ids, embedder.name, batch)
+            rows = await embedding_backlog_store.pending(db, backlog, of, embedder.name, batch)
         if not rows:
             return done
         try:
             vectors = await embedder.embed_passages([text_of(row) for row in rows])
         except EmbedderUnavailable:
             async with unit_of_work(maker) as db:
-                await embedding_backlog_store.count_failure(db, backlog, [r.id for r in rows])
+                await embedding_backlog_store.count_failure(
+                    db, backlog, TenantRows(of.tenant_id, [r.id for r in rows])
+                )
             raise
         async with unit_of_work(maker) as db:
             await sessions_store.lock_sessions(
-                db, {r.session_id for r in rows if r.session_id is not None}
+                db, of.tenant_id, {r.session_id for r in rows if r.session_id is not None}
             )
             for row, vector in zip(rows, vectors, strict=True):
                 await embedding_backlog_store.store_vector(
-                    db, backlog, row.id, vector.tolist(), embedder.name
+                    db, backlog, of.tenant_id, row.id, vector.tolist(), embedder.name
                 )
         done += len(rows)

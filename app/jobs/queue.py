@@ -21,7 +21,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.context import AppContext
+from app.core.db import unit_of_work
+from app.store import sessions as sessions_store
 from app.store.jobs import defer_job, pending_under, waiting_under
+from app.store.models import SessionKey
 
 # A session's short jobs (offload, notes, erasure) and the long background work (embeddings,
 # sweeps, vector index builds): see `QUEUE`.
@@ -35,6 +38,21 @@ def app_context(job_context: JobContext) -> AppContext:
     """The worker process's resources, handed to every task (tasks reload state by id)."""
     context: AppContext = job_context.additional_context["app"]
     return context
+
+
+async def session_of_job(
+    context: AppContext, tenant_id: str | None, session_pk: str
+) -> SessionKey | None:
+    """The session a job names, by tenant and id. Every job naming a session carries its tenant
+    (`tenant_id`), so that what it reads and locks names the tenant; a job queued by a version
+    before that has none, and such jobs stay queued across a rolling upgrade: its tenant is read
+    once from the session row. None when the session is gone."""
+    pk = uuid.UUID(session_pk)
+    if tenant_id is not None:
+        return SessionKey(uuid.UUID(tenant_id), pk)
+    async with unit_of_work(context.sessionmaker) as db:
+        tenant = (await sessions_store.tenants_of_sessions(db, [pk])).get(pk)
+    return None if tenant is None else SessionKey(tenant, pk)
 
 
 class TaskName(StrEnum):
@@ -131,14 +149,19 @@ def embedding_lock(session_pk: uuid.UUID) -> str:
     return f"embeddings:{session_pk}"
 
 
-async def enqueue_offload(db: AsyncSession, session_pk: uuid.UUID, *, trigger: str) -> bool:
+def session_args(session: SessionKey) -> dict[str, str]:
+    """The arguments naming a session in a job: its id and its tenant."""
+    return {"tenant_id": str(session.tenant_id), "session_pk": str(session.id)}
+
+
+async def enqueue_offload(db: AsyncSession, session: SessionKey, *, trigger: str) -> bool:
     """One pending offload per session at most (queueing lock); runs under the session lock."""
     return await enqueue(
         db,
         TaskName.OFFLOAD,
-        {"session_pk": str(session_pk), "trigger": trigger},
-        lock=session_lock(session_pk),
-        queueing_lock=f"offload:{session_pk}",
+        {**session_args(session), "trigger": trigger},
+        lock=session_lock(session.id),
+        queueing_lock=f"offload:{session.id}",
     )
 
 

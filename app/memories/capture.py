@@ -69,7 +69,11 @@ async def capture_user_statements(
         return []
     await refresh_notes_of(db, session, user_scope=True)
     if settings.embedding.kind != "none":
-        await enqueue(db, TaskName.EMBED_MEMORIES, {"memory_ids": [str(m.id) for m in written]})
+        await enqueue(
+            db,
+            TaskName.EMBED_MEMORIES,
+            {"memory_ids": [str(m.id) for m in written], "tenant_id": str(session.tenant_id)},
+        )
     return written
 
 

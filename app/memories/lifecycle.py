@@ -109,7 +109,11 @@ async def change_item(
     )
     await refresh_notes_of(db, session, user_scope=memory.scope == "user")
     if text is not None and context.settings.embedding.kind != "none":
-        await enqueue(db, TaskName.EMBED_MEMORIES, {"memory_ids": [str(memory.id)]})
+        await enqueue(
+            db,
+            TaskName.EMBED_MEMORIES,
+            {"memory_ids": [str(memory.id)], "tenant_id": str(memory.tenant_id)},
+        )
     return memory
 
 

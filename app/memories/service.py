@@ -20,7 +20,7 @@ from app.core.ratelimit import WINDOW_SECONDS, rate_limited
 from app.domain.callers import Caller
 from app.domain.text import lexical_document
 from app.http.pagination import Page, created_after, created_cursor, page_of
-from app.jobs.queue import TaskName, enqueue, session_lock
+from app.jobs.queue import TaskName, enqueue, session_args, session_lock
 from app.memories.conflict_judge import judged_contradiction
 from app.memories.conflicts import contradicts, judge_candidates
 from app.memories.policy import (
@@ -55,7 +55,7 @@ from app.memories.tiers import (
 from app.store import memories as memories_store
 from app.store import sessions as sessions_store
 from app.store.memories import Change, stated_at
-from app.store.models import MEMORY_INJECTED, Memory, Session
+from app.store.models import MEMORY_INJECTED, Memory, Session, SessionKey
 from app.store.sessions import require_session
 
 USER_SESSIONS_REFRESHED = 50  # notes of at most this many of a user's sessions refreshed per write
@@ -212,7 +212,11 @@ async def store_item(
     replaced = await supersede_replaced(db, session, memory, change, context=context)
     await refresh_notes_of(db, session, user_scope=scope == "user")
     if settings.embedding.kind != "none":
-        await enqueue(db, TaskName.EMBED_MEMORIES, {"memory_ids": [str(memory.id)]})
+        await enqueue(
+            db,
+            TaskName.EMBED_MEMORIES,
+            {"memory_ids": [str(memory.id)], "tenant_id": str(memory.tenant_id)},
+        )
     if status not in MEMORY_INJECTED:
         return Remembered(memory, "candidate", previous, [])
     return Remembered(memory, "superseded" if replaced else "stored", previous, replaced)
@@ -310,7 +314,7 @@ async def user_memory_disputes(
 async def locked_session(db: AsyncSession, session: Session) -> Session:
     """The session row locked before its items (the lock order of `app.store`): an erase of
     the session tombstones its items under that lock."""
-    locked = await sessions_store.lock_session_by_pk(db, session.id)
+    locked = await sessions_store.lock_session_by_pk(db, session.tenant_id, session.id)
     if locked is None or sessions_store.erasing(locked):
         raise NotFound(f"session {session.external_id!r} not found", field="session_id")
     return locked
@@ -350,7 +354,11 @@ async def supersede_replaced(
     if any(m.status in MEMORY_INJECTED and not prevails(newer, claim(m)) for m in contradicted):
         # Said before what it contradicts (a turn dated earlier, appended late): history.
         await memories_store.set_memory_status(
-            db, [memory.id], "superseded", Change("rule", None, "older than what it contradicts")
+            db,
+            memory.tenant_id,
+            [memory.id],
+            "superseded",
+            Change("rule", None, "older than what it contradicts"),
         )
         await db.refresh(memory)
         return []
@@ -362,7 +370,11 @@ async def supersede_replaced(
     ):
         if items:
             await memories_store.set_memory_status(
-                db, [m.id for m in items], "superseded", Change(change.actor, change.key_id, why)
+                db,
+                memory.tenant_id,
+                [m.id for m in items],
+                "superseded",
+                Change(change.actor, change.key_id, why),
             )
     return replaced + judged
 
@@ -401,7 +413,11 @@ async def _check_rate(db: AsyncSession, context: AppContext, session: Session) -
     )
     if context.cache.bypassed:  # Redis down: what every process wrote shows in Postgres
         since = datetime.now(UTC) - timedelta(seconds=WINDOW_SECONDS)
-        count = max(count, await memories_store.memories_written_since(db, session.id, since) + 1)
+        count = max(
+            count,
+            await memories_store.memories_written_since(db, session.tenant_id, session.id, since)
+            + 1,
+        )
     if count > limit:
         raise rate_limited("remember, per session,", limit, "type")
 
@@ -436,7 +452,7 @@ async def refresh_notes_of(db: AsyncSession, session: Session, *, user_scope: bo
         await enqueue(
             db,
             TaskName.REFRESH_NOTES,
-            {"session_pk": str(pk)},
+            session_args(SessionKey(session.tenant_id, pk)),
             lock=session_lock(pk),
             queueing_lock=f"notes:{pk}",
         )

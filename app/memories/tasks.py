@@ -15,29 +15,43 @@ from app.memories.service import refresh_notes_of
 from app.store import embedding_backlog as embedding_backlog_store
 from app.store import memories as memories_store
 from app.store import sessions as sessions_store
-from app.store.embedding_backlog import MEMORIES
+from app.store.embedding_backlog import MEMORIES, TenantRows
 
 SWEEP_BATCH = 512
 # The validity sweep runs every minute and looks back two: a tick missed is caught by the next.
 VALIDITY_LOOKBACK = timedelta(minutes=2)
 
 
-async def embed_memories(job_context: JobContext, memory_ids: list[str]) -> int:
-    """Embed remembered items with the deployment's embedder, off the request path."""
+async def embed_memories(
+    job_context: JobContext,
+    memory_ids: list[str],
+    tenant_id: str | None = None,  # None: queued before jobs carried it, see below
+) -> int:
+    """Embed remembered items of one tenant with the deployment's embedder, off the request
+    path."""
     context = app_context(job_context)
     embedder = context.embedder
     if embedder is None:
         return 0
     ids = [uuid.UUID(m) for m in memory_ids]
+    if tenant_id is not None:
+        of_tenants = [TenantRows(uuid.UUID(tenant_id), ids)]
+    else:  # queued by a version before jobs carried the tenant (the sweep's job then held
+        # every tenant's items): read from the rows, once
+        async with unit_of_work(context.sessionmaker) as db:
+            of_tenants = await embedding_backlog_store.tenants_of(db, MEMORIES, ids)
     batch = context.settings.embedding.batch_size
-    return await embed_backlog(
-        context,
-        embedder,
-        MEMORIES,
-        ids,
-        batch=batch,
-        text_of=lambda memory: embedding_text(memory.text, memory.tags),
-    )
+    done = 0
+    for rows in of_tenants:
+        done += await embed_backlog(
+            context,
+            embedder,
+            MEMORIES,
+            rows,
+            batch=batch,
+            text_of=lambda memory: embedding_text(memory.text, memory.tags),
+        )
+    return done
 
 
 async def sweep_embeddings(job_context: JobContext, timestamp: int) -> int:
@@ -50,12 +64,13 @@ async def sweep_embeddings(job_context: JobContext, timestamp: int) -> int:
         missing = await embedding_backlog_store.pending(
             db, MEMORIES, None, embedder.name, SWEEP_BATCH
         )
-        if missing:
+        # One job per tenant: a job's rows are one tenant's.
+        for rows in embedding_backlog_store.by_tenant(missing):
             await enqueue(
                 db,
                 TaskName.EMBED_MEMORIES,
-                {"memory_ids": [str(m.id) for m in missing]},
-                queueing_lock="embed-memories:sweep",
+                {"memory_ids": [str(m) for m in rows.ids], "tenant_id": str(rows.tenant_id)},
+                queueing_lock=f"embed-memories:sweep:{rows.tenant_id}",
             )
     return len(missing)
 
@@ -68,8 +83,8 @@ async def sweep_validity(job_context: JobContext, timestamp: int) -> int:
     until = datetime.fromtimestamp(timestamp, UTC)
     async with unit_of_work(context.sessionmaker) as db:
         holders = await memories_store.crossed_validity(db, until - VALIDITY_LOOKBACK, until)
-        for session_pk, user_scope in holders:
-            session = await sessions_store.get_session_by_pk(db, session_pk)
+        for key, user_scope in holders:
+            session = await sessions_store.get_session_by_pk(db, *key)
             if session is not None:
                 await refresh_notes_of(db, session, user_scope=user_scope)
     return len(holders)

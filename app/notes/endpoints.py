@@ -7,7 +7,7 @@ from app.auth.deps import ReadCaller, WriteCaller
 from app.http.deps import DbDep, ReadDbDep
 from app.http.errors import COMMON_ERRORS, error_responses
 from app.http.params import SessionIdPath
-from app.jobs.queue import TaskName, enqueue, session_lock
+from app.jobs.queue import TaskName, enqueue, session_args, session_lock
 from app.notes.schemas import DroppedNote, Notes
 from app.store.scratchpads import get_scratchpad
 from app.store.sessions import require_session
@@ -45,7 +45,7 @@ async def read_scratchpad(
     session_id: SessionIdPath, caller: ReadCaller, db: ReadDbDep
 ) -> ScratchpadOut:
     session = await require_session(db, caller, session_id)
-    pad = await get_scratchpad(db, session.id)
+    pad = await get_scratchpad(db, session.tenant_id, session.id)
     covers = pad.covers_until_seq if pad else 0
     return ScratchpadOut(
         version=pad.version if pad else 0,
@@ -74,7 +74,7 @@ async def rebuild_scratchpad(
     enqueued = await enqueue(
         db,
         TaskName.REFRESH_NOTES,
-        {"session_pk": str(session.id), "rebuild": True},
+        {**session_args(session.key), "rebuild": True},
         lock=session_lock(session.id),
     )
     return RebuildAccepted(enqueued=enqueued)

@@ -73,7 +73,7 @@ async def compute_notes(
 ) -> NotesDraft:
     """New notes from the previous ones plus the turns offloaded since (or from all raw turns)."""
     await scratchpads_store.ensure_scratchpad(db, session)
-    pad = await scratchpads_store.get_scratchpad(db, session.id)
+    pad = await scratchpads_store.get_scratchpad(db, session.tenant_id, session.id)
     assert pad is not None
     # Every so often, and after a failed generation, start again from the raw turns so that
     # notes never drift as a summary of a summary.
@@ -81,7 +81,10 @@ async def compute_notes(
     rebuild = rebuild or pad.rebuild_pending or (every > 0 and (pad.version + 1) % every == 0)
     previous = Notes() if rebuild else Notes.model_validate(pad.notes or {})
     after = 0 if rebuild else pad.covers_until_seq
-    turns = [to_record(t) for t in await turns_store.offloaded_turns(db, session.id, after)]
+    turns = [
+        to_record(t)
+        for t in await turns_store.offloaded_turns(db, session.tenant_id, session.id, after)
+    ]
     covers = max([after, *(t.seq for t in turns)])
     generator = settings.notes.generator
     try:
@@ -119,14 +122,15 @@ async def write_notes(db: AsyncSession, cache: Cache, draft: NotesDraft) -> Note
 
     The session row is locked first (the lock order of `app.store`: a session's
     scratchpad is written only under its row lock); "gone" when it was deleted meanwhile."""
-    session_pk = draft.session.id
-    if await sessions_store.lock_session_by_pk(db, session_pk) is None:
+    tenant_id, session_pk = draft.session.tenant_id, draft.session.id
+    if await sessions_store.lock_session_by_pk(db, tenant_id, session_pk) is None:
         return "gone"
     if draft.result is None:
-        await scratchpads_store.flag_rebuild_pending(db, session_pk, draft.base_version)
+        await scratchpads_store.flag_rebuild_pending(db, tenant_id, session_pk, draft.base_version)
         return "failed"
     written = await scratchpads_store.compare_and_set(
         db,
+        tenant_id,
         session_pk,
         draft.base_version,
         {
@@ -140,7 +144,7 @@ async def write_notes(db: AsyncSession, cache: Cache, draft: NotesDraft) -> Note
         },
     )
     if not written:
-        await scratchpads_store.count_stale_write(db, session_pk)
+        await scratchpads_store.count_stale_write(db, tenant_id, session_pk)
         return "stale"
     await write_session(
         db,
@@ -156,12 +160,13 @@ async def refresh_notes(
     db: AsyncSession,
     settings: Settings,
     cache: Cache,
+    tenant_id: uuid.UUID,
     session_pk: uuid.UUID,
     *,
     rebuild: bool = False,
     llm_client: httpx.AsyncClient | None = None,
 ) -> NotesOutcome:
-    session = await sessions_store.get_session_by_pk(db, session_pk)
+    session = await sessions_store.get_session_by_pk(db, tenant_id, session_pk)
     if session is None or sessions_store.erasing(session):
         return "gone"  # or waiting for its erase job, which deletes the notes
     draft = await compute_notes(db, settings, session, rebuild=rebuild, llm_client=llm_client)
@@ -214,7 +219,7 @@ async def current_notes(db: AsyncSession, cache: Cache, session: Session) -> Not
             token_count=cached["token_count"],
             dropped=[DroppedNote.model_validate(d) for d in cached.get("dropped", [])],
         )
-    pad = await scratchpads_store.get_scratchpad(db, session.id)
+    pad = await scratchpads_store.get_scratchpad(db, session.tenant_id, session.id)
     if pad is None:
         return empty_notes()
     snapshot = NotesSnapshot(

@@ -35,7 +35,9 @@ async def list_chunks(
 ) -> ChunkPage:
     session = await require_session(db, caller, session_id)
     after = page.after() or (0, 0)
-    chunks = await chunks_store.list_chunks(db, session.id, (after[0], after[1]), page.fetch)
+    chunks = await chunks_store.list_chunks(
+        db, session.tenant_id, session.id, (after[0], after[1]), page.fetch
+    )
     shown, next_cursor = page_of(chunks, page, lambda c: encode_cursor(c.turn_first, c.part))
     return ChunkPage(chunks=[ChunkOut.of(c) for c in shown], next_cursor=next_cursor)
 
@@ -54,7 +56,7 @@ async def get_chunk(
     db: ReadDbDep,
 ) -> ChunkDetail:
     session = await require_session(db, caller, session_id)
-    chunk = await chunks_store.get_chunk(db, session.id, chunk_id)
+    chunk = await chunks_store.get_chunk(db, session.tenant_id, session.id, chunk_id)
     if chunk is None:
         raise NotFound(f"chunk {chunk_id} not found", field="chunk_id")
     return ChunkDetail.of(chunk)
@@ -76,7 +78,7 @@ async def get_turn_text(
     db: ReadDbDep,
 ) -> TurnText:
     session = await require_session(db, caller, session_id)
-    pieces = await chunks_store.turn_pieces(db, session.id, seq)
+    pieces = await chunks_store.turn_pieces(db, session.tenant_id, session.id, seq)
     if not pieces:
         raise NotFound(f"turn {seq} is not stored in pieces", field="seq")
     overlaps = [0 if p.overlap_tokens == 0 else p.overlap_chars for p in pieces]

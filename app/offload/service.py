@@ -23,7 +23,7 @@ from app.core.db import local_time_limits
 from app.domain.budget import Budget
 from app.domain.records import TurnRecord
 from app.domain.tokens import message_tokens
-from app.jobs.queue import TaskName, embedding_lock, enqueue, session_lock
+from app.jobs.queue import TaskName, embedding_lock, enqueue, session_args, session_lock
 from app.offload.chunking import ChunkDraft, chunk_row, chunking_config, iter_chunks
 from app.offload.policy import OffloadPlan, select_offload
 from app.store import chunks as chunks_store
@@ -78,6 +78,7 @@ async def write_chunks(
         # others are marked copies (part > 1) that recall deduplicates.
         marked += await turns_store.assign_turns(
             db,
+            session.tenant_id,
             session.id,
             [
                 (chunk_id, draft.turn_first, draft.turn_last)
@@ -94,6 +95,7 @@ async def offload_session(
     db: AsyncSession,
     settings: Settings,
     cache: Cache,
+    tenant_id: uuid.UUID,
     session_pk: uuid.UUID,
     *,
     trigger: str,
@@ -101,7 +103,7 @@ async def offload_session(
 ) -> OffloadResult | None:
     """One offload in the caller's transaction. None when the session is gone or nothing moves."""
     started = time.perf_counter()
-    session = await sessions_store.lock_session_by_pk(db, session_pk)
+    session = await sessions_store.lock_session_by_pk(db, tenant_id, session_pk)
     if session is None or sessions_store.erasing(session):
         return None  # deleted since the job was enqueued, or waiting for its erase job
     budget = session_budget(settings, session)
@@ -125,7 +127,7 @@ async def _plan(
     # may grow them, and the session must still be at the target once it has.
     notes_cap = message_tokens("system", "") + settings.notes.max_tokens
     planning = budget.with_counters(c2=max(budget.c2, notes_cap))
-    window = await turns_store.window_turns(db, session.id)
+    window = await turns_store.window_turns(db, session.tenant_id, session.id)
     return select_offload(
         window,
         fixed_tokens=planning.fixed_tokens,
@@ -176,13 +178,13 @@ async def _follow_up(
     await enqueue(
         db,
         TaskName.EMBED_CHUNKS,
-        {"chunk_ids": [str(c) for c in chunk_ids]},
+        {"chunk_ids": [str(c) for c in chunk_ids], "tenant_id": str(session.tenant_id)},
         lock=embedding_lock(session.id),
     )
     await enqueue(
         db,
         TaskName.REFRESH_NOTES,
-        {"session_pk": str(session.id)},
+        session_args(session.key),
         lock=session_lock(session.id),
         queueing_lock=f"notes:{session.id}",
     )
@@ -216,6 +218,7 @@ async def inline_offload(
     db: AsyncSession,
     settings: Settings,
     cache: Cache,
+    tenant_id: uuid.UUID,
     session_pk: uuid.UUID,
     *,
     trigger: str,
@@ -231,7 +234,13 @@ async def inline_offload(
         async with db.begin_nested():
             await local_time_limits(db, settings.recall.emergency_offload_timeout_seconds)
             result = await offload_session(
-                db, settings, cache, session_pk, trigger=trigger, until_tokens=until_tokens
+                db,
+                settings,
+                cache,
+                tenant_id,
+                session_pk,
+                trigger=trigger,
+                until_tokens=until_tokens,
             )
     except SQLAlchemyError as exc:
         logger.warning("inline offload failed: %s", type(exc).__name__, extra={"trigger": trigger})

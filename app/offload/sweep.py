@@ -23,6 +23,7 @@ from app.store import sessions as sessions_store
 from app.store import vector_index as vector_index_store
 from app.store.chunks import active_chunk_count
 from app.store.embedding_backlog import CHUNKS
+from app.store.models import SessionKey
 from app.store.sessions import Counters, session_budget, write_session
 
 logger = logging.getLogger("contextd.offload")
@@ -46,22 +47,24 @@ async def sweep(job_context: JobContext, timestamp: int) -> dict[str, int]:
         over = await sessions_store.sessions_over_watermark(
             db, context.settings.session_defaults, written_since
         )
-        for session_pk in over:
-            await enqueue_offload(db, session_pk, trigger="sweeper")
+        for session in over:
+            await enqueue_offload(db, session, trigger="sweeper")
         embedder = context.embedder
         missing = await embedding_backlog_store.never_embedded(db, CHUNKS, 512) if embedder else []
-        by_session: dict[uuid.UUID, list[str]] = {}
+        by_session: dict[SessionKey, list[str]] = {}
         for chunk in missing:
-            by_session.setdefault(chunk.session_id, []).append(str(chunk.id))
-        for session_pk, chunk_ids in by_session.items():
+            by_session.setdefault(SessionKey(chunk.tenant_id, chunk.session_id), []).append(
+                str(chunk.id)
+            )
+        for session, chunk_ids in by_session.items():
             # Under the session's embedding lock, like the offload's: one at a time, and out of
             # the way of the session's notes and offloads.
             await enqueue(
                 db,
                 TaskName.EMBED_CHUNKS,
-                {"chunk_ids": chunk_ids},
-                lock=embedding_lock(session_pk),
-                queueing_lock=f"embed:{session_pk}",
+                {"chunk_ids": chunk_ids, "tenant_id": str(session.tenant_id)},
+                lock=embedding_lock(session.id),
+                queueing_lock=f"embed:{session.id}",
             )
     indexed = await index_large_sessions(context)
     return {
@@ -123,29 +126,29 @@ async def recount_sessions(
             written_since=written_since,
         )
     repaired = 0
-    for session_pk in drifted:
+    for session in drifted:
         async with unit_of_work(context.sessionmaker) as db:
-            if await repair_counters(db, context.settings, context.cache, session_pk):
+            if await repair_counters(db, context.settings, context.cache, session):
                 repaired += 1
     return repaired
 
 
 @dataclass(frozen=True)
 class CounterRepair:
-    session_pk: uuid.UUID
+    session: SessionKey
     stored: Counters
     counted: Counters
 
 
 async def repair_counters(
-    db: AsyncSession, settings: Settings, cache: Cache, session_pk: uuid.UUID
+    db: AsyncSession, settings: Settings, cache: Cache, key: SessionKey
 ) -> CounterRepair | None:
     """Recount the session's counters from its rows under the session lock; when they drifted,
     store the recount (and the watermark state it implies) and log the drift."""
-    session = await sessions_store.lock_session_by_pk(db, session_pk)
+    session = await sessions_store.lock_session_by_pk(db, key.tenant_id, key.id)
     if session is None or sessions_store.erasing(session):  # tombstoned since it was read
         return None
-    counted = await sessions_store.recount(db, session_pk, active_chunk_count)
+    counted = await sessions_store.recount(db, key.tenant_id, key.id, active_chunk_count)
     stored = Counters(session.c1_tokens, session.c1_turns, session.turn_count, session.chunk_count)
     if counted == stored:
         return None
@@ -161,4 +164,4 @@ async def repair_counters(
             "counted": asdict(counted),
         },
     )
-    return CounterRepair(session_pk, stored, counted)
+    return CounterRepair(key, stored, counted)

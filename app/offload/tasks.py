@@ -14,19 +14,29 @@ from app.jobs.queue import (
     TaskName,
     app_context,
     enqueue,
+    session_of_job,
 )
 from app.offload.service import offload_session
 from app.offload.sweep import sweep
-from app.store.embedding_backlog import CHUNKS
+from app.store import embedding_backlog as embedding_backlog_store
+from app.store.embedding_backlog import CHUNKS, TenantRows
 
 logger = logging.getLogger("contextd.offload")
 
 
-async def run_offload(job_context: JobContext, session_pk: str, trigger: str = "watermark") -> int:
+async def run_offload(
+    job_context: JobContext,
+    session_pk: str,
+    trigger: str = "watermark",
+    tenant_id: str | None = None,  # None: queued before jobs carried it (`session_of_job`)
+) -> int:
     context = app_context(job_context)
+    session = await session_of_job(context, tenant_id, session_pk)
+    if session is None:
+        return 0
     async with unit_of_work(context.sessionmaker) as db:
         result = await offload_session(
-            db, context.settings, context.cache, uuid.UUID(session_pk), trigger=trigger
+            db, context.settings, context.cache, session.tenant_id, session.id, trigger=trigger
         )
     if result is None:
         return 0
@@ -42,27 +52,38 @@ async def run_offload(job_context: JobContext, session_pk: str, trigger: str = "
     return result.turns_moved
 
 
-async def embed_chunks(job_context: JobContext, chunk_ids: list[str]) -> int:
-    """Embed chunks off the request path (see `app.jobs.embedding`), one batch per run: the
-    rest goes back to the queue as a new job under the same lock (the session's embedding lock,
-    `app.jobs.queue.embedding_lock`), behind the jobs other sessions queued meanwhile."""
+async def embed_chunks(
+    job_context: JobContext,
+    chunk_ids: list[str],
+    tenant_id: str | None = None,  # None: queued before jobs carried it, see below
+) -> int:
+    """Embed one session's chunks off the request path (see `app.jobs.embedding`), one batch
+    per run: the rest goes back to the queue as a new job under the same lock (the session's
+    embedding lock, `app.jobs.queue.embedding_lock`), behind the jobs other sessions queued
+    meanwhile."""
     context = app_context(job_context)
     embedder = context.embedder
     if embedder is None:
         return 0
     batch = context.settings.embedding.batch_size
     ids = [uuid.UUID(c) for c in chunk_ids[:batch]]
-    done = await embed_backlog(
-        context, embedder, CHUNKS, ids, batch=batch, text_of=lambda chunk: chunk.raw_text
-    )
-    if len(chunk_ids) > batch:
+    if tenant_id is not None:
+        of_tenants = [TenantRows(uuid.UUID(tenant_id), ids)]
+    else:  # queued by a version before jobs carried the tenant: read from the rows, once
         async with unit_of_work(context.sessionmaker) as db:
-            await enqueue(
-                db,
-                TaskName.EMBED_CHUNKS,
-                {"chunk_ids": chunk_ids[batch:]},
-                lock=job_context.job.lock,
-            )
+            of_tenants = await embedding_backlog_store.tenants_of(db, CHUNKS, ids)
+    done = 0
+    for rows in of_tenants:
+        done += await embed_backlog(
+            context, embedder, CHUNKS, rows, batch=batch, text_of=lambda chunk: chunk.raw_text
+        )
+    if len(chunk_ids) > batch:
+        # The rest, as queued: a job without its tenant learns it again from the rows.
+        rest: dict[str, object] = {"chunk_ids": chunk_ids[batch:]}
+        if tenant_id is not None:
+            rest["tenant_id"] = tenant_id
+        async with unit_of_work(context.sessionmaker) as db:
+            await enqueue(db, TaskName.EMBED_CHUNKS, rest, lock=job_context.job.lock)
     return done
 
 

@@ -13,5 +13,5 @@ async def observe_watermark(db: AsyncSession, budget: Budget, session: Session) 
     The returned `armed` is stored by the caller with its update of the session row."""
     observation = budget.observe(session.offload_armed)
     if observation.fired:
-        await enqueue_offload(db, session.id, trigger="watermark")
+        await enqueue_offload(db, session.key, trigger="watermark")
     return observation

@@ -136,7 +136,7 @@ async def get_build(
     db: ReadDbDep,
 ) -> dict[str, Any]:
     session = await require_session(db, caller, session_id)
-    build = await builds_store.get_build(db, session.id, build_id)
+    build = await builds_store.get_build(db, session.tenant_id, session.id, build_id)
     if build is None:
         raise NotFound(f"build {build_id} not found", field="build_id")
     return {"build_id": str(build.id), "created_at": build.created_at.isoformat(), **build.record}

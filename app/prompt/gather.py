@@ -93,6 +93,7 @@ async def _offload_inline(
         db,
         context.settings,
         context.cache,
+        build.session.tenant_id,
         build.session.id,
         trigger="emergency",
         until_tokens=max(build.budget.offload_goal(extra=build.query_tokens), 0),
@@ -403,7 +404,7 @@ async def offloaded_tail(
     found = await read_once(
         context.reader,
         lambda conn: turns_store.offloaded_tail(
-            conn, session.id, before=before, tokens=tokens, turns=TAIL_MAX_TURNS
+            conn, session.tenant_id, session.id, before=before, tokens=tokens, turns=TAIL_MAX_TURNS
         ),
     )
     tail = [turn for turn, _ in found]

@@ -161,7 +161,7 @@ async def _remember_c0(db: AsyncSession, context: AppContext, session: Session, 
     try:
         async with db.begin_nested():
             await local_time_limits(db, context.settings.recall.emergency_offload_timeout_seconds)
-            locked = await sessions_store.lock_session_by_pk(db, session.id)
+            locked = await sessions_store.lock_session_by_pk(db, session.tenant_id, session.id)
             if locked is None:
                 return
             locked.c0_tokens = c0

@@ -94,7 +94,11 @@ async def read_window(
     return (
         snapshot.window
         if snapshot is not None
-        else [t for t in await turns_store.window_turns(db, session.id) if t.seq != appended_seq]
+        else [
+            t
+            for t in await turns_store.window_turns(db, session.tenant_id, session.id)
+            if t.seq != appended_seq
+        ]
     )
 
 

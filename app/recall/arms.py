@@ -68,7 +68,9 @@ def missing_vectors(
     return asyncio.ensure_future(
         read_once(
             context.reader,
-            lambda conn: chunks_store.chunk_vectors(conn, session.id, model, unvectored),
+            lambda conn: chunks_store.chunk_vectors(
+                conn, session.tenant_id, session.id, model, unvectored
+            ),
         )
     )
 
@@ -95,7 +97,8 @@ async def exact_arm(
     if not needles:
         return []
     return await read_once(
-        context.reader, lambda conn: chunks_store.exact_hits(conn, session.id, needles, limit)
+        context.reader,
+        lambda conn: chunks_store.exact_hits(conn, session.tenant_id, session.id, needles, limit),
     )
 
 
@@ -104,6 +107,17 @@ def discard(read: "asyncio.Future[Any] | None") -> None:
     as never retrieved: the build reported or did without it)."""
     if read is not None and not read.cancel() and not read.cancelled():
         read.exception()
+
+
+async def _shown_rows(
+    context: AppContext, session: Session, ids: list[str]
+) -> dict[str, chunks_store.ShownChunk]:
+    """What recall shows of the session's chunks `ids` (any status), read on the reader pool."""
+    rows = await read_once(
+        context.reader,
+        lambda conn: chunks_store.nearest_and_shown(conn, *session.key, "", None, len(ids), ids),
+    )
+    return rows.shown
 
 
 async def vector_arm_and_rows(
@@ -145,7 +159,7 @@ async def vector_arm_and_rows(
                     rows = await read_once(
                         context.reader,
                         lambda conn: chunks_store.nearest_and_shown(
-                            conn, session.id, embedder.name, qvec, limit, [], chunks.rows.keys()
+                            conn, *session.key, embedder.name, qvec, limit, [], chunks.rows.keys()
                         ),
                     )
                     found, near = rows.nearest, rows.shown
@@ -153,7 +167,7 @@ async def vector_arm_and_rows(
                     rows = await read_once(
                         context.reader,
                         lambda conn: vector_index_store.nearest_through_index(
-                            conn, session.id, embedder.name, qvec, limit, index
+                            conn, *session.key, embedder.name, qvec, limit, index
                         ),
                     )
                     found, near = rows.nearest, rows.shown
@@ -170,11 +184,7 @@ async def vector_arm_and_rows(
             near[cid] = kept  # active: the vector arm returns active chunks only
     missing = [cid for cid in found if cid not in near and cid not in known]
     if missing:
-        rows = await read_once(
-            context.reader,
-            lambda conn: chunks_store.nearest_and_shown(conn, session.id, "", None, limit, missing),
-        )
-        near = {**near, **rows.shown}
+        near = {**near, **await _shown_rows(context, session, missing)}
     chunks.keep_rows(near.values())
     chunks.keep_rows(known.values())
     shown = {**known, **near}

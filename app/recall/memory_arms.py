@@ -70,8 +70,9 @@ async def memory_vector_arm(
     # (an exact scan of tens to hundreds of rows either way).
     query_in_cjk = mostly_cjk(query)
     mixed = in_other_language(query_in_cjk, texts)
+    tenant_id = next(iter(memories.values())).tenant_id  # the session's: all it sees are
     found = await memories_store.nearest_memories(
-        db, ids, embedder.name, embedder.dim, qvec, len(ids) if mixed else limit
+        db, tenant_id, ids, embedder.name, embedder.dim, qvec, len(ids) if mixed else limit
     )
     scores = {f"{MEMORY_PREFIX}{mid}": sim for mid, sim in found.items()}
     return calibrated(scores, query_in_cjk, texts, limit) if mixed else scores

@@ -281,7 +281,7 @@ async def _arms_before_vector(
             read_once(
                 context.reader,
                 lambda conn: chunks_store.nearest_and_shown(
-                    conn, session.id, "", None, candidates, wanted
+                    conn, session.tenant_id, session.id, "", None, candidates, wanted
                 ),
             )
         )

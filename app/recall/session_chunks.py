@@ -139,15 +139,20 @@ async def kept_chunks(db: AsyncSession, context: AppContext, session: Session) -
     earlier = latest[1] if latest is not None and latest[0] < key[1] else None
     state: SessionChunks | None = None
     if isinstance(earlier, SessionChunks):
-        active = {str(cid) for cid in await chunks_store.active_chunk_ids(db, session.id)}
+        active = {
+            str(cid)
+            for cid in await chunks_store.active_chunk_ids(db, session.tenant_id, session.id)
+        }
         known = set(earlier.index.ids)
         if known <= active:
-            added = await chunks_store.term_stats(db, session.id, sorted(active - known))
+            added = await chunks_store.term_stats(
+                db, session.tenant_id, session.id, sorted(active - known)
+            )
             await release(db)
             index = await asyncio.to_thread(earlier.index.extended, stemmed(added))
             state = SessionChunks(index, earlier.lines, earlier.rows, earlier.keys, earlier.vectors)
     if state is None:
-        stats = await chunks_store.term_stats(db, session.id)
+        stats = await chunks_store.term_stats(db, session.tenant_id, session.id)
         await release(db)
         index = await asyncio.to_thread(lambda: BM25Index.from_term_counts(stemmed(stats)))
         state = (

@@ -39,7 +39,7 @@ async def show_best_turns(
     if wanted:
         read = await read_once(
             context.reader,
-            lambda conn: turns_store.turns_of_chunks(conn, session.id, wanted),
+            lambda conn: turns_store.turns_of_chunks(conn, session.tenant_id, session.id, wanted),
         )
         for chunk_id, turns in read.items():
             lines[chunk_id] = tuple((t.seq, render_turn(t)) for t in turns)

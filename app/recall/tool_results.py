@@ -76,7 +76,9 @@ async def results_of_calls(
             calls.append((CallChunk(f, text), last + 1, last + count))
     found: dict[str, ResultOfCall] = {}
     for call, first, last in calls:
-        for chunk in await chunks_store.chunks_overlapping(db, session.id, first, last):
+        for chunk in await chunks_store.chunks_overlapping(
+            db, session.tenant_id, session.id, first, last
+        ):
             if chunk.raw_text.startswith("tool") and str(chunk.id) not in found:
                 shown = chunks_store.ShownChunk.of(chunk)
                 found[shown.id] = ResultOfCall(shown, call)

@@ -49,13 +49,14 @@ async def reembed(
             try:
                 vectors = await embedder.embed_passages([c.raw_text for c in chunks])
             except EmbedderUnavailable as exc:
-                await embedding_backlog_store.count_failure(db, CHUNKS, [c.id for c in chunks])
+                for rows in embedding_backlog_store.by_tenant(chunks):
+                    await embedding_backlog_store.count_failure(db, CHUNKS, rows)
                 await db.commit()
                 progress(f"stopped after {done}/{total}: {exc}; run again to resume")
                 raise
             for chunk, vector in zip(chunks, vectors, strict=True):
                 await embedding_backlog_store.store_vector(
-                    db, CHUNKS, chunk.id, vector.tolist(), embedder.name
+                    db, CHUNKS, chunk.tenant_id, chunk.id, vector.tolist(), embedder.name
                 )
         done += len(chunks)
         progress(f"{done}/{total} chunks re-embedded")

@@ -194,7 +194,9 @@ async def append_turns(
 
     if answered_earlier:
         # Under the session lock: concurrent appends to the session see each other's results.
-        tallies = await turns_store.tool_call_tallies(db, session.id, answered_earlier)
+        tallies = await turns_store.tool_call_tallies(
+            db, session.tenant_id, session.id, answered_earlier
+        )
         check_tool_results(request.turns, tallies)
 
     rows, stored, chunks_written = await _store_turns(db, caller, session, prepared)
@@ -236,7 +238,9 @@ async def append_turns_and_offload(
     if outcome.replayed or outcome.response.watermark.level != "emergency":
         return outcome
     await release(db)
-    freed = await inline_offload(db, settings, cache, outcome.session_pk, trigger="append")
+    freed = await inline_offload(
+        db, settings, cache, caller.tenant_id, outcome.session_pk, trigger="append"
+    )
     if freed:
 
         async def count() -> None:

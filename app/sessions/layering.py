@@ -101,6 +101,9 @@ async def store(
     async for batch in batches_off_loop(_rows(layered), WRITE_BATCH, chars=chars):
         await chunks_store.insert_chunks(db, session.tenant_id, session.id, batch)
     await enqueue(
-        db, TaskName.EMBED_CHUNKS, {"chunk_ids": chunk_ids}, lock=embedding_lock(session.id)
+        db,
+        TaskName.EMBED_CHUNKS,
+        {"chunk_ids": chunk_ids, "tenant_id": str(session.tenant_id)},
+        lock=embedding_lock(session.id),
     )
     return len(chunk_ids)

@@ -58,7 +58,7 @@ async def list_turns(
     keys = page.after()
     after = keys[0] if keys is not None else (since_seq or 0)
     turns = await turns_store.list_turns(
-        db, session.id, after_seq=after, limit=page.fetch, role=role
+        db, session.tenant_id, session.id, after_seq=after, limit=page.fetch, role=role
     )
     shown, next_cursor = page_of(turns, page, lambda t: encode_cursor(t.seq))
     return TurnPage(turns=[TurnOut.of(t) for t in shown], next_cursor=next_cursor)

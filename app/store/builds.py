@@ -48,20 +48,25 @@ async def store_build(
 
 
 async def get_build(
-    db: AsyncSession, session_pk: uuid.UUID, build_id: uuid.UUID
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, build_id: uuid.UUID
 ) -> PromptBuild | None:
     query = select(PromptBuild).where(
-        PromptBuild.id == build_id, PromptBuild.session_id == session_pk
+        PromptBuild.tenant_id == tenant_id,
+        PromptBuild.id == build_id,
+        PromptBuild.session_id == session_pk,
     )
     return (await db.execute(query)).scalar_one_or_none()
 
 
-async def delete_builds_quoting(db: AsyncSession, session_pk: uuid.UUID, needles: list[str]) -> int:
+async def delete_builds_quoting(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, needles: list[str]
+) -> int:
     """Delete the session's stored manifests that quote any of `needles` (erased text or ids)."""
     if not needles:
         return 0
     result = await db.execute(
         delete(PromptBuild).where(
+            PromptBuild.tenant_id == tenant_id,
             PromptBuild.session_id == session_pk,
             or_(*(cast(PromptBuild.record, String).contains(n) for n in needles)),
         )
@@ -69,21 +74,27 @@ async def delete_builds_quoting(db: AsyncSession, session_pk: uuid.UUID, needles
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
-async def delete_builds_since(db: AsyncSession, session_pk: uuid.UUID, since: datetime) -> int:
+async def delete_builds_since(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, since: datetime
+) -> int:
     """Delete the session's stored manifests built at or after `since`."""
     result = await db.execute(
         delete(PromptBuild).where(
-            PromptBuild.session_id == session_pk, PromptBuild.created_at >= since
+            PromptBuild.tenant_id == tenant_id,
+            PromptBuild.session_id == session_pk,
+            PromptBuild.created_at >= since,
         )
     )
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
-async def recent_builds(db: AsyncSession, session_pk: uuid.UUID, limit: int) -> list[PromptBuild]:
+async def recent_builds(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, limit: int
+) -> list[PromptBuild]:
     """The newest stored build manifests of a session, newest first."""
     query = (
         select(PromptBuild)
-        .where(PromptBuild.session_id == session_pk)
+        .where(PromptBuild.tenant_id == tenant_id, PromptBuild.session_id == session_pk)
         .order_by(PromptBuild.created_at.desc(), PromptBuild.id.desc())
         .limit(limit)
     )

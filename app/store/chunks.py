@@ -66,7 +66,7 @@ def active_chunk_count(session_pk: Any, tenant_id: Any) -> Any:
     return (
         select(func.count())
         .where(
-            Chunk.session_id == session_pk, Chunk.tenant_id == tenant_id, Chunk.status == "active"
+            Chunk.tenant_id == tenant_id, Chunk.session_id == session_pk, Chunk.status == "active"
         )
         .scalar_subquery()
     )
@@ -76,11 +76,16 @@ def active_chunk_count(session_pk: Any, tenant_id: Any) -> Any:
 
 
 async def list_chunks(
-    db: AsyncSession, session_pk: uuid.UUID, after: tuple[int, int], limit: int
+    db: AsyncSession,
+    tenant_id: uuid.UUID,
+    session_pk: uuid.UUID,
+    after: tuple[int, int],
+    limit: int,
 ) -> list[Chunk]:
     query = (
         select(Chunk)
         .where(
+            Chunk.tenant_id == tenant_id,
             Chunk.session_id == session_pk,
             Chunk.status == "active",
             tuple_(Chunk.turn_first, Chunk.part) > after,
@@ -91,19 +96,27 @@ async def list_chunks(
     return list((await db.execute(query)).scalars().all())
 
 
-async def get_chunk(db: AsyncSession, session_pk: uuid.UUID, chunk_id: uuid.UUID) -> Chunk | None:
+async def get_chunk(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, chunk_id: uuid.UUID
+) -> Chunk | None:
     """An active chunk of the session."""
     query = select(Chunk).where(
-        Chunk.id == chunk_id, Chunk.session_id == session_pk, Chunk.status == "active"
+        Chunk.id == chunk_id,
+        Chunk.tenant_id == tenant_id,
+        Chunk.session_id == session_pk,
+        Chunk.status == "active",
     )
     return (await db.execute(query)).scalar_one_or_none()
 
 
-async def turn_pieces(db: AsyncSession, session_pk: uuid.UUID, seq: int) -> list[Chunk]:
+async def turn_pieces(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, seq: int
+) -> list[Chunk]:
     """The active pieces of the session's turn `seq` when it was split, in order."""
     query = (
         select(Chunk)
         .where(
+            Chunk.tenant_id == tenant_id,
             Chunk.session_id == session_pk,
             Chunk.status == "active",
             Chunk.turn_first == seq,
@@ -116,19 +129,23 @@ async def turn_pieces(db: AsyncSession, session_pk: uuid.UUID, seq: int) -> list
 
 
 async def chunk_spans(
-    db: AsyncSession, session_pk: uuid.UUID, chunk_ids: Collection[uuid.UUID]
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, chunk_ids: Collection[uuid.UUID]
 ) -> dict[str, tuple[int, int]]:
     """The first and last turn of each of the session's chunks among `chunk_ids` (any status)."""
     if not chunk_ids:
         return {}
     query = select(Chunk.id, Chunk.turn_first, Chunk.turn_last).where(
-        Chunk.session_id == session_pk, Chunk.id.in_(list(chunk_ids))
+        Chunk.tenant_id == tenant_id, Chunk.session_id == session_pk, Chunk.id.in_(list(chunk_ids))
     )
     return {str(i): (int(first), int(last)) for i, first, last in await db.execute(query)}
 
 
-async def active_chunk_ids(db: AsyncSession, session_pk: uuid.UUID) -> list[uuid.UUID]:
-    query = select(Chunk.id).where(Chunk.session_id == session_pk, Chunk.status == "active")
+async def active_chunk_ids(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID
+) -> list[uuid.UUID]:
+    query = select(Chunk.id).where(
+        Chunk.tenant_id == tenant_id, Chunk.session_id == session_pk, Chunk.status == "active"
+    )
     return list((await db.execute(query)).scalars().all())
 
 
@@ -136,12 +153,15 @@ async def active_chunk_ids(db: AsyncSession, session_pk: uuid.UUID) -> list[uuid
 
 
 async def term_stats(
-    db: AsyncSession, session_pk: uuid.UUID, chunk_ids: Sequence[str] | None = None
+    db: AsyncSession,
+    tenant_id: uuid.UUID,
+    session_pk: uuid.UUID,
+    chunk_ids: Sequence[str] | None = None,
 ) -> list[tuple[str, dict[str, int]]]:
     """(chunk id, term counts) of the session's active chunks (of those of `chunk_ids` only when
     given): the BM25 arm's statistics."""
     query = select(Chunk.id, Chunk.term_counts).where(
-        Chunk.session_id == session_pk, Chunk.status == "active"
+        Chunk.tenant_id == tenant_id, Chunk.session_id == session_pk, Chunk.status == "active"
     )
     if chunk_ids is not None:
         query = query.where(Chunk.id.in_([uuid.UUID(c) for c in chunk_ids]))
@@ -153,13 +173,16 @@ def _like_pattern(needle: str) -> str:
     return f"%{escaped}%"
 
 
-def _exact_statement(session_pk: uuid.UUID, needles: int, by_terms: bool) -> str:
+def _exact_statement(
+    tenant_id: uuid.UUID, session_pk: uuid.UUID, needles: int, by_terms: bool
+) -> str:
     """The exact arm's statement for `needles` needles in one session, narrowed by the lexical
     index when `by_terms`. The patterns escape with a backslash, LIKE's default (an ESCAPE clause
     on a parameter is applied to it on every row).
 
-    The session is a literal, so that the plan kept for the statement (`app.core.db`'s
-    `READER_PLANS`; one text per session and count, prepared per connection) is chosen for that
+    The session (and its tenant) is a literal, so that the plan kept for the statement
+    (`app.core.db`'s `READER_PLANS`; one text per session and count, prepared per connection) is
+    chosen for that
     session's size: with the session as a parameter, the planner took every session for an
     average one and intersected the lexical index's matches with a bitmap of all the session's
     rows, 4-5 ms for a session of 10^5 chunks whatever the needle (0.02 ms from the lexical
@@ -171,14 +194,19 @@ def _exact_statement(session_pk: uuid.UUID, needles: int, by_terms: bool) -> str
         any_needle = " || ".join(f"plainto_tsquery('simple', %(t{i})s)" for i in range(needles))
         narrowed = f" AND lexical @@ ({any_needle})"
     return (
-        f"SELECT id FROM chunks WHERE session_id = '{uuid.UUID(str(session_pk))}'::uuid "
+        f"SELECT id FROM chunks WHERE tenant_id = '{uuid.UUID(str(tenant_id))}'::uuid "
+        f"AND session_id = '{uuid.UUID(str(session_pk))}'::uuid "
         f"AND status = 'active' AND ({verbatim}){narrowed} ORDER BY turn_last DESC "
         "LIMIT %(limit)s"
     )  # run by the driver itself (`read_once`): psycopg's placeholders
 
 
 async def exact_hits(
-    conn: psycopg.AsyncConnection[Any], session_pk: uuid.UUID, needles: Sequence[str], limit: int
+    conn: psycopg.AsyncConnection[Any],
+    tenant_id: uuid.UUID,
+    session_pk: uuid.UUID,
+    needles: Sequence[str],
+    limit: int,
 ) -> list[str]:
     """Chunks holding any of the IDs / quoted strings verbatim (case-insensitive), newest first.
 
@@ -195,7 +223,9 @@ async def exact_hits(
     params |= {f"n{i}": _like_pattern(n) for i, n in enumerate(needles)}
     if by_terms:
         params |= {f"t{i}": doc for i, doc in enumerate(docs)}
-    cursor = await conn.execute(_exact_statement(session_pk, len(needles), by_terms), params)
+    cursor = await conn.execute(
+        _exact_statement(tenant_id, session_pk, len(needles), by_terms), params
+    )
     return [str(cid) for (cid,) in await cursor.fetchall()]
 
 
@@ -241,7 +271,8 @@ SHOWN_COLUMNS = (
 _RANKED_NEAREST = (
     "WITH near AS (SELECT id, tenant_id, embedding <=> CAST(%(vector)s AS vector) AS distance "
     "FROM chunks "
-    "WHERE session_id = %(session)s AND status = 'active' AND embedding_model = %(model)s "
+    "WHERE tenant_id = %(tenant)s AND session_id = %(session)s AND status = 'active' "
+    "AND embedding_model = %(model)s "
     "ORDER BY distance LIMIT %(limit)s), "
     "ranked AS (SELECT id, tenant_id, distance, row_number() OVER (ORDER BY distance) AS place "
     "FROM near) "
@@ -252,11 +283,13 @@ _RANKED_NEAREST = (
 _NEAREST_AND_SHOWN = (
     _RANKED_NEAREST + f"SELECT {SHOWN_COLUMNS}, r.distance FROM chunks c "
     "LEFT JOIN ranked r ON r.id = c.id AND r.tenant_id = c.tenant_id "
-    "WHERE c.id = ANY(ARRAY(SELECT id FROM ranked) || CAST(%(ids)s AS uuid[])) "
+    "WHERE c.tenant_id = %(tenant)s "
+    "AND c.id = ANY(ARRAY(SELECT id FROM ranked) || CAST(%(ids)s AS uuid[])) "
     "ORDER BY r.place NULLS LAST"
 )  # run by the driver itself (`read_once`): psycopg's placeholders
 _SHOWN_BY_ID = (
-    f"SELECT {SHOWN_COLUMNS}, NULL FROM chunks c WHERE c.id = ANY(CAST(%(ids)s AS uuid[]))"
+    f"SELECT {SHOWN_COLUMNS}, NULL FROM chunks c "
+    "WHERE c.tenant_id = %(tenant)s AND c.id = ANY(CAST(%(ids)s AS uuid[]))"
 )
 # The scan's ids and distances only: for a caller holding the rows already.
 _NEAREST = _RANKED_NEAREST + "SELECT id, distance FROM ranked ORDER BY place"
@@ -273,6 +306,7 @@ class RecallRows:
 
 async def nearest_and_shown(
     conn: psycopg.AsyncConnection[Any],
+    tenant_id: uuid.UUID,
     session_pk: uuid.UUID,
     model: str,
     vector: Sequence[float] | None,
@@ -286,9 +320,10 @@ async def nearest_and_shown(
     only, and the rows of its chunks not `known` (with those of `ids`) come from a second
     statement when there are some: the ~30 rows' texts were ~40 % of the statement's time."""
     if vector is None:
-        return RecallRows({}, await _shown_by_id(conn, ids))
+        return RecallRows({}, await _shown_by_id(conn, tenant_id, ids))
     params = {
         "vector": vector_literal(vector),
+        "tenant": tenant_id,
         "session": session_pk,
         "model": model,
         "limit": limit,
@@ -297,7 +332,7 @@ async def nearest_and_shown(
         cursor = await conn.execute(_NEAREST, params)
         nearest = {str(cid): 1.0 - float(distance) for cid, distance in await cursor.fetchall()}
         wanted = [cid for cid in nearest if cid not in known]
-        return RecallRows(nearest, await _shown_by_id(conn, [*wanted, *ids]))
+        return RecallRows(nearest, await _shown_by_id(conn, tenant_id, [*wanted, *ids]))
     cursor = await conn.execute(_NEAREST_AND_SHOWN, {**params, "ids": list(ids)})
     nearest = {}
     shown: dict[str, ShownChunk] = {}
@@ -310,11 +345,11 @@ async def nearest_and_shown(
 
 
 async def _shown_by_id(
-    conn: psycopg.AsyncConnection[Any], ids: Sequence[str]
+    conn: psycopg.AsyncConnection[Any], tenant_id: uuid.UUID, ids: Sequence[str]
 ) -> dict[str, ShownChunk]:
     if not ids:
         return {}
-    cursor = await conn.execute(_SHOWN_BY_ID, {"ids": list(ids)})
+    cursor = await conn.execute(_SHOWN_BY_ID, {"tenant": tenant_id, "ids": list(ids)})
     return {str(row[0]): ShownChunk(str(row[0]), *row[1:-1]) for row in await cursor.fetchall()}
 
 
@@ -322,14 +357,19 @@ async def _shown_by_id(
 # each), then the components as big-endian float32.
 _VECTOR_HEADER_BYTES = 4
 _VECTORS_BY_ID = (
-    "SELECT id, vector_send(embedding) FROM chunks WHERE session_id = %(session)s "
+    "SELECT id, vector_send(embedding) FROM chunks "
+    "WHERE tenant_id = %(tenant)s AND session_id = %(session)s "
     "AND id = ANY(CAST(%(ids)s AS uuid[])) AND embedding_model = %(model)s "
     "AND embedding IS NOT NULL"
 )
 
 
 async def chunk_vectors(
-    conn: psycopg.AsyncConnection[Any], session_pk: uuid.UUID, model: str, ids: Sequence[str]
+    conn: psycopg.AsyncConnection[Any],
+    tenant_id: uuid.UUID,
+    session_pk: uuid.UUID,
+    model: str,
+    ids: Sequence[str],
 ) -> dict[str, np.ndarray]:
     """The vectors of `model` of the session's chunks `ids` that have one, as float32 arrays.
     Read in binary: ~1.5 KB a 384-d vector, where the text form is ~3x larger and slow to
@@ -337,7 +377,9 @@ async def chunk_vectors(
     if not ids:
         return {}
     cursor = await conn.execute(
-        _VECTORS_BY_ID, {"session": session_pk, "model": model, "ids": list(ids)}, binary=True
+        _VECTORS_BY_ID,
+        {"tenant": tenant_id, "session": session_pk, "model": model, "ids": list(ids)},
+        binary=True,
     )
     return {
         str(cid): np.frombuffer(data, dtype=">f4", offset=_VECTOR_HEADER_BYTES).astype(np.float32)
@@ -349,11 +391,12 @@ async def chunk_vectors(
 
 
 async def chunks_overlapping(
-    db: AsyncSession, session_pk: uuid.UUID, first: int, last: int
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, first: int, last: int
 ) -> list[Chunk]:
     query = (
         select(Chunk)
         .where(
+            Chunk.tenant_id == tenant_id,
             Chunk.session_id == session_pk,
             Chunk.status == "active",
             Chunk.turn_first <= last,
@@ -364,47 +407,66 @@ async def chunks_overlapping(
     return list((await db.execute(query)).scalars())
 
 
-async def tombstone_chunks(db: AsyncSession, chunk_ids: Sequence[uuid.UUID]) -> None:
+async def tombstone_chunks(
+    db: AsyncSession, tenant_id: uuid.UUID, chunk_ids: Sequence[uuid.UUID]
+) -> None:
     if chunk_ids:
-        await db.execute(update(Chunk).where(Chunk.id.in_(chunk_ids)).values(status="tombstoned"))
+        await db.execute(
+            update(Chunk)
+            .where(Chunk.tenant_id == tenant_id, Chunk.id.in_(chunk_ids))
+            .values(status="tombstoned")
+        )
 
 
-async def tombstone_session_chunks(db: AsyncSession, session_pk: uuid.UUID) -> None:
+async def tombstone_session_chunks(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID
+) -> None:
     await db.execute(
         update(Chunk)
-        .where(Chunk.session_id == session_pk, Chunk.status == "active")
+        .where(
+            Chunk.tenant_id == tenant_id, Chunk.session_id == session_pk, Chunk.status == "active"
+        )
         .values(status="tombstoned")
     )
 
 
 async def distrust_chunks(
-    db: AsyncSession, session_pk: uuid.UUID, seqs: Sequence[int]
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, seqs: Sequence[int]
 ) -> list[uuid.UUID]:
     """Label untrusted the active chunks covering any of `seqs`; returns those newly labelled."""
     if not seqs:
         return []
     result = await db.execute(
         text(
-            "UPDATE chunks SET trusted = false WHERE session_id = :session AND status = 'active' "
+            "UPDATE chunks SET trusted = false WHERE tenant_id = :tenant "
+            "AND session_id = :session AND status = 'active' "
             "AND trusted AND EXISTS (SELECT 1 FROM unnest(CAST(:seqs AS bigint[])) AS s(seq) "
             "WHERE s.seq BETWEEN chunks.turn_first AND chunks.turn_last) RETURNING id"
         ),
-        {"session": session_pk, "seqs": list(seqs)},
+        {"tenant": tenant_id, "session": session_pk, "seqs": list(seqs)},
     )
     return sorted(result.scalars())
 
 
-async def erase_chunks(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, int, list[str]]:
+async def erase_chunks(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID
+) -> tuple[int, int, list[str]]:
     """Tombstoned chunks lose text, terms, tsvector and embedding; (chunks, embeddings, texts)."""
     rows = await db.execute(
         select(Chunk.raw_text, Chunk.embedding.is_not(None)).where(
-            Chunk.session_id == session_pk, Chunk.status == "tombstoned"
+            Chunk.tenant_id == tenant_id,
+            Chunk.session_id == session_pk,
+            Chunk.status == "tombstoned",
         )
     )
     found = list(rows)
     result = await db.execute(
         update(Chunk)
-        .where(Chunk.session_id == session_pk, Chunk.status == "tombstoned")
+        .where(
+            Chunk.tenant_id == tenant_id,
+            Chunk.session_id == session_pk,
+            Chunk.status == "tombstoned",
+        )
         .values(
             raw_text="",
             summary_hint="",
@@ -421,14 +483,14 @@ async def erase_chunks(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, in
 
 
 async def session_chunk_texts(
-    db: AsyncSession, session_pk: uuid.UUID
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID
 ) -> tuple[int, int, list[str]]:
     """(chunks, chunks with an embedding, their texts) of a session about to be deleted,
     whatever their status."""
     found = list(
         await db.execute(
             select(Chunk.raw_text, Chunk.embedding.is_not(None)).where(
-                Chunk.session_id == session_pk
+                Chunk.tenant_id == tenant_id, Chunk.session_id == session_pk
             )
         )
     )

@@ -20,6 +20,7 @@ from app.store.models import (
     Memory,
     MemoryVersion,
     Session,
+    SessionKey,
 )
 
 
@@ -49,8 +50,8 @@ async def lock_owner(db: AsyncSession, owner: str) -> None:
 def _visible(session: Session) -> Any:
     own = Memory.session_id == session.id
     if session.user_id:
-        return own | ((Memory.scope == "user") & (Memory.user_id == session.user_id))
-    return own
+        own = own | ((Memory.scope == "user") & (Memory.user_id == session.user_id))
+    return (Memory.tenant_id == session.tenant_id) & own
 
 
 def _valid_at(at: Any, valid_from: Any, valid_until: Any, expires_at: Any) -> Any:
@@ -129,9 +130,10 @@ async def list_memories(
 
 
 def _owned_by(session: Session, scope: str) -> Any:
+    of_tenant = Memory.tenant_id == session.tenant_id
     if scope == "user":
-        return (Memory.scope == "user") & (Memory.user_id == session.user_id)
-    return (Memory.scope == "session") & (Memory.session_id == session.id)
+        return of_tenant & (Memory.scope == "user") & (Memory.user_id == session.user_id)
+    return of_tenant & (Memory.scope == "session") & (Memory.session_id == session.id)
 
 
 async def owner_memories(
@@ -188,9 +190,13 @@ async def set_evidence(
     }
     if promotion is not None:
         values["revision"] = Memory.revision + 1
-    await db.execute(update(Memory).where(Memory.id == memory.id).values(**values))
+    await db.execute(
+        update(Memory)
+        .where(Memory.tenant_id == memory.tenant_id, Memory.id == memory.id)
+        .values(**values)
+    )
     if promotion is not None:
-        await record_versions(db, [memory.id], promotion)
+        await record_versions(db, memory.tenant_id, [memory.id], promotion)
     await db.refresh(memory)
 
 
@@ -234,7 +240,7 @@ async def insert_memory(
     db.add(memory)
     await db.flush()
     await db.refresh(memory)
-    await record_versions(db, [memory.id], change)
+    await record_versions(db, memory.tenant_id, [memory.id], change)
     return memory
 
 
@@ -249,7 +255,7 @@ def _content_hash(column: Any) -> Any:
 
 
 async def record_versions(
-    db: AsyncSession, memory_ids: Sequence[uuid.UUID], change: Change
+    db: AsyncSession, tenant_id: uuid.UUID, memory_ids: Sequence[uuid.UUID], change: Change
 ) -> None:
     """A version of each item as it now is (its current `revision`): call after each change."""
     if not memory_ids:
@@ -268,7 +274,7 @@ async def record_versions(
         Memory.valid_from,
         Memory.valid_until,
         Memory.expires_at,
-    ).where(Memory.id.in_(memory_ids))
+    ).where(Memory.tenant_id == tenant_id, Memory.id.in_(memory_ids))
     columns = [
         "tenant_id",
         "memory_id",
@@ -312,7 +318,7 @@ async def change_memory(
     )
     if result.scalar_one_or_none() is None:
         return False
-    await record_versions(db, [memory.id], change)
+    await record_versions(db, memory.tenant_id, [memory.id], change)
     await db.refresh(memory)
     return True
 
@@ -381,6 +387,7 @@ async def active_visible_memories(
 
 async def nearest_memories(
     db: AsyncSession,
+    tenant_id: uuid.UUID,
     memory_ids: Sequence[uuid.UUID],
     model: str,
     dim: int,
@@ -397,11 +404,13 @@ async def nearest_memories(
             SELECT id, embedding::vector({int(dim)}) <=> CAST(:vector AS vector({int(dim)}))
                 AS distance
             FROM memories
-            WHERE id = ANY(:ids) AND status = ANY(:statuses) AND embedding_model = :model
+            WHERE tenant_id = :tenant AND id = ANY(:ids) AND status = ANY(:statuses)
+                AND embedding_model = :model
             ORDER BY distance LIMIT :limit
             """
         ),
         {
+            "tenant": tenant_id,
             "ids": list(memory_ids),
             "statuses": list(MEMORY_LIVE),
             "model": model,
@@ -413,23 +422,28 @@ async def nearest_memories(
 
 
 async def set_memory_status(
-    db: AsyncSession, memory_ids: Sequence[uuid.UUID], status: str, change: Change
+    db: AsyncSession,
+    tenant_id: uuid.UUID,
+    memory_ids: Sequence[uuid.UUID],
+    status: str,
+    change: Change,
 ) -> None:
     """Move the items to `status`, a new version each."""
     if memory_ids:
         await db.execute(
             update(Memory)
-            .where(Memory.id.in_(memory_ids))
+            .where(Memory.tenant_id == tenant_id, Memory.id.in_(memory_ids))
             .values(status=status, revision=Memory.revision + 1)
         )
-        await record_versions(db, memory_ids, change)
+        await record_versions(db, tenant_id, memory_ids, change)
 
 
 async def crossed_validity(
     db: AsyncSession, since: datetime, until: datetime
-) -> list[tuple[uuid.UUID, bool]]:
+) -> list[tuple[SessionKey, bool]]:
     """Sessions holding stated items that entered or left force in (since, until] (a
-    `valid_from`, `valid_until` or TTL passed): (session pk, whether one is user-scope)."""
+    `valid_from`, `valid_until` or TTL passed), every tenant's (the minutely sweep's read, no
+    lock): (the session, whether one is user-scope)."""
     crossed = or_(
         *(
             (column > since) & (column <= until)
@@ -437,143 +451,26 @@ async def crossed_validity(
         )
     )
     query = (
-        select(Memory.session_id, func.bool_or(Memory.scope == "user"))
+        select(Memory.tenant_id, Memory.session_id, func.bool_or(Memory.scope == "user"))
         .where(Memory.status.in_(MEMORY_INJECTED), Memory.session_id.is_not(None), crossed)
-        .group_by(Memory.session_id)
+        .group_by(Memory.tenant_id, Memory.session_id)
     )
-    return [(pk, bool(user)) for pk, user in (await db.execute(query)).all() if pk is not None]
+    return [
+        (SessionKey(tenant, pk), bool(user))
+        for tenant, pk, user in (await db.execute(query)).all()
+        if pk is not None
+    ]
 
 
-async def memories_written_since(db: AsyncSession, session_pk: uuid.UUID, since: datetime) -> int:
+async def memories_written_since(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, since: datetime
+) -> int:
     """Rate-limit fallback when Redis is down: items this session wrote in the window (by the
     memory tool or the API alike: both count against `memory.remember_per_minute`)."""
-    query = select(func.count()).where(Memory.session_id == session_pk, Memory.created_at >= since)
+    query = select(func.count()).where(
+        Memory.tenant_id == tenant_id, Memory.session_id == session_pk, Memory.created_at >= since
+    )
     return int((await db.execute(query)).scalar_one())
-
-
-# --- erase ---------------------------------------------------------------------------------------
-
-
-async def tombstoned_texts(db: AsyncSession, memory_ids: Sequence[uuid.UUID]) -> list[str]:
-    """The texts of those of `memory_ids` waiting for their erase."""
-    if not memory_ids:
-        return []
-    rows = await db.execute(
-        select(Memory.text).where(Memory.id.in_(memory_ids), Memory.status == "tombstoned")
-    )
-    return [t for t in rows.scalars() if t]
-
-
-async def erase_memories(
-    db: AsyncSession, memory_ids: Sequence[uuid.UUID]
-) -> tuple[int, list[str]]:
-    if not memory_ids:
-        return 0, []
-    texts = await tombstoned_texts(db, memory_ids)
-    result = await db.execute(
-        update(Memory)
-        .where(Memory.id.in_(memory_ids), Memory.status == "tombstoned")
-        .values(
-            text="",
-            tags=[],
-            key=None,
-            lexical=func.to_tsvector("simple", ""),
-            embedding=None,
-            embedding_model=None,
-            status="erased",
-            revision=Memory.revision + 1,
-        )
-        .returning(Memory.id)
-    )
-    erased = list(result.scalars())
-    if erased:
-        # Every earlier version loses its text and its hash (a short text's hash gives it back).
-        await db.execute(
-            update(MemoryVersion)
-            .where(MemoryVersion.memory_id.in_(erased))
-            .values(text=None, content_hash=None)
-        )
-        await record_versions(db, erased, Change("system", None, "erased"))
-    return len(erased), texts
-
-
-async def session_memory_texts(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, list[str]]:
-    """(items, their texts) the session holds, whatever their status."""
-    query = select(Memory.text).where(Memory.session_id == session_pk)
-    texts = list((await db.execute(query)).scalars())
-    return len(texts), [t for t in texts if t]
-
-
-async def user_memories_by_session(
-    db: AsyncSession, tenant_id: uuid.UUID, user_id: str
-) -> dict[uuid.UUID, list[uuid.UUID]]:
-    """Items written for the user (either scope) and not yet tombstoned, by holding session."""
-    rows = await db.execute(
-        select(Memory.session_id, Memory.id)
-        .where(
-            Memory.tenant_id == tenant_id,
-            Memory.user_id == user_id,
-            Memory.session_id.is_not(None),
-            Memory.status.in_(MEMORY_HELD),
-        )
-        .order_by(Memory.session_id, Memory.id)
-    )
-    held: dict[uuid.UUID, list[uuid.UUID]] = {}
-    for session_pk, memory_pk in rows.all():
-        if session_pk is not None:  # the query's condition, for the type checker
-            held.setdefault(session_pk, []).append(memory_pk)
-    return held
-
-
-async def tombstone_user_memories(
-    db: AsyncSession, holder_pk: uuid.UUID, tenant_id: uuid.UUID, user_id: str, change: Change
-) -> list[uuid.UUID]:
-    """Tombstone the items written for the user that the session holds; returns their ids."""
-    result = await db.execute(
-        update(Memory)
-        .where(
-            Memory.session_id == holder_pk,
-            Memory.tenant_id == tenant_id,
-            Memory.user_id == user_id,
-            Memory.status.in_(MEMORY_HELD),
-        )
-        .values(status="tombstoned", revision=Memory.revision + 1)
-        .returning(Memory.id)
-    )
-    tombstoned = sorted(result.scalars().all())
-    await record_versions(db, tombstoned, change)
-    return tombstoned
-
-
-async def session_item_users(db: AsyncSession, session_pk: uuid.UUID) -> set[str]:
-    """The users of the user-scope items the session wrote and still holds (not tombstoned)."""
-    rows = await db.execute(
-        select(Memory.user_id)
-        .where(
-            Memory.session_id == session_pk,
-            Memory.scope == "user",
-            Memory.user_id.is_not(None),
-            Memory.status.in_(MEMORY_HELD),
-        )
-        .distinct()
-    )
-    return {user for user in rows.scalars() if user}
-
-
-async def tombstone_session_memories(
-    db: AsyncSession, session_pk: uuid.UUID, change: Change
-) -> set[str]:
-    """Includes user-scope items the session wrote: they leave the user's other sessions too.
-    Returns the users whose items these were."""
-    result = await db.execute(
-        update(Memory)
-        .where(Memory.session_id == session_pk, Memory.status.in_(MEMORY_HELD))
-        .values(status="tombstoned", revision=Memory.revision + 1)
-        .returning(Memory.id, Memory.scope, Memory.user_id)
-    )
-    rows = result.all()
-    await record_versions(db, [memory_id for memory_id, _, _ in rows], change)
-    return {user_id for _, scope, user_id in rows if scope == "user" and user_id}
 
 
 async def count_memories(

@@ -17,21 +17,26 @@ DERIVED_FORGOTTEN = Change("agent", None, "the turns it was read in were forgott
 SOURCE_UNTRUSTED = Change("api_key", None, "its source was marked untrusted")
 
 
-def _derived_from(session_pk: uuid.UUID, seqs: Sequence[int], tool: str | None) -> Any:
+def _derived_from(
+    tenant_id: uuid.UUID, session_pk: uuid.UUID, seqs: Sequence[int], tool: str | None
+) -> Any:
     """Items the session wrote from any of `seqs` (their `turn_seqs`) or from `tool`'s results."""
     derived = Memory.turn_seqs.overlap(cast(list(seqs), ARRAY(BigInteger)))
     if tool is not None:
         derived = derived | (Memory.source_tool == tool)
-    return (Memory.session_id == session_pk) & derived
+    return (Memory.tenant_id == tenant_id) & (Memory.session_id == session_pk) & derived
 
 
-async def derived_item_users(db: AsyncSession, session_pk: uuid.UUID) -> set[str]:
+async def derived_item_users(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID
+) -> set[str]:
     """The users of the user-scope items the session holds that name their source turns or
     tool: whose other sessions' notes a revocation in this one may change (read before the
     locks are taken)."""
     rows = await db.execute(
         select(Memory.user_id)
         .where(
+            Memory.tenant_id == tenant_id,
             Memory.session_id == session_pk,
             Memory.scope == "user",
             Memory.user_id.is_not(None),
@@ -44,31 +49,40 @@ async def derived_item_users(db: AsyncSession, session_pk: uuid.UUID) -> set[str
 
 
 async def tombstone_derived_memories(
-    db: AsyncSession, session_pk: uuid.UUID, seqs: Sequence[int], change: Change
+    db: AsyncSession,
+    tenant_id: uuid.UUID,
+    session_pk: uuid.UUID,
+    seqs: Sequence[int],
+    change: Change,
 ) -> list[uuid.UUID]:
     """Tombstone the items the session wrote from any of the turns `seqs`; returns their ids."""
     if not seqs:
         return []
     result = await db.execute(
         update(Memory)
-        .where(_derived_from(session_pk, seqs, None), Memory.status.in_(MEMORY_HELD))
+        .where(_derived_from(tenant_id, session_pk, seqs, None), Memory.status.in_(MEMORY_HELD))
         .values(status="tombstoned", revision=Memory.revision + 1)
         .returning(Memory.id)
     )
     tombstoned = sorted(result.scalars().all())
-    await record_versions(db, tombstoned, change)
+    await record_versions(db, tenant_id, tombstoned, change)
     return tombstoned
 
 
 async def quarantine_derived_memories(
-    db: AsyncSession, session_pk: uuid.UUID, seqs: Sequence[int], tool: str | None, change: Change
+    db: AsyncSession,
+    tenant_id: uuid.UUID,
+    session_pk: uuid.UUID,
+    seqs: Sequence[int],
+    tool: str | None,
+    change: Change,
 ) -> list[uuid.UUID]:
     """Quarantine the live items the session wrote from the turns `seqs` or from `tool`'s
     results (they leave the prompt; an explicit recall shows them as unconfirmed)."""
     result = await db.execute(
         update(Memory)
         .where(
-            _derived_from(session_pk, seqs, tool),
+            _derived_from(tenant_id, session_pk, seqs, tool),
             Memory.status.in_(MEMORY_LIVE),
             Memory.status != "quarantined",
         )
@@ -76,5 +90,5 @@ async def quarantine_derived_memories(
         .returning(Memory.id)
     )
     quarantined = sorted(result.scalars().all())
-    await record_versions(db, quarantined, change)
+    await record_versions(db, tenant_id, quarantined, change)
     return quarantined

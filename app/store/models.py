@@ -1,13 +1,14 @@
 """The relational model of spec §2. Every row carries `tenant_id`, so the store can shard by it:
 every table but the global ones (`GLOBAL_TABLES`) has the tenant in its primary key, its unique
 constraints and its foreign keys to other tenant-scoped tables, as their last column (a lookup by a
-row's own id still reads the key's index by its prefix). The ORM identifies a row by its own id
-(`_identified_by`), a uuid or a sequence number no other tenant's row shares.
-tests/store/test_tenant_keys.py checks the migrated schema and the store's joins against this."""
+row's own id still reads the key's index by its prefix). The ORM identifies a row by that whole
+key, so the statements it writes itself (a refresh, a flush of a changed row) name the tenant too.
+tests/store/test_tenant_keys.py checks the migrated schema and the store's joins against this,
+tests/store/test_tenant_filters.py that the store's statements name the tenant."""
 
 import uuid
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
@@ -28,7 +29,7 @@ from sqlalchemy import (
     text as sql_text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR, UUID
-from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # The tables not distributed by tenant, each with the reason (on Citus: reference tables, a copy
 # on every node, for the first two; the coordinator's own tables for the others). Every other
@@ -75,17 +76,6 @@ def _of_session() -> ForeignKeyConstraint:
     )
 
 
-def _identified_by(column: str) -> Any:
-    """Mapper arguments naming the row's identity in the ORM: its own id, alone (unique across
-    tenants), so that `db.get(Model, id)` and the identity map need no tenant."""
-
-    @declared_attr.directive
-    def __mapper_args__(cls: Any) -> dict[str, Any]:
-        return {"primary_key": [cls.__table__.c[column]]}
-
-    return __mapper_args__
-
-
 class Tenant(Base):
     __tablename__ = "tenants"
     id: Mapped[uuid.UUID] = _uuid_pk()
@@ -105,6 +95,14 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+class SessionKey(NamedTuple):
+    """A session row's primary key: what a statement or a job names a session by (with the
+    tenant, so that on a database distributed by tenant it runs on the tenant's node)."""
+
+    tenant_id: uuid.UUID
+    id: uuid.UUID
+
+
 class Session(Base):
     __tablename__ = "sessions"
     __table_args__ = (
@@ -116,7 +114,6 @@ class Session(Base):
         Index("ix_sessions_updated", "updated_at"),
         Index("ix_sessions_chunk_count", "chunk_count"),
     )
-    __mapper_args__ = _identified_by("id")
     id: Mapped[uuid.UUID] = _uuid_pk()
     tenant_id: Mapped[uuid.UUID] = _tenant_key()
     external_id: Mapped[str] = mapped_column(String(128))
@@ -151,6 +148,10 @@ class Session(Base):
         DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
     )
 
+    @property
+    def key(self) -> SessionKey:
+        return SessionKey(self.tenant_id, self.id)
+
 
 class Turn(Base):
     __tablename__ = "turns"
@@ -161,7 +162,6 @@ class Turn(Base):
         ),
         _of_session(),
     )
-    __mapper_args__ = _identified_by("id")
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     tenant_id: Mapped[uuid.UUID] = _tenant_key()
     session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
@@ -216,7 +216,6 @@ class Chunk(Base):
         ),
         _of_session(),
     )
-    __mapper_args__ = _identified_by("id")
     id: Mapped[uuid.UUID] = _uuid_pk()
     tenant_id: Mapped[uuid.UUID] = _tenant_key()
     session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
@@ -248,7 +247,6 @@ class Chunk(Base):
 class Scratchpad(Base):
     __tablename__ = "scratchpads"
     __table_args__ = (_of_session(),)
-    __mapper_args__ = _identified_by("session_id")
     session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     tenant_id: Mapped[uuid.UUID] = _tenant_key()
     version: Mapped[int] = mapped_column(Integer, server_default="0")
@@ -281,7 +279,6 @@ class Memory(Base):
         Index("ix_memories_scope", "tenant_id", "scope", "user_id", "session_id"),
         _of_session(),
     )
-    __mapper_args__ = _identified_by("id")
     id: Mapped[uuid.UUID] = _uuid_pk()
     tenant_id: Mapped[uuid.UUID] = _tenant_key()
     session_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
@@ -359,7 +356,6 @@ class MemoryVersion(Base):
 class OffloadEvent(Base):
     __tablename__ = "offload_events"
     __table_args__ = (_of_session(),)
-    __mapper_args__ = _identified_by("id")
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     tenant_id: Mapped[uuid.UUID] = _tenant_key()
     session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
@@ -381,7 +377,6 @@ class PromptBuild(Base):
         Index("ix_prompt_builds_session", "session_id", "created_at", "id"),
         _of_session(),
     )
-    __mapper_args__ = _identified_by("id")
     id: Mapped[uuid.UUID] = _uuid_pk()
     tenant_id: Mapped[uuid.UUID] = _tenant_key()
     session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
@@ -391,7 +386,6 @@ class PromptBuild(Base):
 
 class EraseReceipt(Base):
     __tablename__ = "erase_receipts"
-    __mapper_args__ = _identified_by("id")
     id: Mapped[uuid.UUID] = _uuid_pk()
     tenant_id: Mapped[uuid.UUID] = _tenant_key()
     # No foreign key: a receipt outlives the session it reports on.

@@ -14,11 +14,13 @@ async def add_offload_event(db: AsyncSession, **values: Any) -> None:
     await db.flush()
 
 
-async def offload_events(db: AsyncSession, session_pk: uuid.UUID, limit: int) -> list[OffloadEvent]:
+async def offload_events(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, limit: int
+) -> list[OffloadEvent]:
     """The session's newest offload events, oldest first."""
     newest = (
         select(OffloadEvent)
-        .where(OffloadEvent.session_id == session_pk)
+        .where(OffloadEvent.tenant_id == tenant_id, OffloadEvent.session_id == session_pk)
         .order_by(OffloadEvent.created_at.desc(), OffloadEvent.id.desc())
         .limit(limit)
         .subquery()

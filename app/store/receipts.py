@@ -48,50 +48,74 @@ async def session_receipts(
     return list((await db.execute(query)).scalars().all())
 
 
+async def tenant_of_receipt(db: AsyncSession, receipt_id: uuid.UUID) -> uuid.UUID | None:
+    """The receipt's tenant, read by its id alone: only for an erase job queued by a version
+    before jobs carried the tenant (a rolling upgrade). On a database distributed by tenant this
+    asks every node."""
+    query = select(EraseReceipt.tenant_id).where(EraseReceipt.id == receipt_id)
+    return (await db.execute(query)).scalar_one_or_none()
+
+
+def _pending(tenant_id: uuid.UUID, receipt_id: uuid.UUID) -> Any:
+    return (
+        (EraseReceipt.tenant_id == tenant_id)
+        & (EraseReceipt.id == receipt_id)
+        & (EraseReceipt.status != "completed")
+    )
+
+
 async def claim_attempt(
-    db: AsyncSession, receipt_id: uuid.UUID
-) -> tuple[dict[str, Any], uuid.UUID] | None:
+    db: AsyncSession, tenant_id: uuid.UUID, receipt_id: uuid.UUID
+) -> dict[str, Any] | None:
     """Count an attempt of the erase job on a receipt not yet complete, locking it for the rest
-    of the transaction (a second run of the same receipt waits, then finds it complete);
-    (its target, its tenant), None when it is gone or complete."""
+    of the transaction (a second run of the same receipt waits, then finds it complete); its
+    target, None when it is gone or complete."""
     row = await db.execute(
         update(EraseReceipt)
-        .where(EraseReceipt.id == receipt_id, EraseReceipt.status != "completed")
+        .where(_pending(tenant_id, receipt_id))
         .values(attempts=EraseReceipt.attempts + 1)
-        .returning(EraseReceipt.target, EraseReceipt.tenant_id)
+        .returning(EraseReceipt.target)
     )
-    found = row.one_or_none()
-    return None if found is None else (dict(found[0]), found[1])
+    found = row.scalar_one_or_none()
+    return None if found is None else dict(found)
 
 
-async def count_attempt(db: AsyncSession, receipt_id: uuid.UUID) -> None:
+async def count_attempt(db: AsyncSession, tenant_id: uuid.UUID, receipt_id: uuid.UUID) -> None:
     """An attempt that failed, counted after its transaction (and its own count) rolled back."""
     await db.execute(
         update(EraseReceipt)
-        .where(EraseReceipt.id == receipt_id, EraseReceipt.status != "completed")
+        .where(_pending(tenant_id, receipt_id))
         .values(attempts=EraseReceipt.attempts + 1)
     )
 
 
 async def lock_pending(
-    db: AsyncSession, receipt_id: uuid.UUID
-) -> tuple[dict[str, Any], uuid.UUID] | None:
+    db: AsyncSession, tenant_id: uuid.UUID, receipt_id: uuid.UUID
+) -> dict[str, Any] | None:
     """Lock a receipt not yet complete for the rest of the transaction, as `claim_attempt` does
-    without counting; None when it is gone or complete."""
+    without counting; its target, None when it is gone or complete."""
     row = await db.execute(
-        select(EraseReceipt.target, EraseReceipt.tenant_id)
-        .where(EraseReceipt.id == receipt_id, EraseReceipt.status != "completed")
+        select(EraseReceipt.target)
+        .where(
+            EraseReceipt.tenant_id == tenant_id,  # spelled out: a lock must name the tenant
+            EraseReceipt.id == receipt_id,
+            EraseReceipt.status != "completed",
+        )
         .with_for_update()
     )
-    found = row.one_or_none()
-    return None if found is None else (dict(found[0]), found[1])
+    found = row.scalar_one_or_none()
+    return None if found is None else dict(found)
 
 
 async def complete_receipt(
-    db: AsyncSession, receipt_id: uuid.UUID, stores: dict[str, Any], now: datetime
+    db: AsyncSession,
+    tenant_id: uuid.UUID,
+    receipt_id: uuid.UUID,
+    stores: dict[str, Any],
+    now: datetime,
 ) -> None:
     await db.execute(
         update(EraseReceipt)
-        .where(EraseReceipt.id == receipt_id)
+        .where(EraseReceipt.tenant_id == tenant_id, EraseReceipt.id == receipt_id)
         .values(stores=stores, status="completed", completed_at=now)
     )

@@ -11,8 +11,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.store.models import Scratchpad, Session
 
 
-async def get_scratchpad(db: AsyncSession, session_pk: uuid.UUID) -> Scratchpad | None:
-    return await db.get(Scratchpad, session_pk, populate_existing=True)
+async def get_scratchpad(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID
+) -> Scratchpad | None:
+    query = (
+        select(Scratchpad)
+        .where(Scratchpad.tenant_id == tenant_id, Scratchpad.session_id == session_pk)
+        .execution_options(populate_existing=True)
+    )
+    return (await db.execute(query)).scalar_one_or_none()
 
 
 async def sessions_quoting_remembered(
@@ -41,28 +48,42 @@ async def ensure_scratchpad(db: AsyncSession, session: Session) -> None:
 
 
 async def compare_and_set(
-    db: AsyncSession, session_pk: uuid.UUID, base_version: int, values: dict[str, Any]
+    db: AsyncSession,
+    tenant_id: uuid.UUID,
+    session_pk: uuid.UUID,
+    base_version: int,
+    values: dict[str, Any],
 ) -> bool:
     """Write version base+1 only if the row is still at `base_version`."""
     result = await db.execute(
         update(Scratchpad)
-        .where(Scratchpad.session_id == session_pk, Scratchpad.version == base_version)
+        .where(
+            Scratchpad.tenant_id == tenant_id,
+            Scratchpad.session_id == session_pk,
+            Scratchpad.version == base_version,
+        )
         .values(version=base_version + 1, **values)
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-async def count_stale_write(db: AsyncSession, session_pk: uuid.UUID) -> None:
+async def count_stale_write(db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID) -> None:
     await db.execute(
         update(Scratchpad)
-        .where(Scratchpad.session_id == session_pk)
+        .where(Scratchpad.tenant_id == tenant_id, Scratchpad.session_id == session_pk)
         .values(stale_writes=Scratchpad.stale_writes + 1)
     )
 
 
-async def flag_rebuild_pending(db: AsyncSession, session_pk: uuid.UUID, base_version: int) -> None:
+async def flag_rebuild_pending(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, base_version: int
+) -> None:
     await db.execute(
         update(Scratchpad)
-        .where(Scratchpad.session_id == session_pk, Scratchpad.version == base_version)
+        .where(
+            Scratchpad.tenant_id == tenant_id,
+            Scratchpad.session_id == session_pk,
+            Scratchpad.version == base_version,
+        )
         .values(rebuild_pending=True)
     )

@@ -3,7 +3,7 @@ counter queries. The lock order every transaction follows is in `app.store`."""
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -34,7 +34,7 @@ from app.domain.budget import REPLY_PRIMING_TOKENS, Budget, BudgetConfig
 from app.domain.callers import Caller
 from app.domain.ids import SESSION_ID_PATTERN
 from app.store.jobs import JOBS
-from app.store.models import Session, Turn
+from app.store.models import Session, SessionKey, Turn
 
 # The session-state helpers log as the sessions service they came from.
 logger = logging.getLogger("contextd.sessions")
@@ -89,12 +89,14 @@ async def lock_or_create_session(
     return created
 
 
-async def lock_sessions(db: AsyncSession, session_pks: Iterable[uuid.UUID]) -> list[Session]:
-    """Several session rows locked in one statement, in primary-key order (the lock order);
-    those deleted meanwhile are missing from the answer."""
+async def lock_sessions(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pks: Iterable[uuid.UUID]
+) -> list[Session]:
+    """Several session rows of one tenant locked in one statement, in primary-key order (the
+    lock order); those deleted meanwhile are missing from the answer."""
     query = (
         select(Session)
-        .where(Session.id.in_(set(session_pks)))
+        .where(Session.tenant_id == tenant_id, Session.id.in_(set(session_pks)))
         .order_by(Session.id)
         .with_for_update()
         .execution_options(populate_existing=True)  # see `get_session`
@@ -102,10 +104,12 @@ async def lock_sessions(db: AsyncSession, session_pks: Iterable[uuid.UUID]) -> l
     return list((await db.execute(query)).scalars().all())
 
 
-async def lock_session_by_pk(db: AsyncSession, session_pk: uuid.UUID) -> Session | None:
+async def lock_session_by_pk(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID
+) -> Session | None:
     query = (
         select(Session)
-        .where(Session.id == session_pk)
+        .where(Session.tenant_id == tenant_id, Session.id == session_pk)
         .with_for_update()
         .execution_options(populate_existing=True)  # see `get_session`
     )
@@ -125,23 +129,46 @@ async def user_session_ids(
     return list(rows.scalars())
 
 
-async def update_session(db: AsyncSession, session_pk: uuid.UUID, **values: Any) -> int:
+async def update_session(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, **values: Any
+) -> int:
     """Update the row and bump its version; returns the new version (for cache invalidation)."""
     result = await db.execute(
         update(Session)
-        .where(Session.id == session_pk)
+        .where(Session.tenant_id == tenant_id, Session.id == session_pk)
         .values(version=Session.version + 1, **values)
         .returning(Session.version)
     )
     return int(result.scalar_one())
 
 
-async def delete_session(db: AsyncSession, session_pk: uuid.UUID) -> None:
-    await db.execute(delete(Session).where(Session.id == session_pk))
+async def delete_session(db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID) -> None:
+    await db.execute(
+        delete(Session).where(Session.tenant_id == tenant_id, Session.id == session_pk)
+    )
 
 
-async def get_session_by_pk(db: AsyncSession, session_pk: uuid.UUID) -> Session | None:
-    return await db.get(Session, session_pk, populate_existing=True)
+async def get_session_by_pk(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID
+) -> Session | None:
+    query = (
+        select(Session)
+        .where(Session.tenant_id == tenant_id, Session.id == session_pk)
+        .execution_options(populate_existing=True)
+    )
+    return (await db.execute(query)).scalar_one_or_none()
+
+
+async def tenants_of_sessions(
+    db: AsyncSession, session_pks: Collection[uuid.UUID]
+) -> dict[uuid.UUID, uuid.UUID]:
+    """The tenant of each of the sessions (those that still exist), read by their ids alone:
+    only for a job queued by a version before jobs carried the tenant (a rolling upgrade), which
+    learns it here once. On a database distributed by tenant this asks every node."""
+    if not session_pks:
+        return {}
+    query = select(Session.id, Session.tenant_id).where(Session.id.in_(list(session_pks)))
+    return {pk: tenant for pk, tenant in (await db.execute(query)).all()}
 
 
 def _configured(name: str, default: float, as_type: type[BigInteger] | type[Float[float]]) -> Any:
@@ -167,7 +194,7 @@ def _over_trigger(defaults: BudgetConfig) -> ColumnElement[bool]:
 
 async def sessions_over_watermark(
     db: AsyncSession, defaults: BudgetConfig, written_since: datetime, limit: int = 500
-) -> list[uuid.UUID]:
+) -> list[SessionKey]:
     """Sessions written to since `written_since`, at or over their trigger ratio, changed since
     their last offload, with no offload job pending: the safety net for a job that failed for
     good. The offload re-checks before moving anything. A session idle for longer is left to its
@@ -178,7 +205,7 @@ async def sessions_over_watermark(
         cast(JOBS.c.status, String).in_(["todo", "doing"]),
     )
     query = (
-        select(Session.id)
+        select(Session.tenant_id, Session.id)
         .where(
             Session.updated_at >= written_since,
             _not_erasing(),
@@ -189,7 +216,7 @@ async def sessions_over_watermark(
         )
         .limit(limit)
     )
-    return list((await db.execute(query)).scalars())
+    return [SessionKey(*row) for row in (await db.execute(query)).all()]
 
 
 def _listed(tenant_id: uuid.UUID, user_id: str | None = None) -> ColumnElement[bool]:
@@ -274,14 +301,14 @@ async def sessions_with_drift(
     changed_since: datetime,
     written_since: datetime,
     limit: int = 500,
-) -> list[uuid.UUID]:
+) -> list[SessionKey]:
     """Sessions changed since `changed_since`, or written to since `written_since` and over
     their trigger, whose stored counters differ from a recount of their rows (read without
     locks: the caller re-checks under one). Bounded by `written_since` like
     `sessions_over_watermark`."""
     c1_tokens, c1_turns, turn_count, chunks = _counted(chunk_count)
     query = (
-        select(Session.id)
+        select(Session.tenant_id, Session.id)
         .where(
             Session.updated_at >= written_since,
             _not_erasing(),
@@ -296,12 +323,17 @@ async def sessions_with_drift(
         .order_by(Session.updated_at.desc())
         .limit(limit)
     )
-    return list((await db.execute(query)).scalars())
+    return [SessionKey(*row) for row in (await db.execute(query)).all()]
 
 
-async def recount(db: AsyncSession, session_pk: uuid.UUID, chunk_count: ChunkCount) -> Counters:
+async def recount(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, chunk_count: ChunkCount
+) -> Counters:
     """The counters of one session, recounted from its turn and chunk rows."""
-    row = (await db.execute(select(*_counted(chunk_count)).where(Session.id == session_pk))).one()
+    query = select(*_counted(chunk_count)).where(
+        Session.tenant_id == tenant_id, Session.id == session_pk
+    )
+    row = (await db.execute(query)).one()
     return Counters(*(int(v) for v in row))
 
 
@@ -336,7 +368,7 @@ async def write_session(db: AsyncSession, cache: Cache, session: Session, **valu
 
     Every change of a session goes through here, so the cached view is never older than the
     committed row (see `Cache.set_versioned`)."""
-    version = await update_session(db, session.id, **values)
+    version = await update_session(db, session.tenant_id, session.id, **values)
     key = session_cache_key(cache, session.tenant_id, session.external_id)
 
     async def _invalidate() -> None:

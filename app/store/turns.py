@@ -38,7 +38,7 @@ async def insert_turns(db: AsyncSession, rows: Sequence[dict[str, Any]]) -> list
 
 
 async def tool_call_tallies(
-    db: AsyncSession, session_pk: uuid.UUID, ids: Sequence[str]
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, ids: Sequence[str]
 ) -> dict[str, ToolCallTally]:
     """For each of `ids` the session's live (not forgotten) turns issued or answered: how many
     calls and results carry it, in one statement."""
@@ -54,6 +54,7 @@ async def tool_call_tallies(
         .select_from(Turn)
         .join(calls, sa_true())
         .where(
+            Turn.tenant_id == tenant_id,
             Turn.session_id == session_pk,
             Turn.tool_calls.is_not(None),
             Turn.forgotten_at.is_(None),
@@ -61,6 +62,7 @@ async def tool_call_tallies(
         )
     )
     answered = select(Turn.tool_call_id, literal(0), literal(1)).where(
+        Turn.tenant_id == tenant_id,
         Turn.session_id == session_pk,
         Turn.role == "tool",
         Turn.tool_call_id.in_(list(ids)),
@@ -75,6 +77,7 @@ async def tool_call_tallies(
 
 async def list_turns(
     db: AsyncSession,
+    tenant_id: uuid.UUID,
     session_pk: uuid.UUID,
     *,
     after_seq: int,
@@ -83,7 +86,12 @@ async def list_turns(
 ) -> list[Turn]:
     query = (
         select(Turn)
-        .where(Turn.session_id == session_pk, Turn.seq > after_seq, Turn.forgotten_at.is_(None))
+        .where(
+            Turn.tenant_id == tenant_id,
+            Turn.session_id == session_pk,
+            Turn.seq > after_seq,
+            Turn.forgotten_at.is_(None),
+        )
         .order_by(Turn.seq)
         .limit(limit)
     )
@@ -108,18 +116,21 @@ _RECORD_COLUMNS = (
 _WINDOW = (
     "SELECT "
     + ", ".join(column.name for column in _RECORD_COLUMNS)
-    + " FROM turns WHERE session_id = %(session)s AND chunk_id IS NULL AND forgotten_at IS NULL "
+    + " FROM turns WHERE tenant_id = %(tenant)s AND session_id = %(session)s "
+    "AND chunk_id IS NULL AND forgotten_at IS NULL "
     "ORDER BY seq"
 )  # run by the driver itself: psycopg's placeholders
 
 
-async def window_turns(db: AsyncSession, session_pk: uuid.UUID) -> list[TurnRecord]:
+async def window_turns(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID
+) -> list[TurnRecord]:
     """C1: turns not yet offloaded nor forgotten, in order, read in `db`'s transaction by the
     driver itself (every build that writes and every offload reads the whole window: SQLAlchemy's
     result processing cost more than the read, 10,000 turns ~0.3 s)."""
     await db.flush()  # what the ORM holds back is part of the transaction's state
     driver = await driver_connection(await db.connection())
-    cursor = await driver.execute(_WINDOW, {"session": session_pk})
+    cursor = await driver.execute(_WINDOW, {"tenant": tenant_id, "session": session_pk})
     return [TurnRecord(*row) for row in await cursor.fetchall()]
 
 
@@ -191,7 +202,8 @@ _OFFLOADED_TAIL = (
     "SELECT "
     + ", ".join(column.name for column in _RECORD_COLUMNS)
     + ", chunk_id FROM (SELECT *, sum(token_count) OVER (ORDER BY seq DESC) AS newer "
-    "FROM turns WHERE session_id = %(session)s AND chunk_id IS NOT NULL AND forgotten_at IS NULL "
+    "FROM turns WHERE tenant_id = %(tenant)s AND session_id = %(session)s "
+    "AND chunk_id IS NOT NULL AND forgotten_at IS NULL "
     "AND seq < %(before)s ORDER BY seq DESC LIMIT %(turns)s) t "
     "WHERE newer - token_count < %(tokens)s ORDER BY seq"
 )  # run by the driver itself (`read_once`): psycopg's placeholders
@@ -199,6 +211,7 @@ _OFFLOADED_TAIL = (
 
 async def offloaded_tail(
     conn: psycopg.AsyncConnection[Any],
+    tenant_id: uuid.UUID,
     session_pk: uuid.UUID,
     *,
     before: int,
@@ -210,17 +223,26 @@ async def offloaded_tail(
     build may still show before its window)."""
     cursor = await conn.execute(
         _OFFLOADED_TAIL,
-        {"session": session_pk, "before": before, "tokens": tokens, "turns": turns},
+        {
+            "tenant": tenant_id,
+            "session": session_pk,
+            "before": before,
+            "tokens": tokens,
+            "turns": turns,
+        },
     )
     return [(TurnRecord(*row[:-1]), str(row[-1])) for row in await cursor.fetchall()]
 
 
-async def offloaded_turns(db: AsyncSession, session_pk: uuid.UUID, after_seq: int) -> list[Turn]:
+async def offloaded_turns(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, after_seq: int
+) -> list[Turn]:
     """Live turns already moved into chunks, after `after_seq`, in order (what notes read): a
     quarantined turn is left out, nothing may be derived from it."""
     query = (
         select(Turn)
         .where(
+            Turn.tenant_id == tenant_id,
             Turn.session_id == session_pk,
             Turn.seq > after_seq,
             Turn.chunk_id.is_not(None),
@@ -232,11 +254,14 @@ async def offloaded_turns(db: AsyncSession, session_pk: uuid.UUID, after_seq: in
     return list((await db.execute(query)).scalars().all())
 
 
-async def live_turns(db: AsyncSession, session_pk: uuid.UUID, first: int, last: int) -> list[Turn]:
+async def live_turns(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, first: int, last: int
+) -> list[Turn]:
     """Turns `first..last` not forgotten, in the window or offloaded, in order."""
     query = (
         select(Turn)
         .where(
+            Turn.tenant_id == tenant_id,
             Turn.session_id == session_pk,
             Turn.seq.between(first, last),
             Turn.forgotten_at.is_(None),
@@ -249,20 +274,25 @@ async def live_turns(db: AsyncSession, session_pk: uuid.UUID, first: int, last: 
 _TURNS_OF_CHUNKS = (
     "SELECT chunk_id, "
     + ", ".join(column.name for column in _RECORD_COLUMNS)
-    + " FROM turns WHERE session_id = %(session)s AND chunk_id = ANY(CAST(%(chunks)s AS uuid[])) "
+    + " FROM turns WHERE tenant_id = %(tenant)s AND session_id = %(session)s "
+    "AND chunk_id = ANY(CAST(%(chunks)s AS uuid[])) "
     "AND forgotten_at IS NULL ORDER BY seq"
 )  # run by the driver itself (`read_once`): psycopg's placeholders
 
 
 async def turns_of_chunks(
-    conn: psycopg.AsyncConnection[Any], session_pk: uuid.UUID, chunk_ids: Sequence[str]
+    conn: psycopg.AsyncConnection[Any],
+    tenant_id: uuid.UUID,
+    session_pk: uuid.UUID,
+    chunk_ids: Sequence[str],
 ) -> dict[str, list[TurnRecord]]:
     """The live turns each chunk covers, in seq order (recall shows a chunk's best turns), as
     plain records."""
     if not chunk_ids:
         return {}
     cursor = await conn.execute(
-        _TURNS_OF_CHUNKS, {"session": session_pk, "chunks": list(chunk_ids)}
+        _TURNS_OF_CHUNKS,
+        {"tenant": tenant_id, "session": session_pk, "chunks": list(chunk_ids)},
     )
     out: dict[str, list[TurnRecord]] = {}
     for chunk_id, *record in await cursor.fetchall():
@@ -271,7 +301,10 @@ async def turns_of_chunks(
 
 
 async def assign_turns(
-    db: AsyncSession, session_pk: uuid.UUID, ranges: Sequence[tuple[uuid.UUID, int, int]]
+    db: AsyncSession,
+    tenant_id: uuid.UUID,
+    session_pk: uuid.UUID,
+    ranges: Sequence[tuple[uuid.UUID, int, int]],
 ) -> int:
     """Mark the live turns of each (chunk id, seq_first, seq_last) range as covered by that chunk
     (an offload moving them out of the window, or a re-chunk after forget), in one statement.
@@ -286,29 +319,43 @@ async def assign_turns(
         text(
             "UPDATE turns SET chunk_id = r.chunk_id "
             "FROM unnest(CAST(:chunk_ids AS uuid[]), CAST(:seqs AS bigint[])) AS r(chunk_id, seq) "
-            "WHERE turns.session_id = :session AND turns.seq = r.seq "
+            "WHERE turns.tenant_id = :tenant AND turns.session_id = :session AND turns.seq = r.seq "
             "AND turns.forgotten_at IS NULL"
         ),
-        {"session": session_pk, "chunk_ids": chunk_ids, "seqs": seqs},
+        {"tenant": tenant_id, "session": session_pk, "chunk_ids": chunk_ids, "seqs": seqs},
     )
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
-async def forget_turns(db: AsyncSession, turn_ids: Sequence[int], now: datetime) -> None:
+async def forget_turns(
+    db: AsyncSession, tenant_id: uuid.UUID, turn_ids: Sequence[int], now: datetime
+) -> None:
     if turn_ids:
-        await db.execute(update(Turn).where(Turn.id.in_(turn_ids)).values(forgotten_at=now))
+        await db.execute(
+            update(Turn)
+            .where(Turn.tenant_id == tenant_id, Turn.id.in_(turn_ids))
+            .values(forgotten_at=now)
+        )
 
 
-async def forget_session_turns(db: AsyncSession, session_pk: uuid.UUID, now: datetime) -> None:
+async def forget_session_turns(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, now: datetime
+) -> None:
     await db.execute(
         update(Turn)
-        .where(Turn.session_id == session_pk, Turn.forgotten_at.is_(None))
+        .where(
+            Turn.tenant_id == tenant_id, Turn.session_id == session_pk, Turn.forgotten_at.is_(None)
+        )
         .values(forgotten_at=now)
     )
 
 
 async def quarantine_turns(
-    db: AsyncSession, session_pk: uuid.UUID, seqs: Sequence[int], now: datetime
+    db: AsyncSession,
+    tenant_id: uuid.UUID,
+    session_pk: uuid.UUID,
+    seqs: Sequence[int],
+    now: datetime,
 ) -> list[int]:
     """Mark live turns of `seqs` untrusted and quarantined; returns the seqs newly marked."""
     if not seqs:
@@ -316,6 +363,7 @@ async def quarantine_turns(
     result = await db.execute(
         update(Turn)
         .where(
+            Turn.tenant_id == tenant_id,
             Turn.session_id == session_pk,
             Turn.seq.in_(seqs),
             Turn.forgotten_at.is_(None),
@@ -327,17 +375,23 @@ async def quarantine_turns(
     return sorted(result.scalars())
 
 
-async def erase_turns(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, list[str]]:
+async def erase_turns(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID
+) -> tuple[int, list[str]]:
     """Blank forgotten turns; returns the count and their former texts (to hunt cached copies)."""
     rows = await db.execute(
         select(Turn.content).where(
-            Turn.session_id == session_pk, Turn.forgotten_at.is_not(None), Turn.content != ""
+            Turn.tenant_id == tenant_id,
+            Turn.session_id == session_pk,
+            Turn.forgotten_at.is_not(None),
+            Turn.content != "",
         )
     )
     texts = [t for t in rows.scalars() if t]
     result = await db.execute(
         update(Turn)
         .where(
+            Turn.tenant_id == tenant_id,
             Turn.session_id == session_pk,
             Turn.forgotten_at.is_not(None),
             or_(
@@ -352,9 +406,11 @@ async def erase_turns(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, lis
     return int(result.rowcount or 0), texts  # type: ignore[attr-defined]
 
 
-async def session_turn_texts(db: AsyncSession, session_pk: uuid.UUID) -> tuple[int, list[str]]:
+async def session_turn_texts(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID
+) -> tuple[int, list[str]]:
     """(turns, their texts) of a session about to be deleted (to hunt cached copies)."""
-    query = select(Turn.content).where(Turn.session_id == session_pk)
+    query = select(Turn.content).where(Turn.tenant_id == tenant_id, Turn.session_id == session_pk)
     texts = list((await db.execute(query)).scalars())
     return len(texts), [t for t in texts if t]
 
@@ -436,22 +492,24 @@ async def store_idempotent_response(
     )
 
 
-async def turn_timeline(db: AsyncSession, session_pk: uuid.UUID) -> list[tuple[int, Any, int]]:
+async def turn_timeline(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID
+) -> list[tuple[int, Any, int]]:
     """(seq, created_at, token_count) of every turn of a session, in order (no content)."""
     query = (
         select(Turn.seq, Turn.created_at, Turn.token_count)
-        .where(Turn.session_id == session_pk)
+        .where(Turn.tenant_id == tenant_id, Turn.session_id == session_pk)
         .order_by(Turn.seq)
     )
     return [(int(r[0]), r[1], int(r[2])) for r in (await db.execute(query)).all()]
 
 
-async def session_text_bytes(db: AsyncSession, session_pk: uuid.UUID) -> int:
+async def session_text_bytes(db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID) -> int:
     """The bytes of a session's turn texts (what an erase reads, and hunts copies of; its chunks
     hold the same text). PostgreSQL answers a stored text's length without reading it."""
     total = await db.scalar(
         select(func.coalesce(func.sum(func.octet_length(Turn.content)), 0)).where(
-            Turn.session_id == session_pk
+            Turn.tenant_id == tenant_id, Turn.session_id == session_pk
         )
     )
     return int(total or 0)

@@ -148,6 +148,7 @@ async def drop_stale_vector_indexes(conn: AsyncConnection, model: str) -> list[s
 
 async def nearest_through_index(
     conn: psycopg.AsyncConnection[Any],
+    tenant_id: uuid.UUID,
     session_pk: uuid.UUID,
     model: str,
     vector: Sequence[float],
@@ -173,7 +174,9 @@ async def nearest_through_index(
         f"WITH near AS (SELECT id, tenant_id, CAST(embedding AS vector({dim})) "
         f"<=> CAST(%(vector)s AS vector({dim})) AS distance FROM chunks "
         # (a `%` of the model's name doubled: the driver's placeholders start with one)
-        f"WHERE {_session_vectors(session_pk, model).replace('%', '%%')} "
+        # The tenant besides the index's own condition (which it implies): the read names it.
+        f"WHERE tenant_id = '{uuid.UUID(str(tenant_id))}'::uuid "
+        f"AND {_session_vectors(session_pk, model).replace('%', '%%')} "
         # The limit written out, as the session is: under the reader pool's generic plans a
         # `LIMIT $n` counts as a tenth of the session, and the join then read every chunk
         # (36.6 ms at 10^5 chunks, against 2.4 ms through the primary key).
