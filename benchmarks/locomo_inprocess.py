@@ -174,7 +174,7 @@ async def ask(
             async with context.sessionmaker() as db:
                 session = await locomo_session(db, run_id, conv.sample_id)
                 seq_to_dia = await dia_ids_by_seq(db, session)
-                window = await turns_store.window_turns(db, session.id)
+                window = await turns_store.window_turns(db, session.tenant_id, session.id)
                 notes_block = render_notes_block(
                     (await current_notes(db, context.cache, session)).notes
                 )

@@ -154,11 +154,11 @@ async def turn_vectors(
                     {"s": session.id},
                 )
                 chunk_vector = {str(cid): json.loads(v) for cid, v in stored.all()}
-            session_pk = session.id
+            key = session.key
             by_chunk = await read_once(
                 context.reader,
-                lambda conn, pk=session_pk, ids=chunk_ids: turns_store.turns_of_chunks(
-                    conn, pk, ids
+                lambda conn, key=key, ids=chunk_ids: turns_store.turns_of_chunks(
+                    conn, key.tenant_id, key.id, ids
                 ),
             )
             seqs = sorted({t.seq for turns in by_chunk.values() for t in turns})

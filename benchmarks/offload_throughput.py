@@ -65,7 +65,9 @@ async def one_run(engine, settings, cache, turns: int) -> Run:
     async with transaction(engine) as db:
         backend = int((await db.execute(text("SELECT pg_backend_pid()"))).scalar_one())
         backend_cpu = cpu_seconds(backend)
-        result = await offload_session(db, settings, cache, pk, trigger="benchmark")
+        result = await offload_session(
+            db, settings, cache, caller.tenant_id, pk, trigger="benchmark"
+        )
     elapsed = time.perf_counter() - started
     assert result is not None
     return Run(

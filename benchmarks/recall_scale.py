@@ -561,6 +561,9 @@ def explain_arms(conn: psycopg.Connection, sid: str, indexed: bool) -> dict[str,
     stored = stored_session(conn, sid)
     assert stored is not None
     session, chunks = stored
+    tenant_row = conn.execute("SELECT tenant_id FROM sessions WHERE id = %s", (session,)).fetchone()
+    assert tenant_row is not None
+    tenant = tenant_row[0]
     row = conn.execute(
         "SELECT embedding::text FROM chunks WHERE session_id = %s LIMIT 1", (session,)
     ).fetchone()
@@ -571,11 +574,17 @@ def explain_arms(conn: psycopg.Connection, sid: str, indexed: bool) -> dict[str,
     if indexed:
         plans["vector"] = index_plan(conn, session, vector)
     elif chunks * DIM * 4 > in_process:
-        params = {"vector": vector, "session": session, "model": MODEL, "limit": 30}
+        params = {
+            "vector": vector,
+            "tenant": tenant,
+            "session": session,
+            "model": MODEL,
+            "limit": 30,
+        }
         plans["vector"] = reader_plan(conn, _NEAREST, params)
     needle = "7fa3c"
     params = {"limit": 30, "n0": f"%{needle}%", "t0": lexical_document(needle)}
-    plans["exact"] = reader_plan(conn, _exact_statement(session, 1, by_terms=True), params)
+    plans["exact"] = reader_plan(conn, _exact_statement(tenant, session, 1, by_terms=True), params)
     return {arm: plan.replace(vector, "[query vector]") for arm, plan in plans.items()}
 
 

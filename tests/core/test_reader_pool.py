@@ -59,11 +59,13 @@ async def test_the_reader_pools_statements_are_planned_once_per_connection(
     10 ids looks dearer than the plans for the few ids given."""
     own = settings.model_copy(update={"db": settings.db.model_copy(update={"pool_size": 1})})
     reader = create_reader_pool(own)
-    session = uuid.uuid4()
+    tenant, session = uuid.uuid4(), uuid.uuid4()
     try:
         for n in range(7):
             chunk_ids = [str(uuid.uuid4()) for _ in range(1 + n % 3)]
-            await read_once(reader, lambda conn, ids=chunk_ids: turns_of_chunks(conn, session, ids))
+            await read_once(
+                reader, lambda conn, ids=chunk_ids: turns_of_chunks(conn, tenant, session, ids)
+            )
 
         async def plans(conn: psycopg.AsyncConnection[Any]) -> list[tuple[int, int]]:
             cursor = await conn.execute(

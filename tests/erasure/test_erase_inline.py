@@ -17,8 +17,8 @@ from app.erasure.erase import run_erase
 from app.erasure.service import delete_session
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
-from tests.erasure.test_erase_job import receipt
-from tests.support.factories import session_of_key, transaction
+from tests.erasure.test_erase_job import receipt, receipt_tenant
+from tests.support.factories import session_of_key, tenant_of, transaction
 from tests.support.waiting import wait_for
 
 MARKER = "Quetzalharbour lockers 7731"
@@ -54,7 +54,7 @@ async def tombstoned(
 ) -> uuid.UUID:
     """The session tombstoned without the request's inline erase: its receipt, pending."""
     async with transaction(engine) as db:
-        row = await sessions_store.get_session_by_pk(db, pk)
+        row = await sessions_store.get_session_by_pk(db, await tenant_of(db, pk), pk)
         assert row is not None
         caller = Caller(row.tenant_id, "admin", frozenset(s.value for s in ALL_SCOPES), None)
         erased = await delete_session(db, caller, settings, cache, sid)
@@ -92,7 +92,10 @@ async def test_a_session_delete_is_erased_in_its_request(
         )
     assert waiting == 1
     async with httpx.AsyncClient() as http:
-        again = await run_erase(create_sessionmaker(engine), settings, cache, http, receipt_id)
+        tenant = await receipt_tenant(engine, receipt_id)
+        again = await run_erase(
+            create_sessionmaker(engine), settings, cache, http, tenant, receipt_id
+        )
     assert again is False
     assert (await receipt(engine, receipt_id))["attempts"] == 1
 
@@ -106,8 +109,10 @@ async def test_the_inline_bound_counts_the_bytes_of_the_turn_texts(
     assert (await admin.post(f"/v1/sessions/{sid}/turns", json={"turns": turns})).is_success
     pk = await session_of_key(engine, admin_key, sid)
     async with transaction(engine) as db:
-        assert await turns_store.session_text_bytes(db, pk) == sum(len(t.encode()) for t in texts)
-        assert await turns_store.session_text_bytes(db, uuid.uuid4()) == 0
+        assert await turns_store.session_text_bytes(db, await tenant_of(db, pk), pk) == sum(
+            len(t.encode()) for t in texts
+        )
+        assert await turns_store.session_text_bytes(db, uuid.uuid4(), uuid.uuid4()) == 0
 
 
 async def test_a_failed_cache_hunt_leaves_every_row_for_the_retry(
@@ -123,7 +128,14 @@ async def test_a_failed_cache_hunt_leaves_every_row_for_the_retry(
         async with httpx.AsyncClient() as http:
             failed: BaseException | None = None
             try:
-                await run_erase(maker, settings, down, http, receipt_id)
+                await run_erase(
+                    maker,
+                    settings,
+                    down,
+                    http,
+                    await receipt_tenant(engine, receipt_id),
+                    receipt_id,
+                )
             except RuntimeError as exc:
                 failed = exc
     finally:
@@ -134,7 +146,12 @@ async def test_a_failed_cache_hunt_leaves_every_row_for_the_retry(
     assert await rows_of(engine, pk) == (1, 1)  # the texts are still there to hunt with
 
     async with httpx.AsyncClient() as http:
-        assert await run_erase(maker, settings, cache, http, receipt_id) is True
+        assert (
+            await run_erase(
+                maker, settings, cache, http, await receipt_tenant(engine, receipt_id), receipt_id
+            )
+            is True
+        )
     found = await receipt(engine, receipt_id)
     assert found["status"] == "completed" and found["attempts"] == 2
     assert await rows_of(engine, pk) == (0, 0)
@@ -151,9 +168,10 @@ async def test_two_runs_of_one_receipt_take_turns(
         await first.execute(
             text("SELECT id FROM erase_receipts WHERE id = :r FOR UPDATE"), {"r": receipt_id}
         )
+        tenant = await receipt_tenant(engine, receipt_id)
         async with httpx.AsyncClient() as http:
             second = asyncio.create_task(
-                run_erase(create_sessionmaker(engine), settings, cache, http, receipt_id)
+                run_erase(create_sessionmaker(engine), settings, cache, http, tenant, receipt_id)
             )
 
             async def waiting_on_a_lock() -> int:

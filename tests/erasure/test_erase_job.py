@@ -16,7 +16,7 @@ from app.core.config import Settings
 from app.core.db import create_sessionmaker
 from app.erasure.erase import NotesRebuildFailed, run_erase
 from app.erasure.service import forget
-from app.store.models import Session
+from app.store import sessions as sessions_store
 from tests.notes.test_notes_service import (
     ENGLISH,
     as_turns,
@@ -25,7 +25,7 @@ from tests.notes.test_notes_service import (
     refresh,
     scratchpad,
 )
-from tests.support.factories import transaction
+from tests.support.factories import tenant_of, transaction
 from tests.support.loopback import loopback_server
 
 REBUILT = {"goal": [{"text": "offsite in Lisbon", "seq": 1, "subject": None, "source": "user"}]}
@@ -42,11 +42,21 @@ async def forget_turn(
     engine: AsyncEngine, settings: Settings, cache: Cache, pk: uuid.UUID, seq: int
 ) -> uuid.UUID:
     async with transaction(engine) as db:
-        session = await db.get(Session, pk)
+        session = await sessions_store.get_session_by_pk(db, await tenant_of(db, pk), pk)
         assert session is not None
         request = MemoryRequest(type=MemoryType.FORGET, turn_range=[seq, seq])
         _, data = await forget(db, settings, cache, session, request)
     return uuid.UUID(data["erase_receipt_id"])
+
+
+async def receipt_tenant(engine: AsyncEngine, receipt_id: uuid.UUID) -> uuid.UUID:
+    """The tenant of a receipt (what its erase job names besides its id)."""
+    async with engine.connect() as conn:
+        found = await conn.scalar(
+            text("SELECT tenant_id FROM erase_receipts WHERE id = :r"), {"r": receipt_id}
+        )
+    assert found is not None
+    return uuid.UUID(str(found))
 
 
 async def receipt(engine: AsyncEngine, receipt_id: uuid.UUID) -> dict[str, Any]:
@@ -72,6 +82,7 @@ async def test_erase_rebuilds_the_notes_with_the_llm_generator(
                 llm_settings(settings, llm.url),
                 cache,
                 http,
+                await receipt_tenant(engine, receipt_id),
                 receipt_id,
             )
     assert done is True
@@ -102,6 +113,7 @@ async def test_erase_stays_pending_while_the_notes_cannot_be_rebuilt(
                     llm_settings(settings, llm.url),
                     cache,
                     http,
+                    await receipt_tenant(engine, receipt_id),
                     receipt_id,
                 )
     found = await receipt(engine, receipt_id)

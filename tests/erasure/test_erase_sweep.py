@@ -13,8 +13,9 @@ from app.erasure.service import delete_session
 from app.offload.sweep import repair_counters
 from app.store import sessions as sessions_store
 from app.store.chunks import active_chunk_count
+from app.store.models import SessionKey
 from app.store.sessions import Counters
-from tests.support.factories import session_of_key, transaction
+from tests.support.factories import session_of_key, tenant_of, transaction
 
 SMALL = {
     "context_limit": 2500,
@@ -44,16 +45,16 @@ async def test_the_sweep_skips_a_session_waiting_for_its_erase(
     # Tombstoned without the request's inline erase, and this server runs no worker: the
     # session stays tombstoned, its erase job waiting.
     async with transaction(engine) as db:
-        row = await sessions_store.get_session_by_pk(db, pk)
+        row = await sessions_store.get_session_by_pk(db, await tenant_of(db, pk), pk)
         assert row is not None
         caller = Caller(row.tenant_id, "admin", frozenset(s.value for s in ALL_SCOPES), None)
         await delete_session(db, caller, settings, cache, sid)
 
     async with transaction(engine) as db:
-        row = await sessions_store.get_session_by_pk(db, pk)
+        row = await sessions_store.get_session_by_pk(db, await tenant_of(db, pk), pk)
         assert row is not None and sessions_store.erasing(row)
         stored = Counters(row.c1_tokens, row.c1_turns, row.turn_count, row.chunk_count)
-        counted = await sessions_store.recount(db, pk, active_chunk_count)
+        counted = await sessions_store.recount(db, await tenant_of(db, pk), pk, active_chunk_count)
         assert stored != counted  # what the sweep took for drift
         drifted = await sessions_store.sessions_with_drift(
             db,
@@ -62,8 +63,12 @@ async def test_the_sweep_skips_a_session_waiting_for_its_erase(
             changed_since=datetime.now(UTC) - timedelta(hours=1),
             written_since=datetime.now(UTC) - timedelta(hours=1),
         )
-        assert pk not in drifted
-        assert pk not in await sessions_store.sessions_over_watermark(
+        assert pk not in {key.id for key in drifted}
+        over = await sessions_store.sessions_over_watermark(
             db, settings.session_defaults, datetime.now(UTC) - timedelta(hours=1)
         )
-        assert await repair_counters(db, settings, cache, pk) is None
+        assert pk not in {key.id for key in over}
+        assert (
+            await repair_counters(db, settings, cache, SessionKey(await tenant_of(db, pk), pk))
+            is None
+        )

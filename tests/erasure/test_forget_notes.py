@@ -11,7 +11,7 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.erasure.service import forget
 from app.notes.schemas import Notes
-from app.store.models import Session
+from app.store import sessions as sessions_store
 from tests.notes.test_notes_service import (
     ENGLISH,
     as_turns,
@@ -19,7 +19,7 @@ from tests.notes.test_notes_service import (
     refresh,
     scratchpad,
 )
-from tests.support.factories import transaction
+from tests.support.factories import tenant_of, transaction
 from tests.support.waiting import wait_for
 
 BUDGET_SEQ = 3  # "The budget must not exceed 8000 EUR." -> a constraint from turn 3
@@ -59,7 +59,7 @@ async def test_forget_rewrites_notes_committed_while_it_ran(
 
         async def run_forget() -> dict[str, object]:
             async with transaction(engine) as db:
-                session = await db.get(Session, pk)
+                session = await sessions_store.get_session_by_pk(db, await tenant_of(db, pk), pk)
                 assert session is not None
                 _, data = await forget(
                     db,

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core.cache import Cache
 from app.core.config import Settings
 from app.store import embedding_backlog as backlog_store
-from app.store.embedding_backlog import CHUNKS, MEMORIES, Backlog, Row
+from app.store.embedding_backlog import CHUNKS, MEMORIES, Backlog, Row, TenantRows
 from app.store.models import Chunk, Memory, Session
 from tests.support.factories import append, new_caller, transaction
 
@@ -74,8 +74,11 @@ async def add_and_read_pending(
         before = await backlog_store.count_pending(db, backlog, MODEL)
         db.add_all(rows.values())
     names = {row.id: name for name, row in rows.items()}
+    tenant = next(iter(rows.values())).tenant_id
     async with transaction(engine) as db:
-        pending = await backlog_store.pending(db, backlog, list(names), MODEL, 10)
+        pending = await backlog_store.pending(
+            db, backlog, TenantRows(tenant, list(names)), MODEL, 10
+        )
         after = await backlog_store.count_pending(db, backlog, MODEL)
     return {names[row.id] for row in pending}, after - before
 
@@ -96,8 +99,11 @@ async def test_chunks_lacking_a_vector_of_the_model_are_pending(
     assert pending == expected
     assert counted == len(expected)
     async with transaction(engine) as db:
-        ids = [row.id for row in rows.values()]
+        ids = TenantRows(session.tenant_id, [row.id for row in rows.values()])
         assert len(await backlog_store.pending(db, CHUNKS, ids, MODEL, 2)) == 2
+        # Another tenant's read names none of these rows.
+        elsewhere = TenantRows(uuid.uuid4(), ids.ids)
+        assert await backlog_store.pending(db, CHUNKS, elsewhere, MODEL, 2) == []
 
 
 async def test_remembered_items_lacking_a_vector_of_the_model_are_pending(
@@ -127,18 +133,19 @@ async def test_a_vector_is_stored_on_active_rows_only_and_failures_are_counted(
     async with transaction(engine) as db:
         db.add_all([live, gone, item])
     async with transaction(engine) as db:
+        tenant = session.tenant_id
         for row_id in (live.id, gone.id):
-            await backlog_store.store_vector(db, CHUNKS, row_id, VECTOR, MODEL)
-        await backlog_store.store_vector(db, MEMORIES, item.id, VECTOR, MODEL)
-        await backlog_store.count_failure(db, CHUNKS, [live.id, gone.id])
-        await backlog_store.count_failure(db, CHUNKS, [live.id])
-        await backlog_store.count_failure(db, MEMORIES, [item.id])
+            await backlog_store.store_vector(db, CHUNKS, tenant, row_id, VECTOR, MODEL)
+        await backlog_store.store_vector(db, MEMORIES, tenant, item.id, VECTOR, MODEL)
+        await backlog_store.count_failure(db, CHUNKS, TenantRows(tenant, [live.id, gone.id]))
+        await backlog_store.count_failure(db, CHUNKS, TenantRows(tenant, [live.id]))
+        await backlog_store.count_failure(db, MEMORIES, TenantRows(tenant, [item.id]))
     async with transaction(engine) as db:
         chunks = {
             c.id: (c.embedding_model, c.embed_attempts)
             for c in (await db.scalars(select(Chunk).where(Chunk.id.in_([live.id, gone.id]))))
         }
-        stored = await db.get(Memory, item.id)
+        stored = await db.get(Memory, (item.id, item.tenant_id))
     assert chunks == {live.id: (MODEL, 2), gone.id: (None, 1)}
     assert stored is not None
     assert (stored.embedding_model, stored.embed_attempts) == (MODEL, 1)

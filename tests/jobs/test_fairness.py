@@ -14,6 +14,7 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.jobs.queue import TaskName, enqueue_offload
 from app.offload.service import offload_session
+from app.store.models import SessionKey
 from tests.offload.test_embedding_jobs import (
     FLOOR_OF_TWO,
     chunk_states,
@@ -23,7 +24,7 @@ from tests.offload.test_embedding_jobs import (
     worker_env_for,
 )
 from tests.offload.test_offload_service import session_pk
-from tests.support.factories import append, configure, new_caller, transaction
+from tests.support.factories import append, configure, new_caller, tenant_of, transaction
 from tests.support.loopback import loopback_server
 from tests.support.waiting import wait_for
 from tests.support.workers import worker_process
@@ -84,7 +85,9 @@ async def backlog_of_tenant_a(
         await append(engine, tenant_a, settings, cache, sid, tagged_turns(embedder.tag, 0, 14))
         pk = await session_pk(engine, tenant_a.tenant_id, sid)
         async with transaction(engine) as db:
-            done = await offload_session(db, settings, cache, pk, trigger="test", until_tokens=0)
+            done = await offload_session(
+                db, settings, cache, await tenant_of(db, pk), pk, trigger="test", until_tokens=0
+            )
         assert done is not None and done.chunks_written >= 3
         pks.append(pk)
     await wait_for(
@@ -114,7 +117,9 @@ async def session_of_tenant_b_over_its_watermark(
     await configure(engine, tenant_b, settings, cache, "b", context_limit=2000, reserve_tokens=500)
     pk = await session_pk(engine, tenant_b.tenant_id, "b")
     async with transaction(engine) as db:
-        await enqueue_offload(db, pk, trigger="test")  # unless the new limit did
+        await enqueue_offload(
+            db, SessionKey(await tenant_of(db, pk), pk), trigger="test"
+        )  # unless the new limit did
     return pk
 
 
@@ -210,7 +215,13 @@ async def test_a_sessions_first_embedding_job_goes_before_another_sessions_backl
                     a_pk = await session_pk(engine, tenant_a.tenant_id, "a")
                     async with transaction(engine) as db:
                         done = await offload_session(
-                            db, settings, cache, a_pk, trigger="test", until_tokens=0
+                            db,
+                            settings,
+                            cache,
+                            await tenant_of(db, a_pk),
+                            a_pk,
+                            trigger="test",
+                            until_tokens=0,
                         )
                     assert done is not None and done.chunks_written >= 1
                 assert a_pk is not None
@@ -228,7 +239,13 @@ async def test_a_sessions_first_embedding_job_goes_before_another_sessions_backl
                 b_pk = await session_pk(engine, tenant_b.tenant_id, "b")
                 async with transaction(engine) as db:
                     b_done = await offload_session(
-                        db, settings, cache, b_pk, trigger="test", until_tokens=0
+                        db,
+                        settings,
+                        cache,
+                        await tenant_of(db, b_pk),
+                        b_pk,
+                        trigger="test",
+                        until_tokens=0,
                     )
                 assert b_done is not None and b_done.chunks_written >= 1
 

@@ -1,5 +1,8 @@
 """Queued jobs name their task and pass their arguments by keyword: a task module that moves must
-keep its name, queue and parameters, or jobs already in the queue stop running after an upgrade."""
+keep its name, queue and parameters, or jobs already in the queue stop running after an upgrade.
+A parameter added later has a default, so that a job queued before still runs: `tenant_id`, which
+every job naming a session, its rows or a receipt carries since issue 40 (a job without it learns
+it from its rows, `tests/jobs/test_old_job_shapes.py`)."""
 
 import inspect
 
@@ -8,12 +11,21 @@ from app.runtime.worker import create_job_app
 
 # task name -> (queue, parameters after the job context, with their defaults)
 TASKS = {
-    "offload:run": ("contextd", "session_pk: str, trigger: str = 'watermark'"),
-    "offload:embed_chunks": ("contextd-background", "chunk_ids: list[str]"),
+    "offload:run": (
+        "contextd",
+        "session_pk: str, trigger: str = 'watermark', tenant_id: str | None = None",
+    ),
+    "offload:embed_chunks": (
+        "contextd-background",
+        "chunk_ids: list[str], tenant_id: str | None = None",
+    ),
     "offload:sweep": ("contextd-background", "timestamp: int"),
-    "notes:refresh": ("contextd", "session_pk: str, rebuild: bool = False"),
-    "memory:erase": ("contextd", "receipt_id: str"),
-    "memory:embed": ("contextd-background", "memory_ids: list[str]"),
+    "notes:refresh": (
+        "contextd",
+        "session_pk: str, rebuild: bool = False, tenant_id: str | None = None",
+    ),
+    "memory:erase": ("contextd", "receipt_id: str, tenant_id: str | None = None"),
+    "memory:embed": ("contextd-background", "memory_ids: list[str], tenant_id: str | None = None"),
     "memory:sweep_embeddings": ("contextd-background", "timestamp: int"),
     "memory:sweep_validity": ("contextd-background", "timestamp: int"),
     "sessions:purge_idempotency": ("contextd-background", "timestamp: int"),

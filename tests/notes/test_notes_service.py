@@ -28,7 +28,7 @@ from app.offload.service import offload_session
 from app.store import sessions as sessions_store
 from app.store.models import Session
 from tests.offload.test_offload_service import session_pk
-from tests.support.factories import append, configure, new_caller, transaction
+from tests.support.factories import append, configure, new_caller, tenant_of, transaction
 from tests.support.loopback import loopback_server
 
 # Everything but a two-turn floor can be offloaded; `until_tokens=0` asks for exactly that.
@@ -138,7 +138,9 @@ async def max_offloaded_seq(engine: AsyncEngine, pk: uuid.UUID) -> int:
 async def offload_all(engine: AsyncEngine, settings: Settings, cache: Cache, pk: uuid.UUID) -> int:
     """Offload every turn above the floor; returns the number of turns moved."""
     async with transaction(engine) as db:
-        result = await offload_session(db, settings, cache, pk, trigger="test", until_tokens=0)
+        result = await offload_session(
+            db, settings, cache, await tenant_of(db, pk), pk, trigger="test", until_tokens=0
+        )
     assert result is not None and result.turns_moved > 0
     return result.turns_moved
 
@@ -151,7 +153,9 @@ async def refresh(
     llm_client: httpx.AsyncClient | None = None,
 ) -> str:
     async with transaction(engine) as db:
-        return await refresh_notes(db, settings, cache, pk, llm_client=llm_client)
+        return await refresh_notes(
+            db, settings, cache, await tenant_of(db, pk), pk, llm_client=llm_client
+        )
 
 
 async def offloaded_session(
@@ -200,7 +204,7 @@ async def test_racing_drafts_from_one_base_write_one_version_and_count_the_loser
     drafts = []
     for _ in range(2):
         async with transaction(engine) as db:
-            session = await sessions_store.get_session_by_pk(db, pk)
+            session = await sessions_store.get_session_by_pk(db, await tenant_of(db, pk), pk)
             assert session is not None
             drafts.append(await compute_notes(db, settings, session))
     assert [d.base_version for d in drafts] == [1, 1]
@@ -380,13 +384,13 @@ async def test_current_notes_never_serves_an_older_version_after_a_write(
 
     async def row() -> Session:
         async with transaction(engine) as db:
-            session = await sessions_store.get_session_by_pk(db, pk)
+            session = await sessions_store.get_session_by_pk(db, await tenant_of(db, pk), pk)
             assert session is not None
             return session
 
     async def read() -> Any:
         async with transaction(engine) as db:
-            session = await sessions_store.get_session_by_pk(db, pk)
+            session = await sessions_store.get_session_by_pk(db, await tenant_of(db, pk), pk)
             assert session is not None
             return await current_notes(db, cache, session)
 

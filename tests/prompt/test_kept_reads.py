@@ -178,16 +178,19 @@ async def test_the_offloaded_tail_stops_before_the_window_a_build_read(
     """A build reads its window, then the offloaded turns before it: an offload that commits in
     between has moved the window's oldest turns into chunks, and the tail must not hold them a
     second time (the prompt would show them twice)."""
-    _, pk = await offloaded_session(
+    caller, pk = await offloaded_session(
         engine, settings, cache, as_turns(script[:6]), sid=f"tail-before-{lang}"
     )
+    tenant = caller.tenant_id
     reader = create_reader_pool(settings)
     try:
 
         async def tail(before: int) -> list[int]:
             found = await read_once(
                 reader,
-                lambda conn: offloaded_tail(conn, pk, before=before, tokens=10**6, turns=200),
+                lambda conn: offloaded_tail(
+                    conn, tenant, pk, before=before, tokens=10**6, turns=200
+                ),
             )
             assert all(chunk for _, chunk in found)
             return [turn.seq for turn, _ in found]

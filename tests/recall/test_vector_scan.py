@@ -26,7 +26,7 @@ from tests.prompt.test_recall_needles import filler, load, offloaded, recalled_b
 from tests.recall.test_kept_rows import DIM, bag_of_terms
 from tests.recall.test_shown_lines import same_build
 from tests.store.test_vector_index import MODEL, add_session, clustered_vectors
-from tests.support.factories import transaction
+from tests.support.factories import tenant_of, transaction
 from tests.support.loopback import loopback_server, with_openai_embedder
 from tests.support.server import run_server
 
@@ -77,13 +77,14 @@ async def test_the_vectors_read_back_and_the_scan_in_process_equals_the_scan_in_
     stored = clustered_vectors(rng, 300)
     pk = await add_session(engine, settings, cache, "scan-in-process", stored)
     async with transaction(engine) as db:
+        tenant = await tenant_of(db, pk)
         rows = await db.execute(select(Chunk.id, Chunk.raw_text).where(Chunk.session_id == pk))
         text_of = {str(cid): raw for cid, raw in rows}
     ids = list(text_of)
     async with engine.connect() as conn:
         driver = await driver_connection(conn)
-        read = await chunks_store.chunk_vectors(driver, pk, MODEL, ids)
-        other_model = await chunks_store.chunk_vectors(driver, pk, "another-model", ids)
+        read = await chunks_store.chunk_vectors(driver, tenant, pk, MODEL, ids)
+        other_model = await chunks_store.chunk_vectors(driver, tenant, pk, "another-model", ids)
     assert other_model == {}
     assert set(read) == set(ids)
     by_text = {f"chunk {i}": v for i, v in enumerate(stored)}
@@ -95,7 +96,9 @@ async def test_the_vectors_read_back_and_the_scan_in_process_equals_the_scan_in_
     for query in clustered_vectors(rng, 5):
         async with engine.connect() as conn:
             driver = await driver_connection(conn)
-            scanned = await chunks_store.nearest_and_shown(driver, pk, MODEL, list(query), 30, [])
+            scanned = await chunks_store.nearest_and_shown(
+                driver, tenant, pk, MODEL, list(query), 30, []
+            )
         in_postgres = scanned.nearest
         in_process = held.nearest(query, 30)
         assert list(in_process) == list(in_postgres)

@@ -24,7 +24,7 @@ from tests.offload.test_embedding_jobs import (
     openai_settings,
 )
 from tests.offload.test_offload_service import session_pk
-from tests.support.factories import append, configure, new_caller, transaction
+from tests.support.factories import append, configure, new_caller, tenant_of, transaction
 from tests.support.loopback import loopback_server
 
 SEARCHES = ("invoice INV-77123", "AB-55810 refund", "发票 纸质版")
@@ -100,7 +100,9 @@ async def test_reembed_moves_every_chunk_to_the_new_model_and_resumes_after_a_fa
     await append(engine, caller, settings, cache, sid, [*TURNS[:6], *many, *TURNS[6:]])
     pk = await session_pk(engine, caller.tenant_id, sid)
     async with transaction(engine) as db:
-        result = await offload_session(db, settings, cache, pk, trigger="test", until_tokens=0)
+        result = await offload_session(
+            db, settings, cache, await tenant_of(db, pk), pk, trigger="test", until_tokens=0
+        )
     assert result is not None and result.chunks_written >= 3
     lexical = await lexical_view(engine, pk)
     assert len(lexical["invoice INV-77123"]) == 4  # the original and its three copies

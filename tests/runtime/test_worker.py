@@ -13,8 +13,9 @@ from app.core.config import Settings
 from app.jobs.queue import enqueue_offload
 from app.runtime.embedded import EmbeddedStack
 from app.runtime.worker import create_job_app, retry_stalled_jobs
+from app.store.models import SessionKey
 from tests.offload.test_sweep_counters import turn
-from tests.support.factories import session_of_key, transaction
+from tests.support.factories import session_of_key, tenant_of, transaction
 from tests.support.server import run_server
 from tests.support.waiting import wait_for
 
@@ -43,7 +44,9 @@ async def test_readyz_reports_no_live_worker_and_stuck_jobs(
             ).status_code == 201
             pk = await session_of_key(engine, api_key, "r")
             async with transaction(engine) as db:
-                assert await enqueue_offload(db, pk, trigger="test")
+                assert await enqueue_offload(
+                    db, SessionKey(await tenant_of(db, pk), pk), trigger="test"
+                )
                 # A job left running by a worker that died (no worker holds it).
                 await db.execute(
                     text("UPDATE procrastinate_jobs SET status = 'doing' WHERE lock = :lock"),
@@ -72,13 +75,14 @@ async def test_a_stalled_job_whose_twin_is_queued_is_failed_not_retried(
     free while the first job is `doing`): the stalled job cannot go back to the queue beside
     its twin, so it is marked failed, and the watcher does not fail on it at every round."""
     pk = uuid.uuid4()
+    key = SessionKey(uuid.uuid4(), pk)  # a job of a session that is not there
     async with transaction(engine) as db:
-        assert await enqueue_offload(db, pk, trigger="test")
+        assert await enqueue_offload(db, key, trigger="test")
         await db.execute(
             text("UPDATE procrastinate_jobs SET status = 'doing' WHERE queueing_lock = :q"),
             {"q": f"offload:{pk}"},
         )
-        assert await enqueue_offload(db, pk, trigger="sweeper")  # the twin
+        assert await enqueue_offload(db, key, trigger="sweeper")  # the twin
     job_app = create_job_app(settings)
     async with job_app.open_async():
         assert await retry_stalled_jobs(job_app, stalled_after_seconds=1) >= 1

@@ -22,7 +22,7 @@ async def test_a_session_keeps_its_newest_builds(engine: AsyncEngine) -> None:
             )
             await builds_store.store_build(db, build_id, session, {"n": n}, keep=3)
     async with transaction(engine) as db:
-        kept = await builds_store.recent_builds(db, session.id, 10)
+        kept = await builds_store.recent_builds(db, session.tenant_id, session.id, 10)
     assert [b.id for b in kept] == ids[:1:-1] and [b.record["n"] for b in kept] == [4, 3, 2]
 
 

@@ -15,7 +15,7 @@ from app.core.db import driver_connection
 from app.store import chunks as chunks_store
 from app.store.models import Chunk
 from tests.store.test_vector_index import MODEL, add_session, clustered_vectors
-from tests.support.factories import transaction
+from tests.support.factories import tenant_of, transaction
 
 
 async def test_the_vector_arm_and_the_shown_rows_come_in_one_statement(
@@ -32,18 +32,21 @@ async def test_the_vector_arm_and_the_shown_rows_come_in_one_statement(
         similarity = {str(cid): float(vectors[int(raw.split()[1])] @ query) for cid, raw, _ in rows}
         exact = dict(sorted(similarity.items(), key=lambda item: -item[1])[:10])
         others = [str(cid) for cid, _, _ in rows if str(cid) not in exact][:2]
-        await chunks_store.tombstone_chunks(db, [uuid.UUID(others[1])])
+        tenant = await tenant_of(db, pk)
+        await chunks_store.tombstone_chunks(db, tenant, [uuid.UUID(others[1])])
     texts = {str(cid): (raw, turn) for cid, raw, turn in rows}
 
     async with engine.connect() as conn:
         driver = await driver_connection(conn)
-        found = await chunks_store.nearest_and_shown(driver, pk, MODEL, query, 10, others)
-        by_id = await chunks_store.nearest_and_shown(driver, pk, "", None, 10, [others[0]])
-        nothing = await chunks_store.nearest_and_shown(driver, pk, "", None, 10, [])
+        found = await chunks_store.nearest_and_shown(driver, tenant, pk, MODEL, query, 10, others)
+        by_id = await chunks_store.nearest_and_shown(driver, tenant, pk, "", None, 10, [others[0]])
+        nothing = await chunks_store.nearest_and_shown(driver, tenant, pk, "", None, 10, [])
         held = set(list(exact)[:4])  # rows the caller keeps: only distances come for them
-        ids_only = await chunks_store.nearest_and_shown(driver, pk, MODEL, query, 10, others, held)
+        ids_only = await chunks_store.nearest_and_shown(
+            driver, tenant, pk, MODEL, query, 10, others, held
+        )
         all_held = await chunks_store.nearest_and_shown(
-            driver, pk, MODEL, query, 10, [], set(exact)
+            driver, tenant, pk, MODEL, query, 10, [], set(exact)
         )
 
     assert list(found.nearest) == list(exact)  # the exact scan's order

@@ -70,7 +70,7 @@ async def test_a_session_idle_past_the_lookback_is_left_to_its_next_write(
                 changed_since=datetime.now(UTC) - HOUR,
                 written_since=since,
             )
-        return pk in over, pk in drifted
+        return pk in {key.id for key in over}, pk in {key.id for key in drifted}
 
     assert await seen(24 * HOUR) == (True, True)
     await written(engine, pk, 2 * 24 * HOUR)

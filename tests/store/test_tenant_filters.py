@@ -210,8 +210,9 @@ def _expression_filter_breaches(unit: ast.AST, tables: Mapping[str, str]) -> lis
     assigned_by: dict[str, int] = {}
     for i, statement in enumerate(statements):
         for node in ast.walk(statement):
-            loaded = isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
-            if loaded and node.id in assigned_by:
+            if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+                continue
+            if node.id in assigned_by:
                 group[root(i)] = root(assigned_by[node.id])
         for node in ast.walk(statement):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):

@@ -17,7 +17,7 @@ from app.embeddings.base import vector_literal
 from app.store import chunks as chunks_store
 from app.store import vector_index as vector_index_store
 from tests.offload.test_offload_service import session_pk
-from tests.support.factories import configure, new_caller, transaction
+from tests.support.factories import configure, new_caller, tenant_of, transaction
 
 OWN_DATABASE = True  # it drops every session index it finds stale: see tests/conftest.py
 MODEL = "test-e5"
@@ -67,9 +67,11 @@ async def add_session(
     return pk
 
 
-async def exact_scan(driver: Any, pk: uuid.UUID, query: list[float]) -> dict[str, float]:
+async def exact_scan(
+    driver: Any, tenant: uuid.UUID, pk: uuid.UUID, query: list[float]
+) -> dict[str, float]:
     """The session's 10 nearest chunks by the exact scan recall runs in PostgreSQL."""
-    return (await chunks_store.nearest_and_shown(driver, pk, MODEL, query, 10, [])).nearest
+    return (await chunks_store.nearest_and_shown(driver, tenant, pk, MODEL, query, 10, [])).nearest
 
 
 @pytest.fixture
@@ -110,13 +112,15 @@ async def test_a_large_session_is_searched_through_its_own_index_with_the_exact_
     assert pk not in needing and other in needing
     scans_before = await index_scans(autocommit, name)
 
+    async with transaction(engine) as db:
+        tenant = await tenant_of(db, pk)
     index = vector_index_store.VectorIndexScan(DIM, 100)
     queries = vectors[rng.integers(0, CHUNKS, 12)] + 0.2 * rng.standard_normal((12, DIM))
     driver = await driver_connection(autocommit)  # as the reader pool's: autocommit
     for query in queries:
-        exact = await exact_scan(driver, pk, list(query))
+        exact = await exact_scan(driver, tenant, pk, list(query))
         found = await vector_index_store.nearest_through_index(
-            driver, pk, MODEL, list(query), 10, index
+            driver, tenant, pk, MODEL, list(query), 10, index
         )
         approximate = found.nearest
         assert list(found.shown) == list(approximate)  # the rows come with the search
@@ -132,15 +136,17 @@ async def test_a_large_session_is_searched_through_its_own_index_with_the_exact_
 
     # A forgotten chunk leaves the index's rows with its status: it is never returned again.
     query = list(queries[0])
-    found = await vector_index_store.nearest_through_index(driver, pk, MODEL, query, 10, index)
+    found = await vector_index_store.nearest_through_index(
+        driver, tenant, pk, MODEL, query, 10, index
+    )
     best = next(iter(found.nearest))
     async with transaction(engine) as db:
-        await chunks_store.tombstone_chunks(db, [uuid.UUID(best)])
+        await chunks_store.tombstone_chunks(db, tenant, [uuid.UUID(best)])
     after = (
-        await vector_index_store.nearest_through_index(driver, pk, MODEL, query, 10, index)
+        await vector_index_store.nearest_through_index(driver, tenant, pk, MODEL, query, 10, index)
     ).nearest
     assert best not in after and len(after) == 10
-    assert list(after) == list(await exact_scan(driver, pk, query))
+    assert list(after) == list(await exact_scan(driver, tenant, pk, query))
 
 
 async def test_indexes_of_deleted_sessions_and_of_other_models_are_dropped(

@@ -74,3 +74,10 @@ async def session_of_key(engine: AsyncEngine, api_key: str, sid: str) -> uuid.UU
         )
     assert found is not None
     return uuid.UUID(str(found))
+
+
+async def tenant_of(db: AsyncSession, session_pk: uuid.UUID) -> uuid.UUID:
+    """The tenant of a session a test holds by its primary key (the store's calls name both)."""
+    from app.store.sessions import tenants_of_sessions
+
+    return (await tenants_of_sessions(db, [session_pk]))[session_pk]
