@@ -70,7 +70,8 @@ async def test_the_reader_pools_statements_are_planned_once_per_connection(
         async def plans(conn: psycopg.AsyncConnection[Any]) -> list[tuple[int, int]]:
             cursor = await conn.execute(
                 "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-                "WHERE statement LIKE '%FROM turns WHERE session_id = $1 AND chunk_id = ANY%'"
+                "WHERE statement LIKE '%FROM turns WHERE tenant_id = $1 AND session_id = $2 "
+                "AND chunk_id = ANY%'"
             )
             return [(int(g), int(c)) for g, c in await cursor.fetchall()]
 

@@ -31,7 +31,7 @@ async def test_only_a_manifest_alone_commits_without_the_wal_flush(engine: Async
     async with transaction(engine) as db:
         session = await sessions_store.lock_or_create_session(db, caller.tenant_id, "async-commit")
     async with transaction(engine) as db:
-        await db.get(type(session), session.id)  # a read: no transaction id yet
+        await db.get(type(session), (session.id, session.tenant_id))  # a read: no transaction id
         await builds_store.store_build(db, uuid.uuid4(), session, {}, keep=5)
         assert await db.scalar(text("SHOW synchronous_commit")) == "off"
     async with transaction(engine) as db:
