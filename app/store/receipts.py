@@ -94,10 +94,12 @@ async def lock_pending(
 ) -> dict[str, Any] | None:
     """Lock a receipt not yet complete for the rest of the transaction, as `claim_attempt` does
     without counting; its target, None when it is gone or complete."""
+    # The conditions of `_pending` spelled out: a statement that locks shows its tenant filter
+    # itself (tests/store/test_tenant_filters.py reads each statement on its own).
     row = await db.execute(
         select(EraseReceipt.target)
         .where(
-            EraseReceipt.tenant_id == tenant_id,  # spelled out: a lock must name the tenant
+            EraseReceipt.tenant_id == tenant_id,
             EraseReceipt.id == receipt_id,
             EraseReceipt.status != "completed",
         )
