@@ -73,7 +73,7 @@ from psycopg import sql
 
 from app.core.config import load_settings
 from app.domain.text import lexical_document, terms
-from app.store.chunks import _NEAREST, _exact_statement
+from app.store.chunks import _NEAREST, _exact_statement, session_lexeme
 from app.store.vector_index import vector_index_name
 from benchmarks.build_prompt_latency import WORDS, percentile, turn_text
 from benchmarks.bulk_load import deferred_indexes, relation_sizes
@@ -557,7 +557,7 @@ def explain_arms(conn: psycopg.Connection, sid: str, indexed: bool) -> dict[str,
     `app.store.chunks`: the vector arm (ids and distances, as a build that keeps the
     chunks' rows sends it; the HNSW search when the session has its index; none for a session
     whose vectors recall scans in process) and the exact hits of a query's ID that no chunk
-    holds (as the benchmark's queries' IDs)."""
+    holds (as the benchmark's queries' IDs) and of a word every chunk holds."""
     stored = stored_session(conn, sid)
     assert stored is not None
     session, chunks = stored
@@ -582,9 +582,16 @@ def explain_arms(conn: psycopg.Connection, sid: str, indexed: bool) -> dict[str,
             "limit": 30,
         }
         plans["vector"] = reader_plan(conn, _NEAREST, params)
-    needle = "7fa3c"
-    params = {"limit": 30, "n0": f"%{needle}%", "t0": lexical_document(needle)}
-    plans["exact"] = reader_plan(conn, _exact_statement(tenant, session, 1, by_terms=True), params)
+    statement = _exact_statement(1, by_terms=True)
+    for arm, needle in (("exact", "7fa3c"), ("exact, a term of every chunk", "amount")):
+        params = {
+            "tenant": tenant,
+            "limit": 30,
+            "n0": f"%{needle}%",
+            "t0": lexical_document(needle),
+            "session_lexeme": session_lexeme(session),
+        }
+        plans[arm] = reader_plan(conn, statement, params)
     return {arm: plan.replace(vector, "[query vector]") for arm, plan in plans.items()}
 
 

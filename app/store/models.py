@@ -197,6 +197,14 @@ class IdempotencyRecord(Base):
     created_at: Mapped[datetime] = _created_at()
 
 
+# A chunk's terms (`lexical`) with one lexeme more, "session <its session id>", as the exact-hits
+# arm searches them (migration 0019): a search for that lexeme and a needle's terms is one GIN
+# search whose cost follows the smaller of the session's chunks and the needle's, never the
+# table. The lexeme holds a space, which no lexeme of `to_tsvector` holds, so no chunk's text
+# can produce another session's.
+CHUNK_TERMS_AND_SESSION = "(lexical || array_to_tsvector(ARRAY['session ' || session_id::text]))"
+
+
 class Chunk(Base):
     __tablename__ = "chunks"
     __table_args__ = (
@@ -208,9 +216,11 @@ class Chunk(Base):
             "created_at",
             postgresql_where=sql_text("embedding IS NULL AND status = 'active'"),
         ),
+        # The exact-hits arm's index (migration 0019): the chunk's terms and its session as one
+        # more lexeme (`CHUNK_TERMS_AND_SESSION`).
         Index(
-            "ix_chunks_lexical",
-            "lexical",
+            "ix_chunks_session_lexical",
+            sql_text(CHUNK_TERMS_AND_SESSION),
             postgresql_using="gin",
             postgresql_with={"gin_pending_list_limit": 64},  # migration 0008
         ),

@@ -84,5 +84,5 @@ def test_sessions_loaded_around_deferred_indexes_leave_the_schema_as_migrated(
         ).fetchone()
         assert found is not None and found[0] >= 1
         sizes = {name: size for name, _, size in relation_sizes(conn, TABLES)}
-        assert {"sessions", "chunks", "turns", "ix_chunks_lexical"} <= set(sizes)
+        assert {"sessions", "chunks", "turns", "ix_chunks_session_lexical"} <= set(sizes)
         assert all(size > 0 for size in sizes.values())
