@@ -72,6 +72,7 @@ import psycopg
 from psycopg import sql
 
 from app.core.config import load_settings
+from app.core.db import READER_PLANS
 from app.domain.text import lexical_document, terms
 from app.store.chunks import _NEAREST, _exact_statement, session_lexeme
 from app.store.vector_index import vector_index_name
@@ -517,10 +518,12 @@ def print_load(sessions: int, point: dict[str, Any]) -> None:
 
 def reader_plan(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> str:
     """EXPLAIN (ANALYZE, BUFFERS) of `statement` (psycopg placeholders) as the reader pool runs
-    it: prepared, with the generic plan (`app.core.db.READER_PLANS`), the third run (warm)."""
+    it: prepared, with its settings (`app.core.db.READER_PLANS`), the third run (warm)."""
     names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
     prepared = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", statement)
-    conn.execute("SET plan_cache_mode = force_generic_plan")
+    reader_settings = [setting.split("=", 1) for setting in READER_PLANS]
+    for name, value in reader_settings:
+        conn.execute(sql.SQL("SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
     conn.execute(f"PREPARE arm AS {prepared}")
     values = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
     explain = sql.SQL("EXPLAIN (ANALYZE, BUFFERS) EXECUTE arm ({})").format(values)
@@ -529,7 +532,8 @@ def reader_plan(conn: psycopg.Connection, statement: str, params: dict[str, Any]
             rows = conn.execute(explain).fetchall()
     finally:
         conn.execute("DEALLOCATE arm")
-        conn.execute("RESET plan_cache_mode")
+        for name, _ in reader_settings:
+            conn.execute(sql.SQL("RESET {}").format(sql.Identifier(name)))
     return "\n".join(r[0] for r in rows)
 
 

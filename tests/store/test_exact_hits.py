@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.cache import Cache
 from app.core.config import Settings
-from app.core.db import driver_connection
+from app.core.db import create_reader_pool, driver_connection
 from app.domain.callers import Caller
 from app.domain.text import lexical_document
 from app.store import chunks as chunks_store
@@ -94,17 +94,16 @@ async def test_the_exact_arm_finds_ids_and_quoted_strings_verbatim_in_its_sessio
         assert await hits(["of the"], limit=2) == notes[:-3:-1]
 
 
-async def generic_plan(driver: Any, statement: str, params: dict[str, Any]) -> str:
-    """The plan of `statement` (psycopg placeholders) as the reader pool runs it: prepared, its
-    generic plan (`app.core.db.READER_PLANS`)."""
+async def reader_plan(reader: Any, statement: str, params: dict[str, Any]) -> str:
+    """The plan of `statement` (psycopg placeholders) on a connection of the reader pool: prepared,
+    planned with the pool's settings (`app.core.db.READER_PLANS`)."""
     names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
     prepared = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", statement)
-    await driver.execute("SET plan_cache_mode = force_generic_plan")
-    await driver.execute(f"PREPARE arm AS {prepared}")
+    await reader.execute(f"PREPARE arm AS {prepared}")
     values = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
-    cursor = await driver.execute(sql.SQL("EXPLAIN EXECUTE arm ({})").format(values))
+    cursor = await reader.execute(sql.SQL("EXPLAIN EXECUTE arm ({})").format(values))
     plan = "\n".join(row[0] for row in await cursor.fetchall())
-    await driver.execute("DEALLOCATE arm")
+    await reader.execute("DEALLOCATE arm")
     return plan
 
 
@@ -135,18 +134,31 @@ async def test_the_exact_arm_searches_one_index_whatever_the_statistics_know(
             (str(big),),
         )
         assert await known.fetchone() == (session_in_statistics,)
-        # a table this small is cheaper to scan; a service's is not
-        await driver.execute("SET enable_seqscan = off")
-        statement = chunks_store._exact_statement(1, by_terms=True)
-        for needle in ["AB-00042", "amount"]:
-            params = {
-                "tenant": caller.tenant_id,
-                "limit": 30,
-                "n0": f"%{needle}%",
-                "t0": lexical_document(needle),
-                "session_lexeme": chunks_store.session_lexeme(big),
-            }
-            plan = await generic_plan(driver, statement, params)
-            assert "Bitmap Index Scan on ix_chunks_session_lexical" in plan, plan
-            assert "ix_chunks_session_range" not in plan, plan
-            assert await chunks_store.exact_hits(driver, caller.tenant_id, big, [needle], 30)
+    pool = create_reader_pool(settings)
+    try:
+        async with pool.connection() as reader:
+            # A table this small is cheaper to scan, and to search without parallel workers,
+            # than a service's is.
+            for setting in [
+                "enable_seqscan = off",
+                "parallel_setup_cost = 0",
+                "parallel_tuple_cost = 0",
+                "min_parallel_table_scan_size = 0",
+            ]:
+                await reader.execute(f"SET {setting}")  # fmt: skip
+            statement = chunks_store._exact_statement(1, by_terms=True)
+            for needle in ["AB-00042", "amount"]:
+                params = {
+                    "tenant": caller.tenant_id,
+                    "limit": 30,
+                    "n0": f"%{needle}%",
+                    "t0": lexical_document(needle),
+                    "session_lexeme": chunks_store.session_lexeme(big),
+                }
+                plan = await reader_plan(reader, statement, params)
+                assert "Bitmap Index Scan on ix_chunks_session_lexical" in plan, plan
+                assert "ix_chunks_session_range" not in plan, plan
+                assert "Gather" not in plan, plan
+                assert await chunks_store.exact_hits(reader, caller.tenant_id, big, [needle], 30)
+    finally:
+        await pool.dispose()
