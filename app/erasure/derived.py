@@ -14,7 +14,7 @@ from app.notes.policy import cap, remove_sources
 from app.notes.schemas import Notes
 from app.notes.service import NotesDraft, memory_items, write_notes
 from app.store import memories as memories_store
-from app.store import memory_lineage
+from app.store import memory_erasure as memory_erasure_store
 from app.store import scratchpads as scratchpads_store
 from app.store import sessions as sessions_store
 from app.store.models import Session, SessionKey
@@ -89,5 +89,5 @@ async def lineage_sessions(db: AsyncSession, key: SessionKey) -> list[uuid.UUID]
     if read is None:
         return []
     return await users_other_sessions(
-        db, read, set(await memory_lineage.derived_item_users(db, *key))
+        db, read, set(await memory_erasure_store.session_item_users(db, *key, derived_only=True))
     )

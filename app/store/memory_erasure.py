@@ -118,20 +118,24 @@ async def tombstone_user_memories(
 
 
 async def session_item_users(
-    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, *, derived_only: bool = False
 ) -> set[str]:
-    """The users of the user-scope items the session wrote and still holds (not tombstoned)."""
-    rows = await db.execute(
-        select(Memory.user_id)
-        .where(
-            Memory.tenant_id == tenant_id,
-            Memory.session_id == session_pk,
-            Memory.scope == "user",
-            Memory.user_id.is_not(None),
-            Memory.status.in_(MEMORY_HELD),
+    """The users of the user-scope items the session wrote and still holds (not tombstoned):
+    whose other sessions' notes an erase of this one changes. `derived_only`: only items that
+    name their source turns or tool, those a revocation of a source in this session reaches
+    (`app.store.memory_lineage`)."""
+    conditions = [
+        Memory.tenant_id == tenant_id,
+        Memory.session_id == session_pk,
+        Memory.scope == "user",
+        Memory.user_id.is_not(None),
+        Memory.status.in_(MEMORY_HELD),
+    ]
+    if derived_only:
+        conditions.append(
+            (func.cardinality(Memory.turn_seqs) > 0) | Memory.source_tool.is_not(None)
         )
-        .distinct()
-    )
+    rows = await db.execute(select(Memory.user_id).where(*conditions).distinct())
     return {user for user in rows.scalars() if user}
 
 

@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, cast, func, select, update
+from sqlalchemy import BigInteger, cast, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -25,27 +25,6 @@ def _derived_from(
     if tool is not None:
         derived = derived | (Memory.source_tool == tool)
     return (Memory.tenant_id == tenant_id) & (Memory.session_id == session_pk) & derived
-
-
-async def derived_item_users(
-    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID
-) -> set[str]:
-    """The users of the user-scope items the session holds that name their source turns or
-    tool: whose other sessions' notes a revocation in this one may change (read before the
-    locks are taken)."""
-    rows = await db.execute(
-        select(Memory.user_id)
-        .where(
-            Memory.tenant_id == tenant_id,
-            Memory.session_id == session_pk,
-            Memory.scope == "user",
-            Memory.user_id.is_not(None),
-            Memory.status.in_(MEMORY_HELD),
-            (func.cardinality(Memory.turn_seqs) > 0) | Memory.source_tool.is_not(None),
-        )
-        .distinct()
-    )
-    return {user for user in rows.scalars() if user}
 
 
 async def tombstone_derived_memories(
