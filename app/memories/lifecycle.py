@@ -18,6 +18,7 @@ from app.memories.schemas import MemoryOut, MemoryPatch, MemoryVersionList, Memo
 from app.memories.service import (
     check_validity,
     checked_text,
+    judged_contradicted,
     locked_session,
     refresh_notes_of,
     supersede_replaced,
@@ -76,6 +77,12 @@ async def change_item(
 ) -> Memory:
     """Apply `patch` to the item as one new revision: 409 when `expected_revision` is not the
     item's, or the item was replaced by a newer value; 422 for a move its status forbids."""
+    before = await memories_store.find_memory(db, session, memory_id)
+    judged = (
+        await judged_contradicted(db, context, session, before.scope, patch.text or before.text)
+        if before is not None and before.status in MEMORY_HELD
+        else frozenset()
+    )
     session = await locked_session(db, session)
     memory = await memories_store.find_memory(db, session, memory_id, lock=True)
     if memory is None or memory.status not in MEMORY_HELD:
@@ -104,9 +111,7 @@ async def change_item(
     )
     assert changed  # the row is locked: nobody moved it on
     # A change (a verification above all) states the item now: it outranks older values.
-    await supersede_replaced(
-        db, session, memory, change, said_at=datetime.now(UTC), context=context
-    )
+    await supersede_replaced(db, session, memory, change, said_at=datetime.now(UTC), judged=judged)
     await refresh_notes_of(db, session, user_scope=memory.scope == "user")
     if text is not None and context.settings.embedding.kind != "none":
         await enqueue(

@@ -155,6 +155,13 @@ async def store_item(
     check_validity(provenance.valid_from, valid_until)
     tags = sorted({t.strip()[:64] for t in request.tags or [] if t.strip()})
     await _check_rate(db, context, session)
+    status = "quarantined" if provenance.echoes_orders else initial_status(provenance.source, text)
+    # Only a fact replaces what it contradicts (`supersede_replaced`).
+    judged = (
+        await judged_contradicted(db, context, session, scope, text)
+        if status in MEMORY_INJECTED
+        else frozenset()
+    )
     session = await locked_session(db, session)
     await memories_store.lock_owner(db, owner_lock(session, scope))
     existing = await memories_store.owner_memories(db, session, scope, request.key)
@@ -171,7 +178,6 @@ async def store_item(
             await add_evidence(db, settings, same, seen)
         return Remembered(same, "duplicate", None, [])
     previous: Memory | None = existing[-1] if request.key is not None and existing else None
-    status = "quarantined" if provenance.echoes_orders else initial_status(provenance.source, text)
     earned = stability([seen], promote_after(settings)) if scope == "user" else None
     why = f"written ({provenance.source})"
     if provenance.echoes_orders:
@@ -209,7 +215,7 @@ async def store_item(
         lexical_document(text),
         change,
     )
-    replaced = await supersede_replaced(db, session, memory, change, context=context)
+    replaced = await supersede_replaced(db, session, memory, change, judged=judged)
     await refresh_notes_of(db, session, user_scope=scope == "user")
     if settings.embedding.kind != "none":
         await enqueue(
@@ -327,16 +333,16 @@ async def supersede_replaced(
     change: Change,
     *,
     said_at: datetime | None = None,
-    context: AppContext | None = None,
+    judged: frozenset[uuid.UUID] = frozenset(),
 ) -> list[Memory]:
     """Once an item is a fact, it supersedes the other live values of its key and the items of
     its owner it contradicts (`app.memories.conflicts`: "I live in Paris" … "we moved to Lyon",
     预算 5 万 … 预算改成 8 万) as precedence says (`app.memories.tiers.prevails`): a fact is
     trusted or verified, so it outranks a candidate (an inference, a tool's word), and between
     facts the newer wins — when it was said (`said_at`, else its last evidence) is what counts,
-    so a statement dated before the fact it contradicts is kept as history. With `context`, the
-    LLM conflict judge, when configured, is asked about a few items the rules are silent about
-    (`judged_contradicted`). Returns the items it superseded."""
+    so a statement dated before the fact it contradicts is kept as history. `judged`: the items
+    the LLM conflict judge said it contradicts (`judged_contradicted`, asked before the write's
+    locks). Returns the items it superseded."""
     if memory.status not in MEMORY_INJECTED:
         return []
     keyed = await memories_store.live_keyed_memories(db, memory, session) if memory.key else []
@@ -348,7 +354,7 @@ async def supersede_replaced(
     ]
     unkeyed = [m for m in others if m.id not in seen]
     by_rules = [m for m in unkeyed if contradicts(m.text, memory.text)]
-    by_judge = await judged_contradicted(context, memory, unkeyed) if context else []
+    by_judge = [m for m in unkeyed if m.id in judged and m not in by_rules]
     contradicted = by_rules + by_judge
     newer = claim(memory) if said_at is None else Claim(memory.trusted, said_at)
     if any(m.status in MEMORY_INJECTED and not prevails(newer, claim(m)) for m in contradicted):
@@ -363,10 +369,10 @@ async def supersede_replaced(
         await db.refresh(memory)
         return []
     replaced = keyed + [m for m in by_rules if prevails(newer, claim(m))]
-    judged = [m for m in by_judge if prevails(newer, claim(m))]
+    replaced_by_judge = [m for m in by_judge if prevails(newer, claim(m))]
     for items, why in (
         (replaced, f"replaced by {memory.id}"),
-        (judged, f"replaced by {memory.id}, judged by the LLM to contradict it"),
+        (replaced_by_judge, f"replaced by {memory.id}, judged by the LLM to contradict it"),
     ):
         if items:
             await memories_store.set_memory_status(
@@ -376,34 +382,39 @@ async def supersede_replaced(
                 "superseded",
                 Change(change.actor, change.key_id, why),
             )
-    return replaced + judged
+    return replaced + replaced_by_judge
 
 
 async def judged_contradicted(
-    context: AppContext, memory: Memory, others: list[Memory]
-) -> list[Memory]:
-    """The items of `others` the LLM conflict judge says `memory` contradicts, when it is
-    configured: only those the rules are silent about, at most `conflict_llm_candidates`, asked
-    at once; a failed judgement is a "no"."""
+    db: AsyncSession, context: AppContext, session: Session, scope: str, text: str
+) -> frozenset[uuid.UUID]:
+    """The ids of the owner's items the LLM conflict judge says `text` contradicts, when it is
+    configured: only items the rules are silent about, at most `conflict_llm_candidates`, asked
+    at once; a failed judgement is a "no". Called before the write locks its session and owner:
+    the judge may take its whole timeout, and an append to the session must not wait for it. An
+    item written meanwhile is not judged (the rules still are); `supersede_replaced` acts only
+    on the judged items still in force under the locks."""
     settings = context.settings.memory
     if not settings.conflict_llm_base_url:
-        return []
+        return frozenset()
     endpoint = ChatEndpoint(
         settings.conflict_llm_base_url,
         settings.conflict_llm_model,
         settings.conflict_llm_api_key,
         settings.conflict_llm_timeout_seconds,
     )
+    others = [
+        *await memories_store.owner_memories(db, session, scope, None),
+        *await memories_store.owner_unconfirmed(db, session, scope),
+    ]
     asked = [
         others[i]
-        for i in judge_candidates(
-            memory.text, [m.text for m in others], settings.conflict_llm_candidates
-        )
+        for i in judge_candidates(text, [m.text for m in others], settings.conflict_llm_candidates)
     ]
     verdicts = await asyncio.gather(
-        *(judged_contradiction(context.http, endpoint, m.text, memory.text) for m in asked)
+        *(judged_contradiction(context.http, endpoint, m.text, text) for m in asked)
     )
-    return [m for m, contradicted in zip(asked, verdicts, strict=True) if contradicted]
+    return frozenset(m.id for m, contradicted in zip(asked, verdicts, strict=True) if contradicted)
 
 
 async def _check_rate(db: AsyncSession, context: AppContext, session: Session) -> None:

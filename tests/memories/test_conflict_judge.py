@@ -2,7 +2,9 @@
 a real loopback chat server — a contradiction the rules miss superseded when the judge says yes,
 kept when it says no, the write unharmed when the judge fails. English and Chinese."""
 
+import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -30,7 +32,15 @@ def answer(status: int = 200, content: str = json.dumps({"contradicts": True})) 
     judge_answer.update(status=status, content=content)
 
 
+# A question naming HELD_NEW is answered only once the test sets `release` (after `asked`).
+HELD_NEW = "I had a burger for lunch today."
+asked, release = threading.Event(), threading.Event()
+
+
 def judging(method: str, path: str, body: Any) -> tuple[int, Any]:
+    if f"NEW: {HELD_NEW}" in body["messages"][1]["content"]:
+        asked.set()
+        release.wait(60)
     if judge_answer["status"] != 200:
         return judge_answer["status"], {"error": "down"}
     return 200, reply(judge_answer["content"])
@@ -185,6 +195,32 @@ async def test_a_failing_judge_changes_nothing_and_never_fails_the_write(
     assert written["memory"]["status"] == "active"
     assert await status_of(judged, sid, old_id) == "active"
     assert len(judge_requests(judge, new)) == 1
+
+
+async def test_the_judge_is_asked_before_the_write_locks_the_session(
+    judged: httpx.AsyncClient, judge: LoopbackServer
+) -> None:
+    """An append to the session goes through while the judge is still thinking: the write
+    takes the session's lock only after the judge answered (a judge may take its whole
+    timeout, 5 s here)."""
+    answer(content=json.dumps({"contradicts": True}))
+    assert (await judged.put("/v1/sessions/judge-held", json={})).status_code == 200
+    old_id = (await write(judged, "judge-held", VEGETARIAN))["memory"]["memory_id"]
+    writing = asyncio.create_task(write(judged, "judge-held", HELD_NEW))
+    try:
+        assert await asyncio.to_thread(asked.wait, 30)
+        turns = [{"role": "user", "content": "Also, book me a table for two."}]
+        appending = asyncio.create_task(
+            judged.post("/v1/sessions/judge-held/turns", json={"turns": turns})
+        )
+        done, _ = await asyncio.wait({writing, appending}, return_when=asyncio.FIRST_COMPLETED)
+        assert done == {appending}  # the write still waits for its judge
+        assert appending.result().status_code == 201, appending.result().text
+    finally:
+        release.set()
+    written = await writing
+    assert written["outcome"] == "superseded"
+    assert await status_of(judged, "judge-held", old_id) == "superseded"
 
 
 async def test_the_rules_answer_first_and_the_judge_is_not_asked(
