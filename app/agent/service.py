@@ -145,7 +145,12 @@ async def _recall(
         # resolve 'that one') is only a fallback when the query has no terms of its own.
         wanted = terms(request.query or "") or terms(outcome.query.rewritten)
         exact_hit = hit.fused.exact_rank is not None
-        return is_match(wanted, hit.text, exact_hit=exact_hit, vector_margin=hit.vector_margin)
+        # Across scripts no word is shared and e5's margins do not stand out: an item the floor
+        # judged relevant across scripts is a match (`app.recall.judging`).
+        across = hit.across_scripts is not None and hit.across_scripts >= outcome.floor > 0
+        return across or is_match(
+            wanted, hit.text, exact_hit=exact_hit, vector_margin=hit.vector_margin
+        )
 
     outcome, items = await recalled_history(
         db,

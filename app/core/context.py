@@ -4,11 +4,13 @@ Nothing here is a module global: the API builds one `AppContext` per application
 worker one per process, so tests can run several instances side by side.
 """
 
+import logging
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.core.breaker import CircuitBreaker
@@ -21,11 +23,14 @@ from app.core.db import (
     create_reader_pool,
     create_sessionmaker,
 )
-from app.core.lru import VersionedLRU
+from app.core.lru import LRU, VersionedLRU
 from app.core.observability import Metrics
 from app.core.ratelimit import RateLimiter
-from app.embeddings.base import Embedder
-from app.embeddings.factory import embedder_from_settings
+from app.embeddings.base import Embedder, EmbedderUnavailable
+from app.embeddings.factory import create_embedder, embedder_from_settings
+
+logger = logging.getLogger("contextd.embeddings")
+CROSS_SCRIPT_LINES = 8192  # 16 MB of USE vectors at most
 
 
 @dataclass
@@ -46,6 +51,15 @@ class AppContext:
     rate_limiter: RateLimiter  # per-minute limits: Redis, else counted in this process
     query_embedder: CircuitBreaker  # skips the embedder in recall while it keeps failing
     embedder: Embedder | None = None  # set by `start_embedder`; None means lexical recall only
+    # The multilingual USE, for the relevance floor's judgement across scripts
+    # (`app.recall.judging`): set by `start_embedder` in a process that embeds queries with e5
+    # while the floor is on; None otherwise.
+    cross_script_encoder: Embedder | None = None
+    # Its vectors of chunks' lines (a line's vector never changes; a session's recalls meet the
+    # same chunks again): ~2 ms a line to encode, 2 KB to keep.
+    cross_script_lines: LRU[str, np.ndarray] = field(
+        default_factory=lambda: LRU(CROSS_SCRIPT_LINES)
+    )
     replica: Replica | None = None  # the read-only endpoints' replica (`DATABASE_REPLICA_URL`)
 
     @classmethod
@@ -82,10 +96,20 @@ class AppContext:
         warm_up = getattr(self.embedder, "warm_up", None)
         if warm_up is not None:
             await warm_up(warm)
+        if (
+            "query" in warm
+            and self.settings.recall.relevance_floor > 0
+            and self.settings.embedding.kind == "e5"
+        ):
+            try:
+                self.cross_script_encoder = create_embedder("use")
+            except EmbedderUnavailable as exc:  # the optional extra `use` is not installed
+                logger.warning("relevance across scripts judged without USE: %s", exc)
 
     async def aclose(self) -> None:
-        if self.embedder is not None:
-            await self.embedder.aclose()
+        for embedder in (self.embedder, self.cross_script_encoder):
+            if embedder is not None:
+                await embedder.aclose()
         await self.http.aclose()
         await self.cache.aclose()
         await self.engine.dispose()

@@ -1,4 +1,5 @@
-"""A per-process LRU of one value per owner, keyed by the owner's version.
+"""Per-process LRUs: `VersionedLRU`, one value per owner keyed by the owner's version, and
+`LRU`, values by a key that never goes stale (a text's vector).
 
 A value is looked up as `(owner, version)`; storing a newer version of an owner drops the older
 ones. Used for the per-session BM25 indexes of recall, keyed by `sessions.chunks_version`, which
@@ -13,8 +14,31 @@ latest value; a scan of the LRU for it cost ~10 µs a build with 200 sessions ke
 from collections import OrderedDict
 from typing import Generic, TypeVar
 
+K = TypeVar("K")
 V = TypeVar("V")
 Key = tuple[str, int]  # (owner, version)
+
+
+class LRU(Generic[K, V]):
+    """At most `max_items` values, the least recently used dropped first."""
+
+    def __init__(self, max_items: int) -> None:
+        self._max = max_items
+        self._values: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        value = self._values.get(key)
+        if value is not None:
+            self._values.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        if self._max <= 0:
+            return
+        self._values[key] = value
+        self._values.move_to_end(key)
+        while len(self._values) > self._max:
+            self._values.popitem(last=False)
 
 
 class VersionedLRU(Generic[V]):

@@ -71,6 +71,11 @@ _CJK_CHARACTER_RE = re.compile(rf"[{_CJK_CLASS}]")
 _WORD_RE = re.compile(_WORD)
 
 
+def holds_cjk(text: str) -> bool:
+    """Whether `text` holds a CJK character."""
+    return _CJK_CHARACTER_RE.search(text) is not None
+
+
 def mostly_cjk(text: str) -> bool:
     """Whether `text` is written mostly in CJK: more CJK characters than other words (a CJK
     character is about a word), so "Bart在圣诞节晚会上跳舞" is and "the 酒店 was fine" is not."""

@@ -19,7 +19,19 @@ well but cannot tell "the answer" from "the least unrelated chunk". Two absolute
   against the travel chat), scaled so `VECTOR_ONE` counts as a full match. On LoCoMo the
   answering chunks sit in the same range (median .64), so it decides little there.
 
-An item's relevance is the largest of the three (an ID or a number the session holds once weighs
+- across scripts (a Chinese question, an English item, or the reverse): none of the three can
+  tell there. The lexical share is 0 across scripts, and e5 places a question and the fact
+  that answers it in the other language no closer than an unrelated question and small talk
+  (the no-history set's questions reach the cross-language facts' similarities). What does
+  separate them is two encoders together: `CROSS_E5_WEIGHT` of the item's e5 similarity to the
+  question as embedded, without the query adapter (the adapter, fitted on English dialogue,
+  moves a Chinese question toward English small talk as much as toward its answer), plus the
+  rest of the largest similarity the multilingual Universal Sentence Encoder gives the question
+  and one of the item's lines in the other script (`other_script_lines`). Scaled between
+  `CROSS_ZERO` and `CROSS_ONE`; the service computes both similarities only while the floor
+  is on, for the first `CONFIDENT_WITHIN` items that hold a line in the other script.
+
+An item's relevance is the largest of these (an ID or a number the session holds once weighs
 the most, so an exact hit scores high lexically); recall is confident when one of its first
 items reaches the floor (`CONTEXTD_RECALL__RELEVANCE_FLOOR`). The constants and the floor were
 set on the LoCoMo tune split (conversations 0-3) and the tune half of the no-history set (its
@@ -34,7 +46,7 @@ from dataclasses import dataclass
 
 from app.domain.dates import MONTHS
 from app.domain.stem import stem
-from app.domain.text import is_cjk, match_terms, terms
+from app.domain.text import holds_cjk, is_cjk, match_terms, mostly_cjk, terms
 from app.recall.bm25 import idf
 from app.recall.trim import line_stems
 
@@ -48,6 +60,17 @@ QUESTION_WORDS_RE = re.compile(
 # What a query whose words the session holds (anywhere) is worth to each item: at a floor of 0.3
 # when 40 % of its weight is on words the session holds.
 FAMILIAR_SHARE = 0.75
+# Across scripts: the weight of the e5 similarity beside USE's, and the combined similarity
+# that counts as nothing (12 of the no-history set's tune half, its 25 questions at even
+# positions, reach .60 against the travel chat's items in the other script; the highest .628,
+# below a floor of .25 here: .6375) and as a full match (the cross-language facts' 90th
+# percentile).
+CROSS_E5_WEIGHT = 0.7
+CROSS_ZERO = 0.60
+CROSS_ONE = 0.75
+# A turn's label in a chunk's text ("user: ", "assistant (planner): ", "tool[call_1]: "): not
+# what the turn says.
+TURN_LABEL_RE = re.compile(r"^[a-z]+(?:\[[^\]\n]*\])?(?: \([^)\n]*\))?: ")
 # The best of this many ranked items decides: an item ranked lower is not what recall quotes first.
 CONFIDENT_WITHIN = 10
 
@@ -117,13 +140,34 @@ def vector_relevance(similarity: float | None) -> float:
     return max(0.0, (similarity - VECTOR_ZERO) / (VECTOR_ONE - VECTOR_ZERO))
 
 
-def relevance(weights: QueryWeights, text: str, similarity: float | None) -> float:
-    """An item's relevance, 0-1: `lexical_relevance` or `vector_relevance`, the larger, rounded
-    as the manifest shows it."""
+def other_script_lines(query: str, text: str) -> list[str]:
+    """The lines of `text` written in the other script than `query` (Chinese against Latin,
+    `mostly_cjk`), each without its turn label; blank lines left out."""
+    chinese = mostly_cjk(query)
+    if not chinese and not holds_cjk(text):
+        return []  # every line in the query's script: the common case, without a line's count
+    lines = (TURN_LABEL_RE.sub("", line, count=1).strip() for line in text.splitlines())
+    return [line for line in lines if line and mostly_cjk(line) != chinese]
+
+
+def cross_script_relevance(e5_similarity: float, line_similarity: float) -> float:
+    """An item's relevance across scripts, 0-1: from its e5 similarity to the unadapted query
+    and the best USE similarity of its lines in the other script (module docstring)."""
+    combined = CROSS_E5_WEIGHT * e5_similarity + (1 - CROSS_E5_WEIGHT) * line_similarity
+    return min(1.0, max(0.0, (combined - CROSS_ZERO) / (CROSS_ONE - CROSS_ZERO)))
+
+
+def relevance(
+    weights: QueryWeights, text: str, similarity: float | None, cross_script: float = 0.0
+) -> float:
+    """An item's relevance, 0-1: `lexical_relevance`, the familiar share, `vector_relevance` or
+    `cross_script` (its `cross_script_relevance`, 0 when not computed), the largest, rounded as
+    the manifest shows it."""
     score = max(
         lexical_relevance(weights, text),
         FAMILIAR_SHARE * weights.familiar,
         vector_relevance(similarity),
+        cross_script,
     )
     return round(min(score, 1.0), 4)
 

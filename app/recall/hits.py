@@ -37,6 +37,9 @@ class RecallHit:
     # The hit's relevance to the caller's own words, 0-1 (`app.recall.floor`); None while the
     # floor is off (not judged).
     relevance: float | None = None
+    # Its relevance across scripts (`floor.cross_script_relevance`), when judged: a Chinese
+    # question and an English item share no word, so the memory tool's match gate reads it.
+    across_scripts: float | None = None
     # The hit cut down to the turns that answer the query (None: not cut).
     compact_text: str | None = None
     compact_seqs: tuple[int, ...] | None = None

@@ -29,7 +29,6 @@ from app.core.context import AppContext
 from app.core.cpu import off_loop
 from app.core.db import read_once, release
 from app.embeddings.base import EmbedderUnavailable
-from app.recall.adapter import packaged_adapter
 from app.recall.arms import (
     discard,
     exact_arm,
@@ -38,9 +37,9 @@ from app.recall.arms import (
     scans_in_process,
     vector_arm_and_rows,
 )
-from app.recall.floor import QueryWeights, query_weights, relevance
 from app.recall.fusion import FusedCandidate
 from app.recall.hits import MEMORY_PREFIX, Clock, RecallHit, RecallOutcome, hits_of
+from app.recall.judging import judged
 from app.recall.memory_arms import memory_exact_arm, memory_lexical_arm, memory_vector_arm
 from app.recall.query import embedding_query, rule_rewrite, weighted_terms
 from app.recall.query_vectors import QueryVectors, rewrite_with_llm
@@ -156,7 +155,7 @@ async def recall(
     clock.lap("select")
     await stored
     hits, dropped = hits_of(selection, fields, by_id, rangeless, vector_all, vector_median)
-    hits, dropped, floor = _judged(context, query, understood, first.kept, hits, dropped)
+    hits, dropped, floor = await _judge(context, session, query, understood, first, hits, dropped)
     return RecallOutcome(
         query=understood.rewritten,
         hits=hits,
@@ -169,51 +168,27 @@ async def recall(
     )
 
 
-def _judged(
+async def _judge(
     context: AppContext,
+    session: Session,
     query: str,
     understood: Understood,
-    kept: SessionChunks,
+    first: FirstArms,
     hits: list[RecallHit],
     dropped: list[tuple[RecallHit, str]],
 ) -> tuple[list[RecallHit], list[tuple[RecallHit, str]], float]:
-    """The hits and the dropped ones with their relevance (`app.recall.floor`), and the floor
-    that applies: judged on the caller's own words (or the LLM's rewrite of them), weighted by
-    the session's term statistics; no floor with another embedder than the one the floor's
-    similarity scale was calibrated on."""
-    floor = context.settings.recall.relevance_floor
-    if floor <= 0:
-        # Off: nothing to judge. The relevance reads the stems of each hit's shown text, new to
-        # the stems' cache when the trim differs from query to query: ~1 ms a recall build.
-        return hits, dropped, 0.0
-    weights = query_weights(
-        understood.llm_query or query, kept.index.df, len(kept.index), dated=understood.dated
+    """The hits judged against the relevance floor (`app.recall.judging`) on the caller's own
+    words, or the LLM's rewrite of them."""
+    return await judged(
+        context,
+        session,
+        understood.llm_query or query,
+        dated=understood.dated,
+        kept=first.kept,
+        query_vector=first.qvec,
+        hits=hits,
+        dropped=dropped,
     )
-    scaled = _similarity_calibrated(context)
-    return (
-        [_with_relevance(hit, weights, scaled) for hit in hits],
-        [(_with_relevance(hit, weights, scaled), reason) for hit, reason in dropped],
-        floor if scaled or context.embedder is None else 0.0,
-    )
-
-
-def _similarity_calibrated(context: AppContext) -> bool:
-    """Whether the chunks' vector similarities are on the scale the floor was calibrated on:
-    the packaged query adapter's embedder, adapter on (another embedder's similarities, or
-    unadapted ones, sit elsewhere: an 8-dimension test embedder's unrelated texts reach 0.9)."""
-    embedder = context.embedder
-    return (
-        context.settings.recall.query_adapter
-        and embedder is not None
-        and embedder.name == packaged_adapter().model
-    )
-
-
-def _with_relevance(hit: RecallHit, weights: QueryWeights, scaled: bool) -> RecallHit:
-    """`hit` with its relevance (`app.recall.floor`); its vector similarity counts only for a
-    chunk on the calibrated scale (remembered items are searched unadapted)."""
-    similarity = hit.vector_similarity if scaled and hit.source == "chunk" else None
-    return replace(hit, relevance=relevance(weights, hit.text, similarity))
 
 
 async def _understand(

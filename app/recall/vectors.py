@@ -42,6 +42,11 @@ class ChunkVectors:
         units = rows if not self.ids else np.concatenate([self.units, rows])
         return ChunkVectors(self.model, (*self.ids, *new), units, self.held | set(new))
 
+    def of(self, ids: Collection[str]) -> dict[str, Vector]:
+        """The unit vectors of those of `ids` held here."""
+        wanted = set(ids) & self.held
+        return {cid: self.units[i] for i, cid in enumerate(self.ids) if cid in wanted}
+
     def kept_for(self, active: Collection[str]) -> "ChunkVectors":
         """The vectors of the `active` chunks only (after chunks went away)."""
         rows = [i for i, cid in enumerate(self.ids) if cid in active]

@@ -1,6 +1,7 @@
-"""VersionedLRU: one value per owner, the least recently used owner evicted first."""
+"""VersionedLRU: one value per owner, the least recently used owner evicted first; LRU: values
+by key, the least recently used evicted first."""
 
-from app.core.lru import VersionedLRU
+from app.core.lru import LRU, VersionedLRU
 
 
 def test_a_newer_version_replaces_the_owners_older_one() -> None:
@@ -42,3 +43,16 @@ def test_a_size_of_zero_keeps_nothing() -> None:
     lru.put(("a", 1), "a1")
     assert lru.latest("a") is None
     assert lru.get(("a", 1)) is None
+
+
+def test_lru_keeps_the_most_recently_used() -> None:
+    lru: LRU[str, int] = LRU(2)
+    lru.put("我叫王小梅。", 1)
+    lru.put("b", 2)
+    assert lru.get("我叫王小梅。") == 1  # b is now the least recently used
+    lru.put("c", 3)
+    assert lru.get("b") is None
+    assert (lru.get("我叫王小梅。"), lru.get("c")) == (1, 3)
+    off: LRU[str, int] = LRU(0)
+    off.put("a", 1)
+    assert off.get("a") is None

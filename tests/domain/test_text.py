@@ -1,4 +1,4 @@
-from app.domain.text import match_terms, shorten, terms, terms_document
+from app.domain.text import holds_cjk, match_terms, mostly_cjk, shorten, terms, terms_document
 
 MIXED = (
     'The ORD-4471 shipped to Berlin, alice@example.com said: "don\'t" e.g. 3.5%! '
@@ -62,3 +62,9 @@ def test_shorten_cuts_between_words_never_inside_a_grapheme() -> None:
     assert shorten(f"ok {family}{family}", 7) == "ok…"
     assert shorten("富维耶圣母院在山上", 6) == "富维耶圣母…"  # between two Chinese characters
     assert shorten("看 Fourvière 夜景", 10) == "看…"
+
+
+def test_a_text_holds_cjk_or_is_mostly_cjk():
+    assert holds_cjk("the 酒店 was fine") and not mostly_cjk("the 酒店 was fine")
+    assert holds_cjk("我叫王小梅。") and mostly_cjk("我叫王小梅。")
+    assert not holds_cjk("The JR Pass costs 50,000 yen (¥).")

@@ -6,11 +6,16 @@ from app.domain.stem import stem
 from app.domain.text import terms
 from app.recall.floor import (
     CONFIDENT_WITHIN,
+    CROSS_E5_WEIGHT,
+    CROSS_ONE,
+    CROSS_ZERO,
     FAMILIAR_SHARE,
     VECTOR_ONE,
     VECTOR_ZERO,
     confident,
+    cross_script_relevance,
     lexical_relevance,
+    other_script_lines,
     query_weights,
     relevance,
     vector_relevance,
@@ -119,3 +124,44 @@ def test_confident_when_one_of_the_first_items_reaches_the_floor():
     assert confident([0.0, 0.0], 0.0)  # floor 0: everything is quoted, as without a floor
     late = [0.0] * CONFIDENT_WITHIN + [1.0]
     assert not confident(late, 0.5)  # ranked past the first items: not what recall quotes
+
+
+def test_the_lines_in_the_other_script_without_their_labels():
+    chunk = (
+        "user: I'm allergic to peanuts.\n"
+        "assistant (planner): 好的，我记下了。\n"
+        "tool[call_1]: Hotel Gracery, 18,000 yen\n"
+        "\n"
+        "the 酒店 was fine"
+    )
+    assert other_script_lines("我对什么过敏？", chunk) == [
+        "I'm allergic to peanuts.",
+        "Hotel Gracery, 18,000 yen",
+        "the 酒店 was fine",  # mostly Latin: one CJK word among four
+    ]
+    assert other_script_lines("What am I allergic to?", chunk) == ["好的，我记下了。"]
+    assert other_script_lines("What am I allergic to?", "user: I'm allergic to peanuts.") == []
+
+
+def test_cross_script_relevance_scales_the_two_similarities_together():
+    def at(combined: float, line: float) -> float:
+        # The e5 similarity that, with USE's `line`, makes `combined`.
+        return (combined - (1 - CROSS_E5_WEIGHT) * line) / CROSS_E5_WEIGHT
+
+    assert cross_script_relevance(at(CROSS_ZERO, 0.3), 0.3) == 0.0
+    assert cross_script_relevance(at(CROSS_ZERO - 0.1, 0.2), 0.2) == 0.0
+    middle = (CROSS_ZERO + CROSS_ONE) / 2
+    assert abs(cross_script_relevance(at(middle, 0.4), 0.4) - 0.5) < 1e-9
+    assert cross_script_relevance(at(CROSS_ONE + 0.1, 0.6), 0.6) == 1.0
+    # The no-history set's question that came nearest (e5 .80, USE .25 together) stays below a
+    # floor of .25; a fact across languages (e5 .80, USE .45) passes it.
+    assert cross_script_relevance(0.80, 0.25) < 0.25
+    assert cross_script_relevance(0.80, 0.45) > 0.25
+
+
+def test_a_cross_script_item_counts_by_its_own_relevance():
+    facts = ["I'm allergic to peanuts, so please never suggest satay.", *TRAVEL]
+    weights = weights_over("我对什么食物过敏？", facts)
+    assert lexical_relevance(weights, facts[0]) == 0.0  # no character of it in English
+    assert relevance(weights, facts[0], None, cross_script=0.6) == 0.6
+    assert relevance(weights, facts[0], None) == relevance(weights, facts[0], None, 0.0)

@@ -1,0 +1,173 @@
+"""Recall's hits judged against the relevance floor (`app.recall.floor`): each hit's relevance
+and the floor that applies.
+
+The floor's signals are computed here and passed to its pure functions: the query's term
+weights over the session's chunks, each hit's vector similarity, and, for the first hits that
+hold lines in the other script than the question's, the two similarities of
+`floor.cross_script_relevance`: the hit's e5 similarity to the unadapted query vector (its
+vector from those this process keeps for the in-process scan, else read) and the multilingual
+Universal Sentence Encoder's similarity of the question and each of those lines
+(`AppContext.cross_script_encoder`, loaded only while the floor is on). Nothing is computed
+while the floor is off, and across scripts only when such a hit is among the first
+`floor.CONFIDENT_WITHIN`: ~2 ms a line with USE on one core, so a single-language session pays
+nothing.
+"""
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+import psycopg
+from sqlalchemy.exc import SQLAlchemyError
+
+from app.core.context import AppContext
+from app.core.db import read_once
+from app.embeddings.base import EmbedderUnavailable, l2_normalise
+from app.recall.adapter import packaged_adapter
+from app.recall.floor import (
+    CONFIDENT_WITHIN,
+    QueryWeights,
+    cross_script_relevance,
+    other_script_lines,
+    query_weights,
+    relevance,
+)
+from app.recall.hits import RecallHit
+from app.recall.session_chunks import SessionChunks
+from app.store import chunks as chunks_store
+from app.store.models import Session
+
+logger = logging.getLogger("contextd.recall")
+
+# A long tool result holds hundreds of lines: its first ones say what it is, and encoding every
+# one would cost more than the rest of recall.
+MAX_LINES_AN_ITEM = 20
+
+
+async def judged(
+    context: AppContext,
+    session: Session,
+    query: str,
+    *,
+    dated: bool,
+    kept: SessionChunks,
+    query_vector: Sequence[float] | None,
+    hits: list[RecallHit],
+    dropped: list[tuple[RecallHit, str]],
+) -> tuple[list[RecallHit], list[tuple[RecallHit, str]], float]:
+    """The hits and the dropped ones with their relevance, and the floor that applies: judged on
+    `query` (the caller's own words, or the LLM's rewrite of them), weighted by the session's
+    term statistics; no floor with another embedder than the one the floor's similarity scale
+    was calibrated on. `query_vector`: the query's embedding before the adapter (None: it timed
+    out, and nothing is judged across scripts)."""
+    floor = context.settings.recall.relevance_floor
+    if floor <= 0:
+        # Off: nothing to judge. The relevance reads the stems of each hit's shown text, new to
+        # the stems' cache when the trim differs from query to query: ~1 ms a recall build.
+        return hits, dropped, 0.0
+    weights = query_weights(query, kept.index.df, len(kept.index), dated=dated)
+    scaled = _similarity_calibrated(context)
+    across = (
+        await _cross_script(context, session, kept, query, query_vector, hits) if scaled else {}
+    )
+    return (
+        [_with_relevance(hit, weights, scaled, across.get(hit.id)) for hit in hits],
+        [(_with_relevance(hit, weights, scaled, None), reason) for hit, reason in dropped],
+        floor if scaled or context.embedder is None else 0.0,
+    )
+
+
+def _similarity_calibrated(context: AppContext) -> bool:
+    """Whether the chunks' vector similarities are on the scale the floor was calibrated on:
+    the packaged query adapter's embedder, adapter on (another embedder's similarities, or
+    unadapted ones, sit elsewhere: an 8-dimension test embedder's unrelated texts reach 0.9)."""
+    embedder = context.embedder
+    return (
+        context.settings.recall.query_adapter
+        and embedder is not None
+        and embedder.name == packaged_adapter().model
+    )
+
+
+def _with_relevance(
+    hit: RecallHit, weights: QueryWeights, scaled: bool, across_scripts: float | None
+) -> RecallHit:
+    """`hit` with its relevance (`app.recall.floor`) and its relevance `across_scripts` (None:
+    not judged); its vector similarity counts only for a chunk on the calibrated scale
+    (remembered items are searched unadapted)."""
+    similarity = hit.vector_similarity if scaled and hit.source == "chunk" else None
+    return replace(
+        hit,
+        relevance=relevance(weights, hit.text, similarity, across_scripts or 0.0),
+        across_scripts=across_scripts,
+    )
+
+
+async def _cross_script(
+    context: AppContext,
+    session: Session,
+    kept: SessionChunks,
+    query: str,
+    query_vector: Sequence[float] | None,
+    hits: Sequence[RecallHit],
+) -> dict[str, float]:
+    """`floor.cross_script_relevance` of each of the first `CONFIDENT_WITHIN` chunk hits that
+    holds lines in the other script than `query`, by hit id. Empty when no encoder is loaded,
+    the query has no vector, or either encoder or the vectors' read fails (logged: the floor
+    then judges those hits as before)."""
+    encoder, embedder = context.cross_script_encoder, context.embedder
+    if encoder is None or embedder is None or query_vector is None:
+        return {}
+    lines = {
+        hit.id: other_script_lines(query, hit.text)[:MAX_LINES_AN_ITEM]
+        for hit in hits[:CONFIDENT_WITHIN]
+        if hit.source == "chunk"
+    }
+    lines = {hit_id: held for hit_id, held in lines.items() if held}
+    if not lines:
+        return {}
+    texts = list(dict.fromkeys(line for held in lines.values() for line in held))
+    known: dict[str, np.ndarray] = {}
+    for text in texts:
+        vector = context.cross_script_lines.get(text)
+        if vector is not None:
+            known[text] = vector
+    new = [text for text in texts if text not in known]
+    try:
+        vectors = await _chunk_vectors(context, session, kept, embedder.name, list(lines))
+        encoded = await encoder.embed_queries(
+            [query, *new], timeout_s=context.settings.embedding.query_timeout_seconds
+        )
+    except (EmbedderUnavailable, SQLAlchemyError, psycopg.Error) as exc:
+        logger.warning("relevance across scripts unavailable: %s", exc)
+        return {}
+    for text, vector in zip(new, encoded[1:], strict=True):
+        context.cross_script_lines.put(text, vector)
+        known[text] = vector
+    line_similarity = {text: float(vector @ encoded[0]) for text, vector in known.items()}
+    judged_ids = [hit_id for hit_id in lines if hit_id in vectors]
+    if not judged_ids:
+        return {}
+    units = l2_normalise(np.stack([vectors[hit_id] for hit_id in judged_ids]))
+    e5_similarity = units @ l2_normalise(np.asarray([query_vector]))[0]
+    return {
+        hit_id: cross_script_relevance(
+            float(similarity), max(line_similarity[line] for line in lines[hit_id])
+        )
+        for hit_id, similarity in zip(judged_ids, e5_similarity, strict=True)
+    }
+
+
+async def _chunk_vectors(
+    context: AppContext, session: Session, kept: SessionChunks, model: str, ids: list[str]
+) -> dict[str, np.ndarray]:
+    """The e5 vectors of chunks `ids`: those this process keeps, the others read."""
+    held = kept.vectors.of(ids) if kept.vectors is not None else {}
+    missing = [cid for cid in ids if cid not in held]
+    if not missing:
+        return held
+    read = await read_once(
+        context.reader, lambda conn: chunks_store.chunk_vectors(conn, session.id, model, missing)
+    )
+    return {**held, **read}

@@ -1,0 +1,136 @@
+"""Confident or silent across languages, over HTTP with e5 (and USE for the floor): a fact told
+in English is quoted for a question asked in Chinese, and the reverse, with the relevance floor
+on; a question nothing stored answers, asked in the other script, still gets no confident match.
+Before the floor judged items across scripts, every such question got "no confident match"
+(a Chinese question and an English fact share no word, and e5 puts them no closer than small
+talk): docs/BENCHMARKS.md, "Confident or silent"."""
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.core.config import Settings
+from tests.support.server import RunningServer, run_server
+from tests.support.waiting import wait_for
+
+OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
+
+SMALL = {
+    "context_limit": 4000,
+    "reserve_tokens": 500,
+    "min_recent_turns": 4,
+    "min_recent_tokens": 200,
+}
+FLOOR = 0.25
+# Four facts of the cross-language set, each told in English and in Chinese, with a question
+# for it in each language.
+FACTS = [
+    fact
+    for fact in json.loads(
+        (Path(__file__).resolve().parent / "crosslang_set.json").read_text(encoding="utf-8")
+    )
+    if fact["fact_en"].startswith(("My cat", "I wear size", "My blood", "Our wedding"))
+]
+SMALL_TALK = {
+    "en": ("It's raining again here.", "Sorry to hear that; a good day for indoor plans then."),
+    "zh": ("这边又下雨了。", "那今天适合在家里安排点事情。"),
+}
+TAIL_EXCHANGES = 12
+ACK = {"en": "Noted, I'll keep that in mind.", "zh": "好的，我记下了。"}
+NO_ANSWER = {
+    "en": "水银的沸点是多少开尔文？",
+    "zh": "What is the boiling point of mercury in kelvin?",
+}
+
+
+@pytest.fixture(scope="module")
+def e5_floor_server(settings: Settings) -> Iterator[RunningServer]:
+    """The API and its worker with e5 embeddings and the relevance floor on."""
+    own = settings.model_copy(
+        update={
+            "embedding": settings.embedding.model_copy(update={"kind": "e5"}),
+            "recall": settings.recall.model_copy(update={"relevance_floor": FLOOR}),
+        }
+    )
+    with run_server(own, with_worker=True) as server:
+        yield server
+
+
+@pytest.fixture
+async def admin(e5_floor_server: RunningServer, admin_key: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(
+        base_url=e5_floor_server.url, headers={"Authorization": f"Bearer {admin_key}"}, timeout=60
+    ) as http:
+        yield http
+
+
+async def facts_session(http: httpx.AsyncClient, sid: str, lang: str) -> None:
+    """The facts in `lang`, each with an acknowledgement and small talk, offloaded and embedded."""
+    turns: list[dict[str, str]] = []
+    for fact in FACTS:
+        user, assistant = SMALL_TALK[lang]
+        for role, text in (
+            ("user", fact[f"fact_{lang}"]),
+            ("assistant", ACK[lang]),
+            ("user", user),
+            ("assistant", assistant),
+        ):
+            turns.append({"role": role, "content": text})
+    # Small talk after the last fact: the window's floors hold it, not a fact.
+    turns += [
+        {"role": role, "content": text}
+        for _ in range(TAIL_EXCHANGES)
+        for role, text in zip(("user", "assistant"), SMALL_TALK[lang], strict=True)
+    ]
+    assert (await http.put(f"/v1/sessions/{sid}", json=SMALL)).status_code == 200
+    resp = await http.post(f"/v1/sessions/{sid}/turns", json={"turns": turns})
+    assert resp.status_code == 201, resp.text
+    resp = await http.post(
+        f"/v1/sessions/{sid}/memory", json={"type": "offload", "until_tokens": 0}
+    )
+    assert resp.status_code == 200, resp.text
+
+    async def chunks() -> list[dict[str, Any]]:
+        resp = await http.get(f"/v1/sessions/{sid}/chunks", params={"limit": 500})
+        found: list[dict[str, Any]] = resp.json()["chunks"]
+        return found
+
+    await wait_for(
+        chunks,
+        lambda found: bool(found) and all(c["embedded"] for c in found),
+        timeout=300,
+        what="the facts' chunks embedded",
+    )
+
+
+async def recall(http: httpx.AsyncClient, sid: str, query: str) -> dict[str, Any]:
+    body = {"type": "recall", "query": query, "top_k": 5}
+    resp = await http.post(f"/v1/sessions/{sid}/memory", json=body)
+    assert resp.status_code == 200, resp.text
+    data: dict[str, Any] = resp.json()["data"]
+    return data
+
+
+@pytest.mark.parametrize("fact_lang", ["en", "zh"])
+async def test_a_fact_in_the_other_language_is_quoted_above_the_floor(
+    admin: httpx.AsyncClient, fact_lang: str
+) -> None:
+    sid = f"cross-script-{fact_lang}"
+    await facts_session(admin, sid, fact_lang)
+    assert len(FACTS) == 4
+    for fact in FACTS:
+        question = fact["question_zh" if fact_lang == "en" else "question_en"]
+        data = await recall(admin, sid, question)
+        assert "no_match" not in data, (question, data.get("nearest"))
+        assert data["floor"] == FLOOR
+        holding = [m for m in data["matches"] if fact[f"fact_{fact_lang}"] in m["text"]]
+        assert holding, (question, data["matches"])
+        assert holding[0]["relevance"] >= FLOOR, (question, holding[0])
+    data = await recall(admin, sid, NO_ANSWER[fact_lang])
+    assert data["matches"] == [], data["matches"]
+    assert data["no_match"] == "nothing_relevant"
+    assert data["nearest"]["relevance"] < FLOOR
