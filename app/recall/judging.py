@@ -168,6 +168,9 @@ async def _chunk_vectors(
     if not missing:
         return held
     read = await read_once(
-        context.reader, lambda conn: chunks_store.chunk_vectors(conn, session.id, model, missing)
+        context.reader,
+        lambda conn: chunks_store.chunk_vectors(
+            conn, session.tenant_id, session.id, model, missing
+        ),
     )
     return {**held, **read}

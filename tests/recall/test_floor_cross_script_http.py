@@ -6,6 +6,7 @@ Before the floor judged items across scripts, every such question got "no confid
 talk): docs/BENCHMARKS.md, "Confident or silent"."""
 
 import json
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -47,13 +48,17 @@ NO_ANSWER = {
 }
 
 
-@pytest.fixture(scope="module")
-def e5_floor_server(settings: Settings) -> Iterator[RunningServer]:
-    """The API and its worker with e5 embeddings and the relevance floor on."""
+@pytest.fixture(scope="module", params=[True, False], ids=["vectors-kept", "vectors-read"])
+def e5_floor_server(settings: Settings, request: pytest.FixtureRequest) -> Iterator[RunningServer]:
+    """The API and its worker with e5 embeddings and the relevance floor on; the chunks'
+    vectors kept in process for the vector arm's scan, or not (the floor then reads them)."""
+    recall = {"relevance_floor": FLOOR}
+    if not request.param:
+        recall["vector_scan_in_process_mb"] = 0
     own = settings.model_copy(
         update={
             "embedding": settings.embedding.model_copy(update={"kind": "e5"}),
-            "recall": settings.recall.model_copy(update={"relevance_floor": FLOOR}),
+            "recall": settings.recall.model_copy(update=recall),
         }
     )
     with run_server(own, with_worker=True) as server:
@@ -119,7 +124,7 @@ async def recall(http: httpx.AsyncClient, sid: str, query: str) -> dict[str, Any
 async def test_a_fact_in_the_other_language_is_quoted_above_the_floor(
     admin: httpx.AsyncClient, fact_lang: str
 ) -> None:
-    sid = f"cross-script-{fact_lang}"
+    sid = f"cross-script-{fact_lang}-{uuid.uuid4().hex[:8]}"  # one database for both servers
     await facts_session(admin, sid, fact_lang)
     assert len(FACTS) == 4
     for fact in FACTS:
