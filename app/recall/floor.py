@@ -61,10 +61,10 @@ QUESTION_WORDS_RE = re.compile(
 # when 40 % of its weight is on words the session holds.
 FAMILIAR_SHARE = 0.75
 # Across scripts: the weight of the e5 similarity beside USE's, and the combined similarity
-# that counts as nothing (12 of the no-history set's tune half, its 25 questions at even
+# that counts as nothing (7 of the no-history set's tune half, its 25 questions at even
 # positions, reach .60 against the travel chat's items in the other script; the highest .628,
-# below a floor of .25 here: .6375) and as a full match (the cross-language facts' 90th
-# percentile).
+# the check half's .631, below a floor of .25 here: .6375) and as a full match (the
+# cross-language facts' 90th percentile, .74).
 CROSS_E5_WEIGHT = 0.7
 CROSS_ZERO = 0.60
 CROSS_ONE = 0.75
