@@ -22,11 +22,14 @@ class TurnRecord:
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Its source was marked untrusted after the fact (`POST .../sources/untrust`).
+    quarantined: bool = False
 
     @property
     def trusted(self) -> bool:
-        """Tool output is data from outside the conversation: it stays labelled untrusted."""
-        return self.role != "tool"
+        """Tool output is data from outside the conversation: it stays labelled untrusted, as
+        does any turn whose source was marked untrusted."""
+        return self.role != "tool" and not self.quarantined
 
 
 @dataclass(frozen=True, slots=True)

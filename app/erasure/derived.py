@@ -1,8 +1,10 @@
 """Notes derived from a revoked source, taken out now (not at the next notes run): in the
 session itself and in the notes of its user's other sessions that quote a remembered item the
-revocation took (the most recently changed ones; the erase job does the rest)."""
+revocation took (the most recently changed ones; the erase job does the rest). And the evidence
+the source's turns gave the user's items, taken back with the standing it earned them."""
 
 import uuid
+from collections.abc import Collection
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -10,13 +12,17 @@ from app.core.cache import Cache
 from app.core.config import Settings
 from app.core.errors import Conflict
 from app.erasure.lineage import lines_removed
+from app.memories.service import evidence_of, owner_lock, promote_after
+from app.memories.tiers import stability, without_sightings
 from app.notes.policy import cap, remove_sources
 from app.notes.schemas import Notes
 from app.notes.service import NotesDraft, memory_items, write_notes
 from app.store import memories as memories_store
 from app.store import memory_erasure as memory_erasure_store
+from app.store import memory_lineage
 from app.store import scratchpads as scratchpads_store
 from app.store import sessions as sessions_store
+from app.store.memories import Change
 from app.store.models import Session, SessionKey
 
 NOTES_WRITE_ATTEMPTS = 3  # a notes job may commit a new version between our read and our write
@@ -91,3 +97,33 @@ async def lineage_sessions(db: AsyncSession, key: SessionKey) -> list[uuid.UUID]
     return await users_other_sessions(
         db, read, set(await memory_erasure_store.session_item_users(db, *key, derived_only=True))
     )
+
+
+async def withdraw_evidence(
+    db: AsyncSession, settings: Settings, session: Session, seqs: Collection[int], why: str
+) -> list[uuid.UUID]:
+    """The sightings of the user's items in the session's turns `seqs` taken back (`why`: the
+    turns were forgotten or marked untrusted) — an item held by another of the user's sessions
+    too, promoted by the user saying it again here — each item's standing recomputed from the
+    evidence left: a promotion they earned is undone, as a version. Returns the items changed."""
+    if not session.user_id or not seqs:
+        return []
+    await memories_store.lock_owner(db, owner_lock(session, "user"))
+    changed: list[uuid.UUID] = []
+    seen = await memory_lineage.items_seen_in(db, session.tenant_id, session.user_id, session.id)
+    for memory in seen:
+        evidence = evidence_of(memory)
+        kept = without_sightings(evidence, str(session.id), seqs)
+        if len(kept) == len(evidence):
+            continue
+        earned = stability(kept, promote_after(settings))
+        fell_back = Change("rule", None, f"back to {earned.tier}: {why}")
+        await memories_store.set_evidence(
+            db,
+            memory,
+            [e.as_json() for e in kept],
+            (earned.tier, earned.score, earned.reasons),
+            fell_back if earned.tier != memory.tier else None,
+        )
+        changed.append(memory.id)
+    return changed

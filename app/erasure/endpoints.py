@@ -86,8 +86,11 @@ async def delete_user(
     **with_rules(
         "Marks the results of one `tool` in the session, or a `turn_range`, as untrusted after "
         "the fact, and quarantines everything derived from them, in the request: the turns "
-        "keep their text (in the window and in their chunks, now labelled untrusted: recall "
-        "shows them as untrusted data) but no notes line is derived from them again; the "
+        "keep their text (in the window, shown after a label saying what they are and that "
+        "they are untrusted, `trusted: false` in the manifest; in their chunks, now labelled "
+        "untrusted: recall shows them as untrusted data) but no notes line is derived from "
+        "them again; a sighting of a user's item in them no longer counts as evidence (a "
+        "promotion it earned is undone); the "
         "remembered items written from them (their `turn_seqs` or `source_tool`) become "
         "`quarantined` (out of prompts; an explicit recall shows them unconfirmed; `PATCH` "
         "with `status: verified` takes one back); their notes lines leave this session's notes "

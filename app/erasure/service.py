@@ -40,6 +40,7 @@ from app.erasure.derived import (
     drop_from_others_notes,
     lineage_sessions,
     users_other_sessions,
+    withdraw_evidence,
 )
 from app.erasure.lineage import derived_at_request
 from app.erasure.schemas import (
@@ -187,6 +188,8 @@ async def _forget_turns(
     derived = await memory_lineage.tombstone_derived_memories(
         db, session.tenant_id, session.id, sorted(seqs), DERIVED_FORGOTTEN
     )
+    # The user said an item of another session again here: that sighting goes too.
+    await withdraw_evidence(db, settings, session, seqs, "the turns it was said in were forgotten")
 
     # Re-chunk what the tombstoned chunks held besides the forgotten turns.
     new_ids: list[uuid.UUID] = []
@@ -534,6 +537,10 @@ async def _erase_session(
     await chunks_store.tombstone_session_chunks(db, session.tenant_id, session.id)
     await memory_erasure_store.tombstone_session_memories(
         db, session.tenant_id, session.id, SESSION_DELETED
+    )
+    every_turn = range(1, session.last_seq + 1)
+    await withdraw_evidence(
+        db, settings, session, every_turn, "the session it was said in was deleted"
     )
     await drop_from_others_notes(db, settings, cache, locked, session_pk)
     cache_key = session_cache_key(cache, tenant_id, session_id)

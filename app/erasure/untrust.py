@@ -2,7 +2,9 @@
 results of one tool in the session, or a turn range. Nothing is erased — the turns keep their
 text, in the window and in their chunks — but everything derived from them is taken out of what
 the prompt presents as trusted, in one transaction: the turns quarantined (no notes run derives
-from them again), their chunks labelled untrusted (recall shows them as untrusted data), the
+from them again; in the window a prompt shows them labelled untrusted), their chunks labelled
+untrusted (recall shows them as untrusted data), their sightings of the user's items taken back
+as evidence (`withdraw_evidence`), the
 remembered items written from them (their `turn_seqs` or `source_tool`) quarantined (out of the
 prompt; an explicit recall shows them unconfirmed), their notes lines removed here and in the
 notes of the user's other sessions, and the stored manifests built since the source arrived
@@ -19,7 +21,12 @@ from app.core.db import retrying_transaction
 from app.core.errors import InvalidInput, NotFound
 from app.domain.callers import Caller
 from app.domain.tool_groups import tool_names
-from app.erasure.derived import drop_from_notes, drop_from_others_notes, lineage_sessions
+from app.erasure.derived import (
+    drop_from_notes,
+    drop_from_others_notes,
+    lineage_sessions,
+    withdraw_evidence,
+)
 from app.erasure.lineage import derived_at_request
 from app.erasure.schemas import DerivedItem, SourceUntrusted, UntrustIn
 from app.erasure.service import live_among
@@ -77,6 +84,7 @@ async def _untrust(
     memories = await memory_lineage.quarantine_derived_memories(
         db, session.tenant_id, session.id, seqs, body.tool, SOURCE_UNTRUSTED
     )
+    await withdraw_evidence(db, settings, session, seqs, "its source was marked untrusted")
     lines = await drop_from_notes(db, settings, cache, session, set(seqs))
     derived = [DerivedItem.model_validate(d) for d in derived_at_request(chunks, lines, memories)]
     if memories:

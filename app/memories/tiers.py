@@ -15,7 +15,7 @@ weighs less.
 """
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -162,6 +162,14 @@ def compacted(evidence: Sequence[Evidence]) -> list[Evidence]:
     first_of_kind = {e.kind: e for e in reversed(kept)}.values()
     newest = [e for e in kept if e not in first_of_kind][-(EVIDENCE_KEPT - len(first_of_kind)) :]
     return [e for e in kept if e in first_of_kind or e in newest]
+
+
+def without_sightings(
+    evidence: Sequence[Evidence], session: str, seqs: Collection[int]
+) -> list[Evidence]:
+    """`evidence` without what was seen in `session`'s turns `seqs` (they were forgotten or
+    marked untrusted: they no longer vouch for the item)."""
+    return [e for e in evidence if e.session != session or not any(s in seqs for s in e.seqs)]
 
 
 @dataclass(frozen=True, slots=True)

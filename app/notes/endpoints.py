@@ -1,5 +1,7 @@
 """HTTP endpoints of the scratchpad (C2)."""
 
+from datetime import UTC, datetime
+
 from fastapi import APIRouter, status
 from pydantic import BaseModel, Field
 
@@ -39,7 +41,8 @@ class RebuildAccepted(BaseModel):
     operation_id="get_scratchpad",
     summary="Read the notes",
     description="Structured notes (goal, done, open, constraints, decisions, facts, remembered), "
-    "each item with the turn it came from.",
+    "each item with the turn it came from. A remembered line whose validity ended (its "
+    "`valid_until` or TTL) is left out at once, as the prompt leaves it out.",
 )
 async def read_scratchpad(
     session_id: SessionIdPath, caller: ReadCaller, db: ReadDbDep
@@ -50,7 +53,8 @@ async def read_scratchpad(
     return ScratchpadOut(
         version=pad.version if pad else 0,
         covers_until_seq=covers,
-        notes=Notes.model_validate(pad.notes if pad else {}),
+        # As the prompt shows them: a line whose validity ended is gone before the sweep.
+        notes=Notes.model_validate(pad.notes if pad else {}).in_force(datetime.now(UTC)),
         token_count=pad.token_count if pad else 0,
         generator=pad.generator if pad else "rules",
         stale=session.offloaded_until_seq > covers,

@@ -20,6 +20,7 @@ from app.core.cpu import off_loop
 from app.core.observability import after_response, text_fields
 from app.domain.callers import Caller
 from app.prompt.assembly import AssembledPrompt, AssemblyInput, PromptTooLarge, assemble_prompt
+from app.prompt.blocks import shown_turns
 from app.prompt.gather import (
     Gathered,
     gather,
@@ -129,7 +130,7 @@ async def _assemble_build(
     tail, chunk_of = await offloaded_tail(context, build.session, build.budget, window, kept)
     assembly = AssemblyInput(
         system=build.system,
-        turns=window,
+        turns=shown_turns(window),
         query=req.query,
         budget=build.budget.available,
         recall_budget_tokens=budget_tokens,
@@ -142,7 +143,7 @@ async def _assemble_build(
         about_user_budget_tokens=settings.recall.user_memory_budget_tokens,
         about_user_top_k=settings.recall.user_memory_top_k,
         format=req.format,
-        tail=tail,
+        tail=shown_turns(tail),
         chunk_of=chunk_of,
         clearing=tool_clearing(build.config, req.tool_results),
         value_table_tokens=build.config.value_table_tokens,

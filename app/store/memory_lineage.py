@@ -1,12 +1,13 @@
 """SQL of the lineage of remembered items: those a session wrote from some of its turns (their
 `turn_seqs`) or from a tool's results (`source_tool`), which a revocation of that source takes
-with it (`app.erasure`). Beside `app.store.memories`, which holds the rest of the table's SQL."""
+with it (`app.erasure`), and the user's items the session's turns vouch for (their `evidence`).
+Beside `app.store.memories`, which holds the rest of the table's SQL."""
 
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, cast, update
+from sqlalchemy import BigInteger, cast, select, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -71,3 +72,23 @@ async def quarantine_derived_memories(
     quarantined = sorted(result.scalars().all())
     await record_versions(db, tenant_id, quarantined, change)
     return quarantined
+
+
+async def items_seen_in(
+    db: AsyncSession, tenant_id: uuid.UUID, user_id: str, session_pk: uuid.UUID
+) -> list[Memory]:
+    """The user's held items with evidence from the session (held by it or by another of the
+    user's sessions), locked for update, in id order."""
+    query = (
+        select(Memory)
+        .where(
+            Memory.tenant_id == tenant_id,
+            Memory.user_id == user_id,
+            Memory.scope == "user",
+            Memory.status.in_(MEMORY_HELD),
+            Memory.evidence.contains([{"session": str(session_pk)}]),
+        )
+        .order_by(Memory.id)
+        .with_for_update()
+    )
+    return list((await db.execute(query)).scalars())

@@ -111,11 +111,14 @@ _RECORD_COLUMNS = (
     Turn.tool_call_id,
     Turn.metadata_,
 )
-
+# What a `TurnRecord` is read from, in its fields' order (`quarantined` last).
+_RECORD_SELECT = (
+    ", ".join(column.name for column in _RECORD_COLUMNS) + ", quarantined_at IS NOT NULL"
+)
 
 _WINDOW = (
     "SELECT "
-    + ", ".join(column.name for column in _RECORD_COLUMNS)
+    + _RECORD_SELECT
     + " FROM turns WHERE tenant_id = %(tenant)s AND session_id = %(session)s "
     "AND chunk_id IS NULL AND forgotten_at IS NULL "
     "ORDER BY seq"
@@ -143,7 +146,9 @@ _SESSION_WITH_WINDOW = (
     + ", ".join(f"s.{name}" for name in _SESSION_COLUMNS)
     + ", CASE WHEN s.id = %(kept_id)s AND s.version = %(kept_version)s THEN NULL ELSE "
     "(SELECT coalesce(json_agg(json_build_array(t.seq, t.role, t.content, t.token_count, "
-    "t.created_at, t.name, t.tool_calls, t.tool_call_id, t.metadata) ORDER BY t.seq), '[]') "
+    "t.created_at, t.name, t.tool_calls, t.tool_call_id, t.metadata, "
+    "t.quarantined_at IS NOT NULL) "
+    "ORDER BY t.seq), '[]') "
     "FROM turns t WHERE t.session_id = s.id AND t.tenant_id = s.tenant_id AND t.chunk_id IS NULL "
     "AND t.forgotten_at IS NULL) "
     "END FROM sessions s WHERE s.tenant_id = %(tenant)s AND s.external_id = %(external)s"
@@ -192,15 +197,15 @@ async def session_with_window(
         assert kept is not None  # the window is left out only for the kept row and version
         return SessionWindow(session, list(kept.window))
     window = [
-        TurnRecord(seq, role, content, tokens, datetime.fromisoformat(at), name, calls, call, meta)
-        for seq, role, content, tokens, at, name, calls, call, meta in row[-1]
+        TurnRecord(seq, role, text, tokens, datetime.fromisoformat(at), *rest)
+        for seq, role, text, tokens, at, *rest in row[-1]
     ]
     return SessionWindow(session, window)
 
 
 _OFFLOADED_TAIL = (
     "SELECT "
-    + ", ".join(column.name for column in _RECORD_COLUMNS)
+    + _RECORD_SELECT
     + ", chunk_id FROM (SELECT *, sum(token_count) OVER (ORDER BY seq DESC) AS newer "
     "FROM turns WHERE tenant_id = %(tenant)s AND session_id = %(session)s "
     "AND chunk_id IS NOT NULL AND forgotten_at IS NULL "
@@ -273,7 +278,7 @@ async def live_turns(
 
 _TURNS_OF_CHUNKS = (
     "SELECT chunk_id, "
-    + ", ".join(column.name for column in _RECORD_COLUMNS)
+    + _RECORD_SELECT
     + " FROM turns WHERE tenant_id = %(tenant)s AND session_id = %(session)s "
     "AND chunk_id = ANY(CAST(%(chunks)s AS uuid[])) "
     "AND forgotten_at IS NULL ORDER BY seq"
@@ -526,4 +531,5 @@ def to_record(turn: Turn) -> TurnRecord:
         tool_calls=turn.tool_calls,
         tool_call_id=turn.tool_call_id,
         metadata=turn.metadata_,
+        quarantined=turn.quarantined_at is not None,
     )

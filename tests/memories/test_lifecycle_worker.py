@@ -2,9 +2,11 @@
 sweep refreshes the notes of the sessions that saw it; build-prompt reads the items in force at
 each build), and the erase of a forgotten item takes the text of every version it had."""
 
+import uuid
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.support.server import RunningServer
 from tests.support.waiting import wait_for
@@ -74,3 +76,38 @@ async def test_the_erase_of_a_forgotten_item_takes_every_version_s_text(
             ("erased", "system"),
         ]
         assert {(v["text"], v["content_hash"]) for v in versions} == {(None, None)}
+
+
+@pytest.mark.parametrize(
+    "text", ["The build machine is reserved for the demo.", "构建服务器留给演示使用。"]
+)
+async def test_the_notes_read_leaves_out_an_expired_line_before_the_sweep(
+    contextd: RunningServer, api_key: str, text: str
+) -> None:
+    sid = f"lapsed-{uuid.uuid4().hex[:8]}"
+    async with httpx.AsyncClient(
+        base_url=contextd.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30
+    ) as http:
+        assert (await http.put(f"/v1/sessions/{sid}", json={})).status_code == 200
+        resp = await http.post(
+            f"/v1/sessions/{sid}/memories", json={"text": text, "ttl_seconds": 3}
+        )
+        assert resp.status_code == 201, resp.text
+        item_url = f"/v1/sessions/{sid}/memories/{resp.json()['memory']['memory_id']}"
+
+        async def remembered() -> list[str]:
+            pad: dict[str, Any] = (await http.get(f"/v1/sessions/{sid}/scratchpad")).json()
+            return [item["text"] for item in pad["notes"]["remembered"]]
+
+        assert await wait_for(remembered, lambda texts: text in texts, what="the notes") == [text]
+        await wait_for(
+            lambda: http.get(item_url),
+            lambda r: r.json()["in_force"] is False,
+            timeout=30,
+            what="the item's TTL to pass",
+        )
+        # The stored notes still hold the line until the minutely sweep; the read, like the
+        # prompt, leaves it out now.
+        assert await remembered() == []
+        built = await http.post(f"/v1/sessions/{sid}/build-prompt", json={"query": "状态？"})
+        assert built.status_code == 200 and text not in built.text

@@ -342,3 +342,48 @@ async def test_a_correction_beats_the_original(
     assert [line for line in lines if new_city in line] and not [
         line for line in lines if old_city in line and new_city not in line
     ]
+
+
+@pytest.mark.parametrize(
+    ("statement", "again"),
+    [
+        ("I'm allergic to shellfish.", "Reminder: I'm allergic to shellfish."),
+        ("我对海鲜过敏。", "提醒一下，我对海鲜过敏。"),
+    ],
+    ids=["en", "zh"],
+)
+@pytest.mark.parametrize("revoke", ["forget", "untrust", "delete"])
+async def test_a_promotion_goes_with_the_turn_that_earned_it(
+    admin: httpx.AsyncClient, statement: str, again: str, revoke: str
+) -> None:
+    user = f"u-fallback-{revoke}-{len(statement)}"
+    first, second = f"said-{user}", f"again-{user}"
+    await open_session(admin, first, user)
+    await say(admin, first, statement)
+    await open_session(admin, second, user)
+    await say(admin, second, again)
+    [promoted] = await memories(admin, first)
+    assert promoted["tier"] == "long_term" and promoted["stable_by"] == ["sessions"]
+
+    if revoke == "forget":
+        body = {"type": "forget", "turn_range": [1, 1]}
+        resp = await admin.post(f"/v1/sessions/{second}/memory", json=body)
+    elif revoke == "untrust":
+        body = {"turn_range": [1, 1]}
+        resp = await admin.post(f"/v1/sessions/{second}/sources/untrust", json=body)
+    else:
+        resp = await admin.delete(f"/v1/sessions/{second}")
+    assert resp.is_success, resp.text
+
+    # The item stays (the first session's turn still says it), back to a candidate.
+    [fallen] = await memories(admin, first)
+    assert fallen["memory_id"] == promoted["memory_id"] and fallen["status"] == "active"
+    assert (fallen["tier"], fallen["stability"], fallen["stable_by"]) == ("session", 0.25, [])
+    if revoke != "delete":
+        [elsewhere] = await memories(admin, second)
+        assert elsewhere["tier"] == "candidate"
+    versions = (
+        await admin.get(f"/v1/sessions/{first}/memories/{promoted['memory_id']}/versions")
+    ).json()["versions"]
+    assert [v["actor"] for v in versions] == ["user", "rule", "rule"]
+    assert versions[-1]["reason"].startswith("back to candidate: ")
