@@ -184,12 +184,14 @@ async def _forget_turns(
     dead = [c.id for c in chunks]
     await turns_store.forget_turns(db, session.tenant_id, [t.id for t in turns], now)
     await chunks_store.tombstone_chunks(db, session.tenant_id, dead)
+    # The sightings of the user's items in these turns taken back (an item of another session
+    # said again here loses what that earned it), before the items' rows are locked: the
+    # user's item writers take the owner lock first.
+    await withdraw_evidence(db, settings, session, seqs, "the turns it was said in were forgotten")
     # Remembered items written from these turns go with them (the lineage, issue 36).
     derived = await memory_lineage.tombstone_derived_memories(
         db, session.tenant_id, session.id, sorted(seqs), DERIVED_FORGOTTEN
     )
-    # The user said an item of another session again here: that sighting goes too.
-    await withdraw_evidence(db, settings, session, seqs, "the turns it was said in were forgotten")
 
     # Re-chunk what the tombstoned chunks held besides the forgotten turns.
     new_ids: list[uuid.UUID] = []
@@ -535,12 +537,13 @@ async def _erase_session(
     now = datetime.now(UTC)
     await turns_store.forget_session_turns(db, session.tenant_id, session.id, now)
     await chunks_store.tombstone_session_chunks(db, session.tenant_id, session.id)
-    await memory_erasure_store.tombstone_session_memories(
-        db, session.tenant_id, session.id, SESSION_DELETED
-    )
+    # Before the items' rows are locked: the owner lock comes first (`withdraw_evidence`).
     every_turn = range(1, session.last_seq + 1)
     await withdraw_evidence(
         db, settings, session, every_turn, "the session it was said in was deleted"
+    )
+    await memory_erasure_store.tombstone_session_memories(
+        db, session.tenant_id, session.id, SESSION_DELETED
     )
     await drop_from_others_notes(db, settings, cache, locked, session_pk)
     cache_key = session_cache_key(cache, tenant_id, session_id)

@@ -81,10 +81,11 @@ async def _untrust(
     seqs, since = await _source(db, session, body)
     await turns_store.quarantine_turns(db, session.tenant_id, session.id, seqs, started)
     chunks = await chunks_store.distrust_chunks(db, session.tenant_id, session.id, seqs)
+    # Before the items' rows are locked: the owner lock comes first (`withdraw_evidence`).
+    await withdraw_evidence(db, settings, session, seqs, "its source was marked untrusted")
     memories = await memory_lineage.quarantine_derived_memories(
         db, session.tenant_id, session.id, seqs, body.tool, SOURCE_UNTRUSTED
     )
-    await withdraw_evidence(db, settings, session, seqs, "its source was marked untrusted")
     lines = await drop_from_notes(db, settings, cache, session, set(seqs))
     derived = [DerivedItem.model_validate(d) for d in derived_at_request(chunks, lines, memories)]
     if memories:
