@@ -21,15 +21,13 @@ from textwrap import dedent
 import pytest
 
 from tests.store.test_tenant_keys import (
-    _CTE,
-    _CTE_SOURCE,
-    _TABLE_REF,
     _TABLES,
     SCOPED,
     STORE,
     TENANT,
     _module_names,
     _sql_texts,
+    scoped_tables,
 )
 
 # The columns that pick a tenant-scoped row, or a session's or a remembered item's rows.
@@ -65,33 +63,14 @@ _LOCKS = re.compile(r"\bFOR\s+(?:NO\s+KEY\s+)?UPDATE\b", re.I)
 def _sql_filter_breaches(statement: str) -> list[str]:
     """Filters by a key column of a tenant-scoped table in one SQL text without a filter on the
     tenant of the same alias (an unqualified column: of an unqualified tenant filter)."""
-    ctes = {}
-    for match in _CTE.finditer(statement):
-        source = _CTE_SOURCE.search(statement, match.end())
-        if source is not None:
-            ctes[match.group(1)] = source.group(1)
-    aliases: dict[str, str] = {}
-    for match in _TABLE_REF.finditer(statement):
-        table, alias = match.group(1), match.group(2)
-        aliases[table] = table
-        if alias:
-            aliases[alias] = table
-
-    def scoped(alias: str) -> bool:
-        name = aliases.get(alias)
-        for _ in range(len(ctes) + 1):
-            if name not in ctes:
-                break
-            name = ctes[name]
-        return name in SCOPED
-
-    if not any(scoped(alias) for alias in aliases):
+    scoped_aliases = scoped_tables(statement)
+    if not scoped_aliases:
         return []
     tenants = {(m.group(1) or "").lower() for m in _TENANT_FILTER.finditer(statement)}
     found = []
     for match in _KEY_FILTER.finditer(statement):
         alias, column = match.group(1), match.group(2)
-        if alias is not None and not scoped(alias):
+        if alias is not None and alias not in scoped_aliases:
             continue
         if (alias or "").lower() not in tenants:
             named = f"{alias}.{column}" if alias else column

@@ -228,10 +228,9 @@ _CTE_SOURCE = re.compile(r"\b(?:FROM|INTO|UPDATE)\s+(\w+)\b(?!\s*\()", re.I)
 _EQUALITY = re.compile(r"\b(\w+)\.(\w+)\s*=\s*(\w+)\.(\w+)\b")
 
 
-def _sql_breaches(statement: str) -> list[str]:
-    """Joins between rows of tenant-scoped tables in one SQL text that do not match the tenant:
-    each `a.x = b.y` of two aliases (a table, a CTE of one, a subquery's alias) of such tables
-    needs `a.tenant_id = b.tenant_id` beside it."""
+def scoped_tables(statement: str) -> dict[str, str]:
+    """For one SQL text, each alias (a table, a CTE of one, a subquery's alias) that stands for
+    a tenant-scoped table, with that table."""
     ctes = {}
     for match in _CTE.finditer(statement):
         source = _CTE_SOURCE.search(statement, match.end())
@@ -243,15 +242,22 @@ def _sql_breaches(statement: str) -> list[str]:
         aliases[table] = table
         if alias:
             aliases[alias] = table
-
-    def table_of(alias: str) -> str | None:
-        name = aliases.get(alias)
+    scoped = {}
+    for alias, name in aliases.items():
         for _ in range(len(ctes) + 1):
             if name not in ctes:
                 break
             name = ctes[name]
-        return name if name in SCOPED else None
+        if name in SCOPED:
+            scoped[alias] = name
+    return scoped
 
+
+def _sql_breaches(statement: str) -> list[str]:
+    """Joins between rows of tenant-scoped tables in one SQL text that do not match the tenant:
+    each `a.x = b.y` of two aliases (a table, a CTE of one, a subquery's alias) of such tables
+    needs `a.tenant_id = b.tenant_id` beside it."""
+    table_of = scoped_tables(statement).get
     joined: dict[frozenset[str], str] = {}
     matched: set[frozenset[str]] = set()
     for left, left_column, right, right_column in _EQUALITY.findall(statement):
