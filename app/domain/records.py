@@ -1,5 +1,6 @@
 """Plain value types shared across domains (no ORM, no I/O): what the pure policy modules see."""
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -32,12 +33,21 @@ class TurnRecord:
         return self.role != "tool" and not self.quarantined
 
 
+def untrusted_roles(turns: Iterable[TurnRecord]) -> tuple[str, ...]:
+    """The roles of the untrusted turns among `turns`, sorted, each once: what a label of text
+    made from them says it is (tool output, or a turn of that role from a source marked
+    untrusted)."""
+    return tuple(sorted({turn.role for turn in turns if not turn.trusted}))
+
+
 @dataclass(frozen=True, slots=True)
 class RecalledItem:
     """One recalled fragment, in rank order as the recall chain returns it.
 
     `chunk_id` is the chunk id, or the memory id for a remembered item (then `source="memory"`
-    and the turn range may be None). `trusted` is False for text that came from tool output.
+    and the turn range may be None). `trusted` is False for text that came from tool output or
+    from a turn whose source was marked untrusted; `untrusted_roles` says which (a chunk's: the
+    roles of its untrusted turns; empty for a remembered item).
     """
 
     chunk_id: str
@@ -54,3 +64,4 @@ class RecalledItem:
     compact: "RecalledItem | None" = None
     # `count_tokens(text)` when already known (a chunk's stored count): not encoded again.
     text_tokens: int | None = None
+    untrusted_roles: tuple[str, ...] = ()

@@ -86,9 +86,10 @@ async def delete_user(
     **with_rules(
         "Marks the results of one `tool` in the session, or a `turn_range`, as untrusted after "
         "the fact, and quarantines everything derived from them, in the request: the turns "
-        "keep their text (in the window, shown after a label saying what they are and that "
-        "they are untrusted, `trusted: false` in the manifest; in their chunks, now labelled "
-        "untrusted: recall shows them as untrusted data) but no notes line is derived from "
+        "keep their text (in the window and the offloaded tail a tool loop shows, after a "
+        "label saying what they are and that they are untrusted, `trusted: false` in the "
+        "manifest; in their chunks, now labelled untrusted: recall shows them as untrusted "
+        "data under the same label) but no notes line is derived from "
         "them again; a sighting of a user's item in them no longer counts as evidence (a "
         "promotion it earned is undone); the "
         "remembered items written from them (their `turn_seqs` or `source_tool`) become "

@@ -78,9 +78,10 @@ async def _untrust(
     session = live_among(locked, key.id)
     if session is None:
         raise NotFound(f"session {session_id!r} not found", field="session_id")
-    seqs, since = await _source(db, session, body)
+    roles, since = await _source(db, session, body)
+    seqs = sorted(roles)
     await turns_store.quarantine_turns(db, session.tenant_id, session.id, seqs, started)
-    chunks = await chunks_store.distrust_chunks(db, session.tenant_id, session.id, seqs)
+    chunks = await chunks_store.distrust_chunks(db, session.tenant_id, session.id, roles)
     # Before the items' rows are locked: the owner lock comes first (`withdraw_evidence`).
     await withdraw_evidence(db, settings, session, seqs, "its source was marked untrusted")
     memories = await memory_lineage.quarantine_derived_memories(
@@ -105,8 +106,10 @@ async def _untrust(
     )
 
 
-async def _source(db: AsyncSession, session: Session, body: UntrustIn) -> tuple[list[int], Any]:
-    """The source's live turns (their seqs) and when the first of them arrived."""
+async def _source(
+    db: AsyncSession, session: Session, body: UntrustIn
+) -> tuple[dict[int, str], Any]:
+    """The source's live turns (their roles by seq) and when the first of them arrived."""
     if body.turn_range is not None:
         turns = await turns_store.live_turns(db, session.tenant_id, session.id, *body.turn_range)
         field, seqs = "turn_range", [t.seq for t in turns]
@@ -117,5 +120,5 @@ async def _source(db: AsyncSession, session: Session, body: UntrustIn) -> tuple[
         field, seqs = "tool", sorted(seq for seq, name in named.items() if name == body.tool)
     if not seqs:
         raise NotFound(f"no turns of that {field.replace('_', ' ')} to untrust", field=field)
-    first = min(t.created_at for t in turns if t.seq in seqs)
-    return seqs, first
+    source = [t for t in turns if t.seq in seqs]
+    return {t.seq: t.role for t in source}, min(t.created_at for t in source)

@@ -11,6 +11,7 @@ from app.http.errors import COMMON_ERRORS, error_responses
 from app.http.params import SessionIdPath
 from app.jobs.queue import TaskName, enqueue, session_args, session_lock
 from app.notes.schemas import DroppedNote, Notes
+from app.notes.service import empty_notes, in_force_at, stored_notes
 from app.store.scratchpads import get_scratchpad
 from app.store.sessions import require_session
 
@@ -21,7 +22,7 @@ class ScratchpadOut(BaseModel):
     version: int = Field(description="0 until the first notes are written")
     covers_until_seq: int = Field(description="offloaded turns up to this seq are reflected")
     notes: Notes
-    token_count: int
+    token_count: int = Field(description="tokens of the notes block the returned lines make")
     generator: str
     stale: bool = Field(description="turns were offloaded since these notes were written")
     rebuild_pending: bool = Field(description="the last generation failed; a rebuild is due")
@@ -42,25 +43,27 @@ class RebuildAccepted(BaseModel):
     summary="Read the notes",
     description="Structured notes (goal, done, open, constraints, decisions, facts, remembered), "
     "each item with the turn it came from. A remembered line whose validity ended (its "
-    "`valid_until` or TTL) is left out at once, as the prompt leaves it out.",
+    "`valid_until` or TTL) is left out at once, as the prompt leaves it out, and `token_count` "
+    "counts the lines returned.",
 )
 async def read_scratchpad(
     session_id: SessionIdPath, caller: ReadCaller, db: ReadDbDep
 ) -> ScratchpadOut:
     session = await require_session(db, caller, session_id)
     pad = await get_scratchpad(db, session.tenant_id, session.id)
-    covers = pad.covers_until_seq if pad else 0
+    # As the prompt shows them: a line whose validity ended is gone before the sweep, and
+    # `token_count` counts the lines shown.
+    shown = in_force_at(stored_notes(pad) if pad else empty_notes(), datetime.now(UTC))
     return ScratchpadOut(
-        version=pad.version if pad else 0,
-        covers_until_seq=covers,
-        # As the prompt shows them: a line whose validity ended is gone before the sweep.
-        notes=Notes.model_validate(pad.notes if pad else {}).in_force(datetime.now(UTC)),
-        token_count=pad.token_count if pad else 0,
+        version=shown.version,
+        covers_until_seq=shown.covers_until_seq,
+        notes=shown.notes,
+        token_count=shown.token_count,
         generator=pad.generator if pad else "rules",
-        stale=session.offloaded_until_seq > covers,
+        stale=session.offloaded_until_seq > shown.covers_until_seq,
         rebuild_pending=pad.rebuild_pending if pad else False,
         dropped_items=pad.dropped_items if pad else 0,
-        dropped=[DroppedNote.model_validate(d) for d in pad.dropped or []] if pad else [],
+        dropped=shown.dropped,
     )
 
 

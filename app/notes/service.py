@@ -18,14 +18,14 @@ from app.core.config import Settings
 from app.core.cpu import off_loop
 from app.domain.tokens import message_tokens
 from app.notes.llm import NotesGenerationError, llm_extract
-from app.notes.policy import cap, merge, render_notes_block
+from app.notes.policy import cap, merge, notes_tokens, render_notes_block
 from app.notes.rules import extract
 from app.notes.schemas import DroppedNote, NoteItem, Notes, NotesResult
 from app.store import memories as memories_store
 from app.store import scratchpads as scratchpads_store
 from app.store import sessions as sessions_store
 from app.store import turns as turns_store
-from app.store.models import Memory, Session
+from app.store.models import Memory, Scratchpad, Session
 from app.store.sessions import write_session
 from app.store.turns import to_record
 
@@ -186,15 +186,28 @@ class NotesSnapshot:
 
 
 def in_force_at(snapshot: NotesSnapshot, at: datetime) -> NotesSnapshot:
-    """The snapshot without the lines whose validity ended by `at`."""
+    """The snapshot without the lines whose validity ended by `at`, its tokens those of the
+    lines left."""
     if not snapshot.notes.lapses_by(at):
         return snapshot
-    return replace(snapshot, notes=snapshot.notes.in_force(at))
+    notes = snapshot.notes.in_force(at)
+    return replace(snapshot, notes=notes, token_count=notes_tokens(notes))
 
 
 def empty_notes() -> NotesSnapshot:
     """Version 0: the notes of a session no writer has written yet."""
     return NotesSnapshot(version=0, covers_until_seq=0, notes=Notes(), token_count=0, dropped=[])
+
+
+def stored_notes(pad: Scratchpad) -> NotesSnapshot:
+    """A stored notes version as it was written."""
+    return NotesSnapshot(
+        version=pad.version,
+        covers_until_seq=pad.covers_until_seq,
+        notes=Notes.model_validate(pad.notes or {}),
+        token_count=pad.token_count,
+        dropped=[DroppedNote.model_validate(d) for d in pad.dropped or []],
+    )
 
 
 def notes_cache_key(cache: Cache, session: Session, version: int) -> str:
@@ -222,13 +235,7 @@ async def current_notes(db: AsyncSession, cache: Cache, session: Session) -> Not
     pad = await scratchpads_store.get_scratchpad(db, session.tenant_id, session.id)
     if pad is None:
         return empty_notes()
-    snapshot = NotesSnapshot(
-        version=pad.version,
-        covers_until_seq=pad.covers_until_seq,
-        notes=Notes.model_validate(pad.notes or {}),
-        token_count=pad.token_count,
-        dropped=[DroppedNote.model_validate(d) for d in pad.dropped or []],
-    )
+    snapshot = stored_notes(pad)
     if pad.version == session.notes_version:
         await cache.set_json(
             key,

@@ -29,7 +29,7 @@ from itertools import chain
 
 from app.core.config import Settings
 from app.domain.dates import date_terms, said_at
-from app.domain.records import TurnRecord
+from app.domain.records import TurnRecord, untrusted_roles
 from app.domain.text import shorten, terms, terms_document
 from app.domain.tokens import (
     count_tokens,
@@ -101,12 +101,17 @@ class ChunkDraft:
     raw_text: str
     summary_hint: str
     token_count: int
-    trusted: bool  # False when any covered turn is tool output
+    # The roles of its untrusted turns (tool output, a turn from a source marked untrusted).
+    untrusted_roles: tuple[str, ...]
     terms: tuple[str, ...]  # terms(raw_text)
     part: int = 1  # 1-based piece index of a split turn
     parts: int = 1  # number of pieces of that turn; 1 for ordinary chunks
     overlap_prefix: str = ""  # start of the piece body copied from the previous piece
     overlap_tokens: int = 0  # count_tokens(overlap_prefix)
+
+    @property
+    def trusted(self) -> bool:
+        return not self.untrusted_roles
 
     @property
     def is_piece(self) -> bool:
@@ -333,7 +338,7 @@ def _group_draft(group: Sequence[_Prepared], tokens: int) -> ChunkDraft:
         raw_text="\n".join(p.text for p in group),
         summary_hint=summary_hint(turns),
         token_count=tokens,
-        trusted=all(t.trusted for t in turns),
+        untrusted_roles=untrusted_roles(turns),
         terms=tuple(chain.from_iterable(p.terms for p in group)),
     )
 
@@ -352,7 +357,7 @@ def _draft(
         raw_text=raw_text,
         summary_hint=hint,
         token_count=token_count,
-        trusted=turn.trusted,
+        untrusted_roles=untrusted_roles([turn]),
         terms=tuple(terms(raw_text)),
         **piece,  # type: ignore[arg-type]
     )
@@ -465,4 +470,5 @@ def chunk_row(draft: ChunkDraft, chunk_id: uuid.UUID) -> dict[str, object]:
         "term_total": len(draft.terms) + len(dates),
         "lexical_source": " ".join([lexical, *dates]),
         "trusted": draft.trusted,
+        "untrusted_roles": list(draft.untrusted_roles),
     }

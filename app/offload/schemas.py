@@ -18,7 +18,10 @@ class ChunkOut(BaseModel):
     summary_hint: str = Field(description="a label (entities or first clause), not a summary")
     embedded: bool = Field(description="false until the worker has embedded the chunk")
     status: str
-    trust: str = Field(description="'untrusted' when any covered turn is tool output")
+    trust: str = Field(
+        description="'untrusted' when any covered turn is tool output or from a source marked "
+        "untrusted"
+    )
     roles: list[str]
     ts_first: datetime
     ts_last: datetime

@@ -19,6 +19,7 @@ from app.prompt.blocks import (
     quoted_body,
     starts_piece,
     tokens_with,
+    trust_label,
 )
 from app.prompt.clearing import History
 from app.recall.rerank import repeats, word_set
@@ -106,10 +107,10 @@ def _stretch_span(item: RecalledItem) -> tuple[int, int]:
     return span
 
 
-def _stretch_key(item: RecalledItem) -> tuple[str, bool]:
-    """Items join one stretch only on the same UTC day and with the same trust: the stretch
+def _stretch_key(item: RecalledItem) -> tuple[str, str]:
+    """Items join one stretch only on the same UTC day and with the same label: the stretch
     shows one time and one label."""
-    return format_ts(item.ts)[:10], item.trusted
+    return format_ts(item.ts)[:10], trust_label(item)
 
 
 @dataclass(slots=True)
@@ -243,7 +244,7 @@ def choose(
     """Items in rank order (with `neighbours`, each of the first few followed by its adjacent
     candidates: `neighbour_order`) while the whole block (`shape` around the rendered items,
     costing `overhead` + its tokens) stays within `limit`. With `render_stretch`, an item whose
-    turns continue a chosen one's (same day, same trust) is rendered with it under one header,
+    turns continue a chosen one's (same day, same label) is rendered with it under one header,
     in place of the chosen one: the header it saves is room for more evidence. An item that
     `repeats` a chosen one is left out (`near_duplicate`); one whose turns are all in the window
     (`in_window`) or that `in_tail` says the prompt holds otherwise (`in_tail`), too."""

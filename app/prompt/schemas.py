@@ -135,8 +135,9 @@ class ManifestItem(BaseModel):
     )
     injection: bool = Field(
         False,
-        description="untrusted text (a tool result, text recalled or remembered from tool "
-        "output) that gives orders to the model: in the prompt only as quoted data, never a note",
+        description="untrusted text (a tool result, a turn from a source marked untrusted, text "
+        "recalled or remembered from either, in the window or the offloaded tail a tool loop "
+        "shows) that gives orders to the model: in the prompt only as quoted data, never a note",
     )
     trusted: bool = Field(
         True,

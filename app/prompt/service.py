@@ -19,6 +19,7 @@ from app.core.context import AppContext
 from app.core.cpu import off_loop
 from app.core.observability import after_response, text_fields
 from app.domain.callers import Caller
+from app.domain.records import TurnRecord
 from app.prompt.assembly import AssembledPrompt, AssemblyInput, PromptTooLarge, assemble_prompt
 from app.prompt.blocks import shown_turns
 from app.prompt.gather import (
@@ -86,10 +87,12 @@ async def _build_prompt(
     top_k, budget_tokens = recall_limits(build.config, req, build.emergency)
     gathered = await gather(db, context, req, build, window, notes.notes.notes, top_k, vectors)
 
-    assembled, kept = await _assemble_build(
+    assembled, kept, tail = await _assemble_build(
         context, caller, session_id, req, build, window, notes.block, gathered, top_k, budget_tokens
     )
-    untrusted = untrusted_texts(window, [*gathered.recalled, *gathered.about])
+    # Untrusted text anywhere in the prompt is checked for orders: the offloaded tail a tool
+    # loop shows before the window too.
+    untrusted = untrusted_texts([*tail, *window], [*gathered.recalled, *gathered.about])
     manifest = build_manifest(
         assembled, kept, notes.notes.dropped, gathered.about_dropped, untrusted
     )
@@ -117,9 +120,9 @@ async def _assemble_build(
     gathered: Gathered,
     top_k: int,
     budget_tokens: int,
-) -> tuple[AssembledPrompt, KeptWindow | None]:
+) -> tuple[AssembledPrompt, KeptWindow | None, list[TurnRecord]]:
     """The window (and the offloaded tail a tool loop shows) with what was gathered, assembled
-    within the budget; its flags and a cache bypass join the fallbacks."""
+    within the budget; its flags and a cache bypass join the fallbacks. Returns the tail too."""
     settings = context.settings
     stage = time.perf_counter()
     kept = (
@@ -153,7 +156,7 @@ async def _assemble_build(
     build.fallbacks.extend(f for f in assembled.flags if f not in build.fallbacks)
     if context.cache.bypassed:
         build.fallbacks.append("cache_bypass")
-    return assembled, kept
+    return assembled, kept, tail
 
 
 async def _assemble(assembly: AssemblyInput) -> AssembledPrompt:

@@ -46,6 +46,7 @@ class RecallHit:
     part: int = 1
     parts: int = 1
     text_tokens: int | None = None  # count_tokens(text), a chunk's stored count
+    untrusted_roles: tuple[str, ...] = ()  # a chunk's: the roles of its untrusted turns
 
 
 def recalled_item(hit: RecallHit, *, memory_source: str = "memory") -> RecalledItem:
@@ -68,6 +69,7 @@ def recalled_item(hit: RecallHit, *, memory_source: str = "memory") -> RecalledI
             turn_first=hit.turn_first,
             turn_last=hit.turn_last,
             trusted=hit.trusted,
+            untrusted_roles=hit.untrusted_roles,
             score=hit.score,
             source=source,
             seqs=seqs,
@@ -148,6 +150,7 @@ def hits_of(
             part=f["part"],
             parts=f["parts"],
             text_tokens=f["text_tokens"],
+            untrusted_roles=f["untrusted_roles"],
         )
 
     return [hit(s) for s in selection.selected], [

@@ -68,6 +68,7 @@ def chunk_fields(chunk: chunks_store.ShownChunk) -> dict[str, Any]:
         "ts": chunk.ts_last,
         "text": chunk.raw_text,
         "trusted": chunk.trusted,
+        "untrusted_roles": tuple(chunk.untrusted_roles),
         "text_tokens": chunk.token_count,
     }
 
@@ -89,6 +90,7 @@ def candidate_fields(
                 "ts": m.created_at,
                 "text": m.text,
                 "trusted": m.trusted,
+                "untrusted_roles": (),
                 "part": 1,
                 "parts": 1,
                 "text_tokens": None,

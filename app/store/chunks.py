@@ -4,7 +4,7 @@ tombstoned and erased by forget. Their vectors' backlog and per-session indexes 
 
 import json
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -26,7 +26,8 @@ _CHUNK_RECORD = (
     "id uuid, turn_first bigint, turn_last bigint, part int, parts int, overlap_tokens int, "
     "overlap_chars int, "
     "roles text[], ts_first timestamptz, ts_last timestamptz, raw_text text, summary_hint text, "
-    "token_count int, term_counts jsonb, term_total int, lexical_source text, trusted boolean"
+    "token_count int, term_counts jsonb, term_total int, lexical_source text, trusted boolean, "
+    "untrusted_roles text[]"
 )
 _CHUNK_COLUMNS = [c.split()[0] for c in _CHUNK_RECORD.split(", ")]
 _INSERT_CHUNKS = text(
@@ -253,6 +254,7 @@ class ShownChunk(NamedTuple):
     raw_text: str
     trusted: bool
     token_count: int  # count_tokens(raw_text)
+    untrusted_roles: list[str]  # the roles of its untrusted turns
 
     @classmethod
     def of(cls, chunk: Chunk) -> "ShownChunk":
@@ -268,12 +270,13 @@ class ShownChunk(NamedTuple):
             chunk.raw_text,
             chunk.trusted,
             chunk.token_count,
+            chunk.untrusted_roles,
         )
 
 
 SHOWN_COLUMNS = (
     "c.id, c.status, c.turn_first, c.turn_last, c.part, c.parts, c.ts_last, c.raw_text, c.trusted, "
-    "c.token_count"
+    "c.token_count, c.untrusted_roles"
 )
 # The exact scan of one session's vectors, ranked by distance: the head of both statements below,
 # so that they return the nearest in the same order. It compares the vectors as stored, without
@@ -441,20 +444,33 @@ async def tombstone_session_chunks(
     )
 
 
+# The roles of the turns being marked untrusted (`:seqs`, with their `:roles`) that a chunk covers.
+_COVERED_UNTRUSTED = (
+    "SELECT s.role FROM unnest(CAST(:seqs AS bigint[]), CAST(:roles AS text[])) AS s(seq, role) "
+    "WHERE s.seq BETWEEN chunks.turn_first AND chunks.turn_last"
+)
+
+
 async def distrust_chunks(
-    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, seqs: Sequence[int]
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, roles: Mapping[int, str]
 ) -> list[uuid.UUID]:
-    """Label untrusted the active chunks covering any of `seqs`; returns those newly labelled."""
-    if not seqs:
+    """Label untrusted the active chunks covering any of the turns `roles` (their roles by seq),
+    each label naming those turns' roles too; returns the chunks whose label changed."""
+    if not roles:
         return []
     result = await db.execute(
         text(
-            "UPDATE chunks SET trusted = false WHERE tenant_id = :tenant "
-            "AND session_id = :session AND status = 'active' "
-            "AND trusted AND EXISTS (SELECT 1 FROM unnest(CAST(:seqs AS bigint[])) AS s(seq) "
-            "WHERE s.seq BETWEEN chunks.turn_first AND chunks.turn_last) RETURNING id"
+            "UPDATE chunks SET trusted = false, untrusted_roles = ARRAY(SELECT DISTINCT r "
+            f"FROM unnest(untrusted_roles || ARRAY({_COVERED_UNTRUSTED})) AS r ORDER BY r) "
+            "WHERE tenant_id = :tenant AND session_id = :session AND status = 'active' "
+            f"AND EXISTS ({_COVERED_UNTRUSTED} AND s.role <> ALL(untrusted_roles)) RETURNING id"
         ),
-        {"tenant": tenant_id, "session": session_pk, "seqs": list(seqs)},
+        {
+            "tenant": tenant_id,
+            "session": session_pk,
+            "seqs": list(roles),
+            "roles": list(roles.values()),
+        },
     )
     return sorted(result.scalars())
 

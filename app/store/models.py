@@ -250,6 +250,9 @@ class Chunk(Base):
     embedding_model: Mapped[str | None] = mapped_column(String(64))
     embed_attempts: Mapped[int] = mapped_column(Integer, server_default="0")
     trusted: Mapped[bool] = mapped_column(Boolean, server_default=sql_text("true"))
+    # The roles of its untrusted turns, which its label names (migration 0020): "tool" for tool
+    # output, a conversation role for a turn whose source was marked untrusted.
+    untrusted_roles: Mapped[list[str]] = mapped_column(server_default=sql_text("'{}'"))
     status: Mapped[str] = mapped_column(String(16), server_default="active")
     created_at: Mapped[datetime] = _created_at()
 

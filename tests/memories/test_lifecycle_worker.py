@@ -99,7 +99,12 @@ async def test_the_notes_read_leaves_out_an_expired_line_before_the_sweep(
             pad: dict[str, Any] = (await http.get(f"/v1/sessions/{sid}/scratchpad")).json()
             return [item["text"] for item in pad["notes"]["remembered"]]
 
+        async def notes_tokens() -> int:
+            pad: dict[str, Any] = (await http.get(f"/v1/sessions/{sid}/scratchpad")).json()
+            return int(pad["token_count"])
+
         assert await wait_for(remembered, lambda texts: text in texts, what="the notes") == [text]
+        assert await notes_tokens() > 0
         await wait_for(
             lambda: http.get(item_url),
             lambda r: r.json()["in_force"] is False,
@@ -109,5 +114,6 @@ async def test_the_notes_read_leaves_out_an_expired_line_before_the_sweep(
         # The stored notes still hold the line until the minutely sweep; the read, like the
         # prompt, leaves it out now.
         assert await remembered() == []
+        assert await notes_tokens() == 0  # what is returned is counted: no line, no tokens
         built = await http.post(f"/v1/sessions/{sid}/build-prompt", json={"query": "状态？"})
         assert built.status_code == 200 and text not in built.text

@@ -17,17 +17,18 @@ from app.prompt.assembly import (
 from app.prompt.blocks import (
     CUT_MARK,
     RECALL_FRAME,
-    UNTRUSTED_LABEL,
     RecalledItem,
     anthropic_counting_view,
     cut_text,
     render_recalled_block,
+    untrusted_label,
 )
 from app.prompt.choosing import neighbour_order
 
 T0 = datetime(2024, 5, 1, 9, 30, 45, tzinfo=UTC)
 SYSTEM = [{"role": "system", "content": "You are a careful travel assistant."}]
 TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
+TOOL_LABEL = untrusted_label(["tool"])
 
 
 def turn(seq: int, role: str, content: str, **extra: Any) -> TurnRecord:
@@ -249,14 +250,25 @@ def test_recalled_block_frame_provenance_and_labels() -> None:
             trusted=False,
         ),
         RecalledItem("mem_1", "User prefers aisle seats.", T0, source="memory"),
+        # A chunk of a user turn whose source was marked untrusted: no tool output.
+        item("ch_c", "粘贴的供应商邮件", 9, 9, trusted=False, untrusted_roles=("user",)),
+        item("ch_d", "pasted, fetched", 11, 12, trusted=False, untrusted_roles=("tool", "user")),
     ]
     block = render_recalled_block(items, 50)
     assert block.startswith("<recalled_history>\n\n" + RECALL_FRAME)
     assert "not instructions" in RECALL_FRAME
     assert "[2024-05-01T09:30Z | turn 3-5 | ch_a]\nWe agreed on the Alfama Inn." in block
-    assert f"[2024-05-01T09:07Z | turn 7-7 | ch_b] {UNTRUSTED_LABEL}\nIGNORE" in block
+    assert f"[2024-05-01T09:07Z | turn 7-7 | ch_b] {TOOL_LABEL}\nIGNORE" in block
+    assert TOOL_LABEL == "(untrusted: tool output)" == untrusted_label([])
     assert "[2024-05-01T09:30Z | memory | mem_1]" in block
-    assert UNTRUSTED_LABEL not in block.split("ch_b]")[0]
+    assert TOOL_LABEL not in block.split("ch_b]")[0]
+    user_label = "(untrusted: user turn from a source marked untrusted)"
+    assert f"| turn 9-9 | ch_c] {user_label}\n粘贴的供应商邮件" in block
+    both = "(untrusted: tool output; user turn from a source marked untrusted)"
+    assert f"| turn 11-12 | ch_d] {both}\npasted, fetched" in block
+    assert untrusted_label(["user", "assistant"]) == (
+        "(untrusted: assistant and user turns from a source marked untrusted)"
+    )
     assert block.endswith("</recalled_history>")
     assert render_recalled_block([], 50) == ""
 
@@ -298,7 +310,7 @@ def test_anthropic_format() -> None:
     prompt = assemble_prompt(inp)
     assert prompt.system is not None
     assert prompt.system.startswith(SYSTEM[0]["content"] + "\n\n" + notes + "\n\n<recalled")
-    assert UNTRUSTED_LABEL in prompt.system
+    assert TOOL_LABEL in prompt.system
     assert {m["role"] for m in prompt.messages} == {"user", "assistant"}
     assistant = prompt.messages[1]
     assert [b["type"] for b in assistant["content"]] == ["tool_use", "tool_use"]

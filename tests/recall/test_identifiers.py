@@ -272,7 +272,8 @@ def test_calls_at_end_counts_the_calls_of_a_chunks_last_turn() -> None:
 
 
 def shown(cid: str) -> ShownChunk:
-    return ShownChunk(cid, "active", 7, 7, 1, 2, NOW, f"tool[c1] [part 1/2]:\n{cid}", False, 10)
+    text = f"tool[c1] [part 1/2]:\n{cid}"
+    return ShownChunk(cid, "active", 7, 7, 1, 2, NOW, text, False, 10, ["tool"])
 
 
 def test_a_result_ranks_with_its_call() -> None:
