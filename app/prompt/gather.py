@@ -357,10 +357,13 @@ def above_floor(outcome: RecallOutcome, listed: int) -> RecallOutcome:
 def recall_manifest(manifest: list[ManifestItem], outcome: RecallOutcome) -> None:
     """The recalled items of `manifest` given their relevance and the floor, then the manifest
     items of what recall found and left out, with the reason."""
-    relevance = {hit.id.removeprefix(MEMORY_PREFIX): hit.relevance for hit in outcome.hits}
-    for item in manifest:
-        if item.layer == "c3" and relevance.get(item.id) is not None:
-            item.relevance, item.floor = relevance[item.id], outcome.floor
+    if outcome.judge is not None:
+        # Judged when shown: an item left over budget is not quoted, and judging every offered
+        # item (~70 a build) would cost the build ~1 ms.
+        hits = {hit.id.removeprefix(MEMORY_PREFIX): hit for hit in outcome.hits}
+        for item in manifest:
+            if item.layer == "c3" and item.included and item.id in hits:
+                item.relevance, item.floor = outcome.relevance(hits[item.id]), outcome.floor
     manifest.extend(
         ManifestItem(
             id=hit.id.removeprefix(MEMORY_PREFIX),
@@ -370,7 +373,7 @@ def recall_manifest(manifest: list[ManifestItem], outcome: RecallOutcome) -> Non
             score=hit.score,
             included=False,
             reason=reason,
-            relevance=hit.relevance,
+            relevance=outcome.relevance(hit) if reason == "below_floor" else None,
             floor=outcome.floor,
         )
         for hit, reason in outcome.dropped

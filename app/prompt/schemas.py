@@ -148,8 +148,9 @@ class ManifestItem(BaseModel):
     relevance: float | None = Field(
         None,
         description="a recalled item's relevance to the query, 0-1 (the query's own terms it "
-        "holds, IDF-weighted, or its vector similarity); null: not a recalled item, or the "
-        "relevance floor is off (`CONTEXTD_RECALL__RELEVANCE_FLOOR`: not judged)",
+        "holds, IDF-weighted, the names it shares with it, or its vector similarity), for an "
+        "item the prompt shows; null: not a recalled item shown, or the relevance floor is off "
+        "(`CONTEXTD_RECALL__RELEVANCE_FLOOR`: not judged)",
     )
     floor: float | None = Field(
         None,

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from app.domain.records import RecalledItem
-from app.recall.floor import confident
+from app.recall.floor import CONFIDENT_WITHIN, RelevanceJudge, confident
 from app.recall.fusion import FusedCandidate
 from app.recall.rerank import RerankFeatures, ScoredCandidate, Selection
 from app.recall.rewrite import RewrittenQuery
@@ -34,12 +34,6 @@ class RecallHit:
     # The hit's cosine similarity to the query (None: the vector arm did not return it): the
     # relevance floor reads it (`app.recall.floor`).
     vector_similarity: float | None = None
-    # The hit's relevance to the caller's own words, 0-1 (`app.recall.floor`); None while the
-    # floor is off (not judged).
-    relevance: float | None = None
-    # Its relevance across scripts (`floor.cross_script_relevance`), when judged: a Chinese
-    # question and an English item share no word, so the memory tool's match gate reads it.
-    across_scripts: float | None = None
     # The hit cut down to the turns that answer the query (None: not cut).
     compact_text: str | None = None
     compact_seqs: tuple[int, ...] | None = None
@@ -91,6 +85,22 @@ class RecallOutcome:
     timings_ms: dict[str, float] = field(default_factory=dict)
     candidates: int = 0
     floor: float = 0.0  # the relevance the best hit must reach to be quoted (`app.recall.floor`)
+    judge: RelevanceJudge | None = None  # None: the floor is off, nothing is judged
+
+    def relevance(self, hit: RecallHit) -> float | None:
+        """`hit`'s relevance to the caller's own words, 0-1 (`app.recall.floor`; None: not
+        judged). A remembered item's similarity is on another scale (searched unadapted) and
+        does not count."""
+        if self.judge is None:
+            return None
+        similarity = hit.vector_similarity if hit.source == "chunk" else None
+        return self.judge.of(hit.id, hit.text, similarity)
+
+    def across_scripts(self, hit: RecallHit) -> float | None:
+        """`hit`'s relevance across scripts (`floor.cross_script_relevance`), when judged so: a
+        Chinese question and an English item share no word, so the memory tool's match gate
+        reads it."""
+        return None if self.judge is None else self.judge.across_scripts.get(hit.id)
 
     @property
     def confident(self) -> bool:
@@ -99,7 +109,10 @@ class RecallOutcome:
         on its own scale (a session of remembered items and no chunks has no term statistics;
         on MADial-Bench the floor silenced 98 % of the recalls that found the item)."""
         return confident(
-            [1.0 if hit.source == "memory" else hit.relevance or 0.0 for hit in self.hits],
+            [
+                1.0 if hit.source == "memory" else self.relevance(hit) or 0.0
+                for hit in self.hits[:CONFIDENT_WITHIN]
+            ],
             self.floor,
         )
 

@@ -15,7 +15,6 @@ nothing.
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 import psycopg
@@ -27,11 +26,10 @@ from app.embeddings.base import EmbedderUnavailable, l2_normalise
 from app.recall.adapter import packaged_adapter
 from app.recall.floor import (
     CONFIDENT_WITHIN,
-    QueryWeights,
+    RelevanceJudge,
     cross_script_relevance,
     other_script_lines,
     query_weights,
-    relevance,
 )
 from app.recall.hits import RecallHit
 from app.recall.session_chunks import SessionChunks
@@ -53,27 +51,23 @@ async def judged(
     dated: bool,
     kept: SessionChunks,
     query_vector: Sequence[float] | None,
-    hits: list[RecallHit],
-    dropped: list[tuple[RecallHit, str]],
-) -> tuple[list[RecallHit], list[tuple[RecallHit, str]], float]:
-    """The hits and the dropped ones with their relevance, and the floor that applies: judged on
-    `query` (the caller's own words, or the LLM's rewrite of them), weighted by the session's
-    term statistics; no floor with another embedder than the one the floor's similarity scale
-    was calibrated on. `query_vector`: the query's embedding before the adapter (None: it timed
-    out, and nothing is judged across scripts)."""
+    hits: Sequence[RecallHit],
+) -> tuple[RelevanceJudge | None, float]:
+    """The judge of the hits' relevance (None: the floor is off) and the floor that applies:
+    judged on `query` (the caller's own words, or the LLM's rewrite of them), weighted by the
+    session's term statistics; no floor with another embedder than the one the floor's
+    similarity scale was calibrated on. `query_vector`: the query's embedding before the
+    adapter (None: it timed out, and nothing is judged across scripts)."""
     floor = context.settings.recall.relevance_floor
     if floor <= 0:
-        # Off: nothing to judge. The relevance reads the stems of each hit's shown text, new to
-        # the stems' cache when the trim differs from query to query: ~1 ms a recall build.
-        return hits, dropped, 0.0
+        return None, 0.0
     weights = query_weights(query, kept.index.df, len(kept.index), dated=dated)
     scaled = _similarity_calibrated(context)
     across = (
         await _cross_script(context, session, kept, query, query_vector, hits) if scaled else {}
     )
     return (
-        [_with_relevance(hit, weights, scaled, across.get(hit.id)) for hit in hits],
-        [(_with_relevance(hit, weights, scaled, None), reason) for hit, reason in dropped],
+        RelevanceJudge(weights, scaled, across),
         floor if scaled or context.embedder is None else 0.0,
     )
 
@@ -87,20 +81,6 @@ def _similarity_calibrated(context: AppContext) -> bool:
         context.settings.recall.query_adapter
         and embedder is not None
         and embedder.name == packaged_adapter().model
-    )
-
-
-def _with_relevance(
-    hit: RecallHit, weights: QueryWeights, scaled: bool, across_scripts: float | None
-) -> RecallHit:
-    """`hit` with its relevance (`app.recall.floor`) and its relevance `across_scripts` (None:
-    not judged); its vector similarity counts only for a chunk on the calibrated scale
-    (remembered items are searched unadapted)."""
-    similarity = hit.vector_similarity if scaled and hit.source == "chunk" else None
-    return replace(
-        hit,
-        relevance=relevance(weights, hit.text, similarity, across_scripts or 0.0),
-        across_scripts=across_scripts,
     )
 
 

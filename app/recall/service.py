@@ -37,6 +37,7 @@ from app.recall.arms import (
     scans_in_process,
     vector_arm_and_rows,
 )
+from app.recall.floor import RelevanceJudge
 from app.recall.fusion import FusedCandidate
 from app.recall.hits import MEMORY_PREFIX, Clock, RecallHit, RecallOutcome, hits_of
 from app.recall.judging import judged
@@ -155,7 +156,7 @@ async def recall(
     clock.lap("select")
     await stored
     hits, dropped = hits_of(selection, fields, by_id, rangeless, vector_all, vector_median)
-    hits, dropped, floor = await _judge(context, session, query, understood, first, hits, dropped)
+    judge, floor = await _judge(context, session, query, understood, first, hits)
     return RecallOutcome(
         query=understood.rewritten,
         hits=hits,
@@ -165,6 +166,7 @@ async def recall(
         candidates=len(fused),
         query_terms=understood.terms,
         floor=floor,
+        judge=judge,
     )
 
 
@@ -175,10 +177,9 @@ async def _judge(
     understood: Understood,
     first: FirstArms,
     hits: list[RecallHit],
-    dropped: list[tuple[RecallHit, str]],
-) -> tuple[list[RecallHit], list[tuple[RecallHit, str]], float]:
-    """The hits judged against the relevance floor (`app.recall.judging`) on the caller's own
-    words, or the LLM's rewrite of them."""
+) -> tuple[RelevanceJudge | None, float]:
+    """The judge of the hits' relevance and the floor (`app.recall.judging`), on the caller's
+    own words, or the LLM's rewrite of them."""
     return await judged(
         context,
         session,
@@ -187,7 +188,6 @@ async def _judge(
         kept=first.kept,
         query_vector=first.qvec,
         hits=hits,
-        dropped=dropped,
     )
 
 

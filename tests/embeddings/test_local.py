@@ -185,7 +185,7 @@ def test_factory_builds_local_embedders() -> None:
 
 @pytest.fixture(scope="module")
 def use() -> UseEmbedder:
-    # The `use` extra is part of the dev install: a missing package fails here, never skips.
+    # USE is a dependency of contextd: a missing package fails here, never skips.
     return UseEmbedder(threads=1)
 
 

@@ -10,12 +10,15 @@ from app.recall.floor import (
     CROSS_ONE,
     CROSS_ZERO,
     FAMILIAR_SHARE,
+    NAMED_RELEVANCE,
+    STRANGER_SHARE,
     VECTOR_ONE,
     VECTOR_ZERO,
     confident,
     cross_script_relevance,
     lexical_relevance,
     other_script_lines,
+    query_names,
     query_weights,
     relevance,
     vector_relevance,
@@ -99,10 +102,10 @@ def test_relevance_is_the_stronger_signal_capped_at_one():
 
 def test_a_question_about_what_the_session_talks_of_is_familiar():
     # Every word of it is somewhere in the session, though not in this item.
-    weights = weights_over("What does the JR Pass cost?", TRAVEL)
+    weights = weights_over("How much does the pass cost?", TRAVEL)
     assert weights.familiar == 1.0
     assert relevance(weights, TRAVEL[0], None) == FAMILIAR_SHARE
-    half = weights_over("Which pass covers Mongolia?", TRAVEL)
+    half = weights_over("Which pass covers the ferry?", TRAVEL)
     assert 0 < half.familiar < 1
 
 
@@ -165,3 +168,69 @@ def test_a_cross_script_item_counts_by_its_own_relevance():
     assert lexical_relevance(weights, facts[0]) == 0.0  # no character of it in English
     assert relevance(weights, facts[0], None, cross_script=0.6) == 0.6
     assert relevance(weights, facts[0], None) == relevance(weights, facts[0], None, 0.0)
+
+
+def test_the_names_a_question_writes():
+    assert query_names("What Console does Nate own in Tampa?") == ["Console", "Nate", "Tampa"]
+    # A sentence's first word, "I'm", months, weekdays and a title's small words are not names.
+    assert query_names("I'm asking: Where did Joanna go in July, on a Friday?") == ["Joanna"]
+    assert query_names("What might John's sister say? Which Four Seasons?") == [
+        "John",
+        "Four",
+        "Seasons",
+    ]
+    assert query_names("what is my name?") == []
+    assert query_names("《百年孤独》的作者是谁？") == ["百年孤独"]
+
+
+def test_an_item_that_names_what_the_question_names_is_about_it():
+    # A speaker's name is in every chunk of their conversation: lexically it weighs nothing.
+    chat = [f"Nate: day {i} of the tournament, lots of games." for i in range(20)]
+    chat.append("Nate: I finally bought an Xbox, it was on sale.")
+    weights = weights_over("What Console does Nate own?", chat)
+    assert lexical_relevance(weights, chat[-1]) < 0.05
+    assert relevance(weights, chat[-1], None) == NAMED_RELEVANCE
+    assert relevance(weights, "Joanna: I wrote a new screenplay.", None) < 0.05
+
+
+def test_a_name_is_held_only_as_written():
+    # "The Four Seasons" is not "four days in cherry blossom season", lexically or as familiar.
+    chat = [
+        "April is cherry blossom season; Tokyo for four days, then Kyoto.",
+        "Book the ryokan in Hakone for one night.",
+    ]
+    weights = weights_over("Which composer wrote The Four Seasons?", chat)
+    assert weights.familiar == 0.0
+    assert relevance(weights, chat[0], None) == 0.0
+    assert relevance(weights, "We stayed at the Four Seasons in Kyoto.", None) >= NAMED_RELEVANCE
+    # A title in 《》 the same way: its characters are in any Chinese chat.
+    zh = ["今年四月我们去京都，住了一百年的老旅馆。", "大阪离京都很近，坐车一个小时。"]
+    title = weights_over("《百年孤独》的作者是谁？", zh)
+    assert title.familiar == 0.0
+    assert relevance(title, zh[0], None) == 0.0
+    assert relevance(title, "我最近在读《百年孤独》，作者是马尔克斯。", None) >= NAMED_RELEVANCE
+
+
+def test_most_asks_like_many():
+    weights = weights_over("Which planet has the most moons?", ["The most popular onsen is here."])
+    assert set(weights.units) == {"planet", "moon"}
+
+
+def test_a_question_about_a_stranger_to_the_session_is_about_another_conversation():
+    chat = [
+        "Jon: I went to church with my friends on Sunday, then we had lunch.",
+        "Gina: My dance studio opens next month!",
+    ]
+    about_us = weights_over("What did Jon do with his church friends?", chat)
+    # Jon's weight counts through the named signal, the rest as familiar.
+    assert not about_us.stranger and about_us.familiar > 0.5
+    # Maria is in no chunk: the words the question shares with this chat are not about her.
+    stranger = weights_over("What did Maria do with her church friends?", chat)
+    assert stranger.stranger and stranger.familiar == 0.0
+    shared = lexical_relevance(about_us, chat[0])
+    assert lexical_relevance(stranger, chat[0]) < shared
+    held = (stranger.units["church"] + stranger.units["friend"]) / sum(stranger.units.values())
+    assert abs(lexical_relevance(stranger, chat[0]) - STRANGER_SHARE * held) < 1e-9
+    assert relevance(stranger, chat[0], None) < 0.25 <= relevance(about_us, chat[0], None)
+    # 《百年孤独》: a title no chunk holds a character of.
+    assert weights_over("《百年孤独》的作者是谁？", ["我们去京都住旅馆。"]).stranger

@@ -22,9 +22,14 @@ SMALL = {
     "min_recent_turns": 4,
     "min_recent_tokens": 200,
 }
-# Each shares a word with the conversation ("list" of its packing list, 多少), so recall has a
-# nearest item to mark low confidence (these servers search without vectors).
-NO_ANSWER = ("How do I reverse a linked list in Python?", "一根香蕉有多少卡路里？")
+# Each shares a word with the conversation ("list" of its packing list, 多少; "four" and
+# "season" of "cherry blossom season … four days"), so recall has a nearest item to mark low
+# confidence (these servers search without vectors). A name is held only as written.
+NO_ANSWER = (
+    "How do I reverse a linked list in Python?",
+    "一根香蕉有多少卡路里？",
+    "Which composer wrote The Four Seasons?",
+)
 ANSWERED = (
     ("Which hotel did we pick in Kyoto?", "Sotetsu Fresa"),
     ("从京都到奈良坐什么车？", "近铁特急"),
@@ -36,7 +41,7 @@ FLOOR = 0.25
 
 @pytest.fixture(scope="module")
 def floor_server(settings: Settings) -> Iterator[RunningServer]:
-    """The API with the relevance floor on (off by default)."""
+    """The API with the relevance floor at `FLOOR` (its default, said here)."""
     own = settings.model_copy(
         update={"recall": settings.recall.model_copy(update={"relevance_floor": FLOOR})}
     )
