@@ -206,9 +206,10 @@ class RecallSettings(BaseModel):
         "reach for the memory tool to quote any; below it the tool answers no confident match, "
         "the nearest item marked low confidence. 0.25 quotes nothing for 48 of 50 questions a "
         "session has no answer to, keeps LoCoMo's recall and those asked in the other language "
-        "than the facts (docs/BENCHMARKS.md, Confident or silent); while it is on, the API "
-        "loads USE beside e5. Build-prompt keeps its recalled block; its manifest gives each "
-        "shown item's relevance and the floor. 0: off; off too with an embedder other than e5",
+        "than the facts (docs/BENCHMARKS.md, Confident or silent); the first question an API "
+        "process judges across scripts loads USE (~2 s, ~230 MB). Build-prompt keeps its "
+        "recalled block; its manifest gives each shown item's relevance and the floor. 0: off; "
+        "off too with an embedder other than e5",
     )
     rerank_url: str | None = Field(None, description="HTTP cross-encoder; unset: feature rerank")
     rerank_style: Literal["tei", "jina", "cohere"] = Field("tei", description="its API style")

@@ -4,6 +4,7 @@ Nothing here is a module global: the API builds one `AppContext` per application
 worker one per process, so tests can run several instances side by side.
 """
 
+import asyncio
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -52,9 +53,10 @@ class AppContext:
     query_embedder: CircuitBreaker  # skips the embedder in recall while it keeps failing
     embedder: Embedder | None = None  # set by `start_embedder`; None means lexical recall only
     # The multilingual USE, for the relevance floor's judgement across scripts
-    # (`app.recall.judging`): set by `start_embedder` in a process that embeds queries with e5
-    # while the floor is on; None otherwise.
-    cross_script_encoder: Embedder | None = None
+    # (`app.recall.judging`): loaded by `cross_script_encoder` on first need; None until then,
+    # or when it cannot load.
+    cross_script: Embedder | None = None
+    cross_script_load: asyncio.Lock | None = None  # held while it loads; None: not tried yet
     # Its vectors of chunks' lines (a line's vector never changes; a session's recalls meet the
     # same chunks again): ~2 ms a line to encode, 2 KB to keep.
     cross_script_lines: LRU[str, np.ndarray] = field(
@@ -96,18 +98,25 @@ class AppContext:
         warm_up = getattr(self.embedder, "warm_up", None)
         if warm_up is not None:
             await warm_up(warm)
-        if (
-            "query" in warm
-            and self.settings.recall.relevance_floor > 0
-            and self.settings.embedding.kind == "e5"
-        ):
-            try:
-                self.cross_script_encoder = create_embedder("use")
-            except EmbedderUnavailable as exc:  # the optional extra `use` is not installed
-                logger.warning("relevance across scripts judged without USE: %s", exc)
+
+    async def cross_script_encoder(self) -> Embedder | None:
+        """The multilingual USE, loaded on the first judgement across scripts (~2 s, ~230 MB
+        resident: its vocabulary's vectors): a process whose sessions hold one script never
+        loads it. None when it cannot load (logged once; the floor then judges as without it)."""
+        if self.cross_script_load is None:
+            self.cross_script_load = asyncio.Lock()
+            async with self.cross_script_load:
+                try:
+                    self.cross_script = await asyncio.to_thread(create_embedder, "use")
+                except EmbedderUnavailable as exc:
+                    logger.warning("relevance across scripts judged without USE: %s", exc)
+        else:
+            async with self.cross_script_load:  # another request is loading it
+                pass
+        return self.cross_script
 
     async def aclose(self) -> None:
-        for embedder in (self.embedder, self.cross_script_encoder):
+        for embedder in (self.embedder, self.cross_script):
             if embedder is not None:
                 await embedder.aclose()
         await self.http.aclose()

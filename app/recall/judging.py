@@ -7,7 +7,7 @@ hold lines in the other script than the question's, the two similarities of
 `floor.cross_script_relevance`: the hit's e5 similarity to the unadapted query vector (its
 vector from those this process keeps for the in-process scan, else read) and the multilingual
 Universal Sentence Encoder's similarity of the question and each of those lines
-(`AppContext.cross_script_encoder`, loaded only while the floor is on). Nothing is computed
+(`AppContext.cross_script_encoder`, loaded on the first such judgement). Nothing is computed
 while the floor is off, and across scripts only when such a hit is among the first
 `floor.CONFIDENT_WITHIN`: ~2 ms a line with USE on one core, so a single-language session pays
 nothing.
@@ -96,8 +96,8 @@ async def _cross_script(
     holds lines in the other script than `query`, by hit id. Empty when no encoder is loaded,
     the query has no vector, or either encoder or the vectors' read fails (logged: the floor
     then judges those hits as before)."""
-    encoder, embedder = context.cross_script_encoder, context.embedder
-    if encoder is None or embedder is None or query_vector is None:
+    embedder = context.embedder
+    if embedder is None or query_vector is None:
         return {}
     lines = {
         hit.id: other_script_lines(query, hit.text)[:MAX_LINES_AN_ITEM]
@@ -106,6 +106,9 @@ async def _cross_script(
     }
     lines = {hit_id: held for hit_id, held in lines.items() if held}
     if not lines:
+        return {}
+    encoder = await context.cross_script_encoder()
+    if encoder is None:
         return {}
     texts = list(dict.fromkeys(line for held in lines.values() for line in held))
     known: dict[str, np.ndarray] = {}
