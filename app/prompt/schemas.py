@@ -148,8 +148,9 @@ class ManifestItem(BaseModel):
     relevance: float | None = Field(
         None,
         description="a recalled item's relevance to the query, 0-1 (the query's own terms it "
-        "holds, IDF-weighted, the names it shares with it, or its vector similarity), for an "
-        "item the prompt shows; null: not a recalled item shown, or the relevance floor is off "
+        "holds, IDF-weighted, the names it shares with it, or its vector similarity; not the "
+        "judgement across scripts, which only the memory tool makes), for an item the prompt "
+        "shows; null: not a recalled item shown, or the relevance floor is off "
         "(`CONTEXTD_RECALL__RELEVANCE_FLOOR`: not judged)",
     )
     floor: float | None = Field(

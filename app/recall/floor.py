@@ -40,8 +40,9 @@ well but cannot tell "the answer" from "the least unrelated chunk". Absolute sig
   moves a Chinese question toward English small talk as much as toward its answer), plus the
   rest of the largest similarity the multilingual Universal Sentence Encoder gives the question
   and one of the item's lines in the other script (`other_script_lines`). Scaled between
-  `CROSS_ZERO` and `CROSS_ONE`; the service computes both similarities only while the floor
-  is on, for the first `CONFIDENT_WITHIN` items that hold a line in the other script.
+  `CROSS_ZERO` and `CROSS_ONE`; the service computes both similarities only for the memory
+  tool's recall while the floor is on, for the first `CONFIDENT_WITHIN` items that hold a line
+  in the other script.
 
 An item's relevance is the largest of these (an ID or a number the session holds once weighs
 the most, so an exact hit scores high lexically); recall is confident when one of its first

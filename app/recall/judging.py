@@ -8,7 +8,8 @@ hold lines in the other script than the question's, the two similarities of
 vector from those this process keeps for the in-process scan, else read) and the multilingual
 Universal Sentence Encoder's similarity of the question and each of those lines
 (`AppContext.cross_script_encoder`, loaded on the first such judgement). Nothing is computed
-while the floor is off, and across scripts only when such a hit is among the first
+while the floor is off, and across scripts only for the memory tool's recall (a build keeps its
+block whatever the floor says) and only when such a hit is among the first
 `floor.CONFIDENT_WITHIN`: ~2 ms a line with USE on one core, so a single-language session pays
 nothing.
 """
@@ -52,19 +53,23 @@ async def judged(
     kept: SessionChunks,
     query_vector: Sequence[float] | None,
     hits: Sequence[RecallHit],
+    across_scripts: bool,
 ) -> tuple[RelevanceJudge | None, float]:
     """The judge of the hits' relevance (None: the floor is off) and the floor that applies:
     judged on `query` (the caller's own words, or the LLM's rewrite of them), weighted by the
     session's term statistics; no floor with another embedder than the one the floor's
     similarity scale was calibrated on. `query_vector`: the query's embedding before the
-    adapter (None: it timed out, and nothing is judged across scripts)."""
+    adapter (None: it timed out, and nothing is judged across scripts). `across_scripts`: judge
+    the first hits in the other script with USE too (only the memory tool asks)."""
     floor = context.settings.recall.relevance_floor
     if floor <= 0:
         return None, 0.0
     weights = query_weights(query, kept.index.df, len(kept.index), dated=dated)
     scaled = _similarity_calibrated(context)
     across = (
-        await _cross_script(context, session, kept, query, query_vector, hits) if scaled else {}
+        await _cross_script(context, session, kept, query, query_vector, hits)
+        if scaled and across_scripts
+        else {}
     )
     return (
         RelevanceJudge(weights, scaled, across),
