@@ -145,11 +145,12 @@ async def _recall(
         # resolve 'that one') is only a fallback when the query has no terms of its own.
         wanted = terms(request.query or "") or terms(outcome.query.rewritten)
         exact_hit = hit.fused.exact_rank is not None
-        # Across scripts no word is shared and e5's margins do not stand out: an item the floor
-        # judged relevant across scripts is a match (`app.recall.judging`).
-        across_scripts = outcome.across_scripts(hit)
-        across = across_scripts is not None and across_scripts >= outcome.floor > 0
-        return across or is_match(
+        # Across scripts, or in other words than the user's, no word is shared and e5's margins
+        # do not stand out: an item the floor judged relevant by meaning is a match
+        # (`app.recall.judging`).
+        by_meaning = outcome.by_meaning(hit)
+        meant = by_meaning is not None and by_meaning >= outcome.floor > 0
+        return meant or is_match(
             wanted, hit.text, exact_hit=exact_hit, vector_margin=hit.vector_margin
         )
 

@@ -201,15 +201,16 @@ class RecallSettings(BaseModel):
         le=1,
         description="the relevance (0-1, `app/recall/floor.py`: the question's own words an "
         "item holds, IDF-weighted, the share the session holds, a name the question writes, "
-        "its e5 similarity, or for an item in the other script than the question its e5 and "
-        "multilingual USE similarities together) one of recall's first history items must "
-        "reach for the memory tool to quote any; below it the tool answers no confident match, "
-        "the nearest item marked low confidence. 0.25 quotes nothing for 48 of 50 questions a "
-        "session has no answer to, keeps LoCoMo's recall and those asked in the other language "
-        "than the facts (docs/BENCHMARKS.md, Confident or silent); the first question an API "
-        "process judges across scripts loads USE (~2 s, ~230 MB). Build-prompt keeps its "
-        "recalled block; its manifest gives each shown item's relevance and the floor. 0: off; "
-        "off too with an embedder other than e5",
+        "its e5 similarity, or, for an item in the other script than the question, and for "
+        "what a question about the user may find in other words, its e5 and multilingual USE "
+        "similarities together) one of recall's first history items must reach for the memory "
+        "tool to quote any; below it the tool answers no confident match, the nearest item "
+        "marked low confidence. 0.25 quotes nothing for 48 of 50 questions a session has no "
+        "answer to, keeps LoCoMo's recall, those asked in the other language than the facts "
+        "and those about the user in other words (docs/BENCHMARKS.md, Confident or silent); "
+        "the first question an API process judges by meaning loads USE (~2 s, ~230 MB). "
+        "Build-prompt keeps its recalled block; its manifest gives each shown item's relevance "
+        "and the floor. 0: off; off too with an embedder other than e5",
     )
     rerank_url: str | None = Field(None, description="HTTP cross-encoder; unset: feature rerank")
     rerank_style: Literal["tei", "jina", "cohere"] = Field("tei", description="its API style")

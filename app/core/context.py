@@ -31,7 +31,7 @@ from app.embeddings.base import Embedder, EmbedderUnavailable
 from app.embeddings.factory import create_embedder, embedder_from_settings
 
 logger = logging.getLogger("contextd.embeddings")
-CROSS_SCRIPT_LINES = 8192  # 16 MB of USE vectors at most
+MEANING_LINES = 8192  # 16 MB of USE vectors at most
 
 
 @dataclass
@@ -52,16 +52,14 @@ class AppContext:
     rate_limiter: RateLimiter  # per-minute limits: Redis, else counted in this process
     query_embedder: CircuitBreaker  # skips the embedder in recall while it keeps failing
     embedder: Embedder | None = None  # set by `start_embedder`; None means lexical recall only
-    # The multilingual USE, for the relevance floor's judgement across scripts
-    # (`app.recall.judging`): loaded by `cross_script_encoder` on first need; None until then,
+    # The multilingual USE, for the relevance floor's judgement by meaning
+    # (`app.recall.judging`): loaded by `meaning_encoder` on first need; None until then,
     # or when it cannot load.
-    cross_script: Embedder | None = None
-    cross_script_load: asyncio.Lock | None = None  # held while it loads; None: not tried yet
+    meaning: Embedder | None = None
+    meaning_load: asyncio.Lock | None = None  # held while it loads; None: not tried yet
     # Its vectors of chunks' lines (a line's vector never changes; a session's recalls meet the
     # same chunks again): ~2 ms a line to encode, 2 KB to keep.
-    cross_script_lines: LRU[str, np.ndarray] = field(
-        default_factory=lambda: LRU(CROSS_SCRIPT_LINES)
-    )
+    meaning_lines: LRU[str, np.ndarray] = field(default_factory=lambda: LRU(MEANING_LINES))
     replica: Replica | None = None  # the read-only endpoints' replica (`DATABASE_REPLICA_URL`)
 
     @classmethod
@@ -99,24 +97,25 @@ class AppContext:
         if warm_up is not None:
             await warm_up(warm)
 
-    async def cross_script_encoder(self) -> Embedder | None:
-        """The multilingual USE, loaded on the first judgement across scripts (~2 s, ~230 MB
-        resident: its vocabulary's vectors): a process whose sessions hold one script never
-        loads it. None when it cannot load (logged once; the floor then judges as without it)."""
-        if self.cross_script_load is None:
-            self.cross_script_load = asyncio.Lock()
-            async with self.cross_script_load:
+    async def meaning_encoder(self) -> Embedder | None:
+        """The multilingual USE, loaded on the first judgement by meaning (~2 s, ~230 MB
+        resident: its vocabulary's vectors): a process whose memory tool is never asked across
+        scripts or about the user never loads it. None when it cannot
+        load (logged once; the floor then judges as without it)."""
+        if self.meaning_load is None:
+            self.meaning_load = asyncio.Lock()
+            async with self.meaning_load:
                 try:
-                    self.cross_script = await asyncio.to_thread(create_embedder, "use")
+                    self.meaning = await asyncio.to_thread(create_embedder, "use")
                 except EmbedderUnavailable as exc:
-                    logger.warning("relevance across scripts judged without USE: %s", exc)
+                    logger.warning("relevance by meaning judged without USE: %s", exc)
         else:
-            async with self.cross_script_load:  # another request is loading it
+            async with self.meaning_load:  # another request is loading it
                 pass
-        return self.cross_script
+        return self.meaning
 
     async def aclose(self) -> None:
-        for embedder in (self.embedder, self.cross_script):
+        for embedder in (self.embedder, self.meaning):
             if embedder is not None:
                 await embedder.aclose()
         await self.http.aclose()

@@ -185,11 +185,12 @@ def terms_document(text_terms: Sequence[str]) -> str:
 
 
 def match_terms(query_terms: Iterable[str]) -> set[str]:
-    """The terms a text must share with a query to match it: its words and CJK bigrams, its
-    single CJK characters only when it has nothing longer. A lone shared character is chance in
-    Chinese (住 of 记住 is not 住 of 住在), as a shared letter would be in English."""
+    """The terms a text must share with a query to match it: its words, numbers and CJK bigrams,
+    its single characters only when it has nothing longer. A lone shared character is chance in
+    Chinese (住 of 记住 is not 住 of 住在), as a shared letter is in English (the "s" of
+    "company's" is not the "s" of "It's")."""
     every = set(query_terms)
-    return {t for t in every if not (len(t) == 1 and is_cjk(t))} or every
+    return {t for t in every if len(t) > 1 or t.isdigit()} or every
 
 
 def term_set(text: str) -> frozenset[str]:

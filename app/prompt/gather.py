@@ -335,7 +335,7 @@ async def recalled_history(
         now=said_at(window[-1].metadata, window[-1].created_at) if window else None,
         query_timeout_s=query_timeout_s,
         query_vectors=query_vectors,
-        across_scripts=floored,
+        by_meaning=floored,
     )
     shown_max = max(SHOWN_PER_K * top_k, SHOWN_MIN)
     if floored:

@@ -31,18 +31,25 @@ well but cannot tell "the answer" from "the least unrelated chunk". Absolute sig
   against the travel chat), scaled so `VECTOR_ONE` counts as a full match. On LoCoMo the
   answering chunks sit in the same range (median .64), so it decides little there.
 
-- across scripts (a Chinese question, an English item, or the reverse): none of the three can
-  tell there. The lexical share is 0 across scripts, and e5 places a question and the fact
-  that answers it in the other language no closer than an unrelated question and small talk
-  (the no-history set's questions reach the cross-language facts' similarities). What does
-  separate them is two encoders together: `CROSS_E5_WEIGHT` of the item's e5 similarity to the
-  question as embedded, without the query adapter (the adapter, fitted on English dialogue,
-  moves a Chinese question toward English small talk as much as toward its answer), plus the
-  rest of the largest similarity the multilingual Universal Sentence Encoder gives the question
-  and one of the item's lines in the other script (`other_script_lines`). Scaled between
-  `CROSS_ZERO` and `CROSS_ONE`; the service computes both similarities only for the memory
-  tool's recall while the floor is on, for the first `CONFIDENT_WITHIN` items that hold a line
-  in the other script.
+- by meaning, where no word is shared: none of the three can tell there. Across scripts (a
+  Chinese question, an English item, or the reverse) the lexical share is 0, and e5 places a
+  question and the fact that answers it in the other language no closer than an unrelated
+  question and small talk (the no-history set's questions reach the cross-language facts'
+  similarities). In one script, a question about the user ("What is my job?", 我害怕什么？)
+  and the fact that answers it in other words ("I work as a pharmacist") share no word, and e5
+  puts them where a question about the world reaches small talk. What does separate them is
+  two encoders together: `MEANING_E5_WEIGHT` of the item's e5 similarity to the question as
+  embedded, without the query adapter (the adapter, fitted on English dialogue, moves a
+  Chinese question toward English small talk as much as toward its answer), plus the rest of
+  the largest similarity the multilingual Universal Sentence Encoder gives the question and
+  one of the item's lines (`compared_lines`). Scaled between `MEANING_ZERO` and `ACROSS_ONE`
+  (lines in the other script) or `OWN_ONE` (in the question's own: e5 and USE place texts of
+  one script closer). Across scripts every item is judged so; in one script only for a
+  question about the user (`asks_about_the_user`): the answer to such a question can only be
+  something the user said, and a question about the world ("How do I reverse a linked
+  list?") is the model's to answer, not recall's. The
+  service computes both similarities only for the memory tool's recall while the floor is on,
+  for the first `CONFIDENT_WITHIN` items that hold such lines.
 
 An item's relevance is the largest of these (an ID or a number the session holds once weighs
 the most, so an exact hit scores high lexically); recall is confident when one of its first
@@ -90,14 +97,25 @@ QUESTION_WORDS_RE = re.compile(
 # What a query whose words the session holds (anywhere) is worth to each item: at a floor of 0.3
 # when 40 % of its weight is on words the session holds.
 FAMILIAR_SHARE = 0.75
-# Across scripts: the weight of the e5 similarity beside USE's, and the combined similarity
-# that counts as nothing (7 of the no-history set's tune half, its 25 questions at even
-# positions, reach .60 against the travel chat's items in the other script; the highest .628,
-# the check half's .631, below a floor of .25 here: .6375) and as a full match (the
-# cross-language facts' 90th percentile, .74).
-CROSS_E5_WEIGHT = 0.7
-CROSS_ZERO = 0.60
-CROSS_ONE = 0.75
+# By meaning: the weight of the e5 similarity beside USE's, and the combined similarity that
+# counts as nothing (7 of the no-history set's tune half, its 25 questions at even positions,
+# reach .60 against the travel chat's items in the other script; the highest .628, the check
+# half's .631, below a floor of .25 across scripts: .6375) and as a full match: across scripts
+# the cross-language facts' 90th percentile, .74; in one script .80, which puts a floor of .25
+# at .65, between the highest of the no-history set's tune questions about the user (.632,
+# "How long should I boil an egg for a runny yolk?") and the 10th percentile of the tune
+# facts' questions about the user in their own language (.666 in English, .689 in Chinese).
+MEANING_E5_WEIGHT = 0.7
+MEANING_ZERO = 0.60
+ACROSS_ONE = 0.75
+OWN_ONE = 0.80
+# A question about the user: "I", "my", "we", 我 (我们). "How do I …" and 我该怎么 ask how
+# something is done, not about the user.
+ABOUT_THE_USER_RE = re.compile(r"\bI\b|\b(?:[Mm]y|[Mm]e|mine|myself|[Ww]e|[Oo]ur|us)\b|我")
+HOW_TO_RE = re.compile(
+    r"\bhow (?:do|can|should|would|could|to) I\b|我(?:该|要|应该|应|能)?怎么|我(?:该|要|应该)?如何",
+    re.IGNORECASE,
+)
 # A turn's label in a chunk's text ("user: ", "assistant (planner): ", "tool[call_1]: "): not
 # what the turn says.
 TURN_LABEL_RE = re.compile(r"^[a-z]+(?:\[[^\]\n]*\])?(?: \([^)\n]*\))?: ")
@@ -224,35 +242,43 @@ def vector_relevance(similarity: float | None) -> float:
     return max(0.0, (similarity - VECTOR_ZERO) / (VECTOR_ONE - VECTOR_ZERO))
 
 
-def other_script_lines(query: str, text: str) -> list[str]:
-    """The lines of `text` written in the other script than `query` (Chinese against Latin,
-    `mostly_cjk`), each without its turn label; blank lines left out."""
+def compared_lines(query: str, text: str, *, across: bool) -> list[str]:
+    """The lines of `text` written in the other script than `query` (`across`: Chinese against
+    Latin, `mostly_cjk`) or in its own, each without its turn label; blank lines left out."""
     chinese = mostly_cjk(query)
-    if not chinese and not holds_cjk(text):
+    if across and not chinese and not holds_cjk(text):
         return []  # every line in the query's script: the common case, without a line's count
     lines = (TURN_LABEL_RE.sub("", line, count=1).strip() for line in text.splitlines())
-    return [line for line in lines if line and mostly_cjk(line) != chinese]
+    return [line for line in lines if line and (mostly_cjk(line) != chinese) == across]
 
 
-def cross_script_relevance(e5_similarity: float, line_similarity: float) -> float:
-    """An item's relevance across scripts, 0-1: from its e5 similarity to the unadapted query
-    and the best USE similarity of its lines in the other script (module docstring)."""
-    combined = CROSS_E5_WEIGHT * e5_similarity + (1 - CROSS_E5_WEIGHT) * line_similarity
-    return min(1.0, max(0.0, (combined - CROSS_ZERO) / (CROSS_ONE - CROSS_ZERO)))
+def asks_about_the_user(query: str) -> bool:
+    """Whether `query` asks about the user ("What is my job?", 我会说哪些语言？), not how
+    something is done ("How do I fix a merge conflict?", 我该怎么办)."""
+    return ABOUT_THE_USER_RE.search(HOW_TO_RE.sub(" ", query)) is not None
+
+
+def meaning_relevance(e5_similarity: float, line_similarity: float, *, across: bool) -> float:
+    """An item's relevance by meaning, 0-1: from its e5 similarity to the unadapted query and
+    the best USE similarity of its lines (`compared_lines`) in the other script than the
+    query's (`across`) or in its own (module docstring)."""
+    combined = MEANING_E5_WEIGHT * e5_similarity + (1 - MEANING_E5_WEIGHT) * line_similarity
+    one = ACROSS_ONE if across else OWN_ONE
+    return min(1.0, max(0.0, (combined - MEANING_ZERO) / (one - MEANING_ZERO)))
 
 
 def relevance(
-    weights: QueryWeights, text: str, similarity: float | None, cross_script: float = 0.0
+    weights: QueryWeights, text: str, similarity: float | None, by_meaning: float = 0.0
 ) -> float:
     """An item's relevance, 0-1: `lexical_relevance`, the familiar share, `named_relevance`,
-    `vector_relevance` or `cross_script` (its `cross_script_relevance`, 0 when not computed),
-    the largest, rounded as the manifest shows it."""
+    `vector_relevance` or `by_meaning` (its `meaning_relevance`, 0 when not computed), the
+    largest, rounded as the manifest shows it."""
     score = max(
         lexical_relevance(weights, text),
         FAMILIAR_SHARE * weights.familiar,
         named_relevance(weights, text),
         vector_relevance(similarity),
-        cross_script,
+        by_meaning,
     )
     return round(min(score, 1.0), 4)
 
@@ -262,11 +288,11 @@ class RelevanceJudge:
     """The relevance of items to one query, each computed once, when asked: recall judges its
     first `CONFIDENT_WITHIN` items, a build the items it shows, and no more (~15 µs an item).
     `similarity_counts`: vector similarities are on the scale the floor was calibrated on;
-    `across_scripts`: each item's `cross_script_relevance`, by id, for those judged so."""
+    `by_meaning`: each item's `meaning_relevance`, by id, for those judged so."""
 
     weights: QueryWeights
     similarity_counts: bool
-    across_scripts: dict[str, float] = field(default_factory=dict)
+    by_meaning: dict[str, float] = field(default_factory=dict)
     _known: dict[str, float] = field(default_factory=dict)
 
     def of(self, item_id: str, text: str, similarity: float | None) -> float:
@@ -274,8 +300,8 @@ class RelevanceJudge:
         known = self._known.get(item_id)
         if known is None:
             counted = similarity if self.similarity_counts else None
-            across = self.across_scripts.get(item_id, 0.0)
-            known = self._known[item_id] = relevance(self.weights, text, counted, across)
+            meaning = self.by_meaning.get(item_id, 0.0)
+            known = self._known[item_id] = relevance(self.weights, text, counted, meaning)
         return known
 
 

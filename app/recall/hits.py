@@ -96,11 +96,11 @@ class RecallOutcome:
         similarity = hit.vector_similarity if hit.source == "chunk" else None
         return self.judge.of(hit.id, hit.text, similarity)
 
-    def across_scripts(self, hit: RecallHit) -> float | None:
-        """`hit`'s relevance across scripts (`floor.cross_script_relevance`), when judged so: a
-        Chinese question and an English item share no word, so the memory tool's match gate
-        reads it."""
-        return None if self.judge is None else self.judge.across_scripts.get(hit.id)
+    def by_meaning(self, hit: RecallHit) -> float | None:
+        """`hit`'s relevance by meaning (`floor.meaning_relevance`), when judged so: a question
+        and an item sharing no word (across scripts, or what the user said in other words), so
+        the memory tool's match gate reads it."""
+        return None if self.judge is None else self.judge.by_meaning.get(hit.id)
 
     @property
     def confident(self) -> bool:

@@ -103,13 +103,13 @@ async def recall(
     now: datetime | None = None,
     query_timeout_s: float | None = None,
     query_vectors: QueryVectors | None = None,
-    across_scripts: bool = False,
+    by_meaning: bool = False,
 ) -> RecallOutcome:
     """Ranked history relevant to `query` (chunks, and remembered items when asked); `now` is
     the time of the conversation's latest turn (relative dates in the query count from it);
     `query_timeout_s` bounds the wait for the query's embedding (default: the embedder's);
     `query_vectors`: the request's query embeddings (its budget then applies), which may have
-    started this query's already. `across_scripts`: also judged across scripts (the tool's).
+    started this query's already. `by_meaning`: also judged by meaning (the tool's).
 
     The network waits (LLM rewrite, query embedding, HTTP rerank) happen outside any
     transaction: recall ends the caller's transaction before each (`release`), so callers
@@ -157,7 +157,7 @@ async def recall(
     clock.lap("select")
     await stored
     hits, dropped = hits_of(selection, fields, by_id, rangeless, vector_all, vector_median)
-    judge, floor = await _judge(context, session, query, understood, first, hits, across_scripts)
+    judge, floor = await _judge(context, session, query, understood, first, hits, by_meaning)
     return RecallOutcome(
         query=understood.rewritten,
         hits=hits,
@@ -178,7 +178,7 @@ async def _judge(
     understood: Understood,
     first: FirstArms,
     hits: list[RecallHit],
-    across_scripts: bool,
+    by_meaning: bool,
 ) -> tuple[RelevanceJudge | None, float]:
     """The judge of the hits' relevance and the floor (`app.recall.judging`), on the caller's
     own words, or the LLM's rewrite of them."""
@@ -190,7 +190,7 @@ async def _judge(
         kept=first.kept,
         query_vector=first.qvec,
         hits=hits,
-        across_scripts=across_scripts,
+        by_meaning=by_meaning,
     )
 
 

@@ -46,11 +46,19 @@ def test_terms_document_splits_identifiers_only_when_present() -> None:
     )
 
 
-def test_match_terms_leave_out_single_cjk_characters_when_there_is_more() -> None:
+def test_match_terms_leave_out_single_characters_when_there_is_more() -> None:
     assert match_terms(terms("我们住在哪个酒店？")) == {"们住", "住在", "个酒", "酒店"}
     assert match_terms(terms("Kestrel 酒店")) == {"kestrel", "酒店"}
     assert match_terms(["住"]) == {"住"}  # nothing longer: the character is all there is
     assert match_terms(terms("which hotel?")) == {"hotel"}
+    # The "s" of a possessive is chance, as a lone Chinese character is; a digit is a number.
+    assert match_terms(terms("What is my company's revenue target?")) == {
+        "company",
+        "revenue",
+        "target",
+    }
+    assert match_terms(terms("Is the meeting in room 3?")) == {"meeting", "room", "3"}
+    assert match_terms(["s"]) == {"s"}
 
 
 def test_shorten_cuts_between_words_never_inside_a_grapheme() -> None:

@@ -5,19 +5,21 @@ from collections import Counter
 from app.domain.stem import stem
 from app.domain.text import terms
 from app.recall.floor import (
+    ACROSS_ONE,
     CONFIDENT_WITHIN,
-    CROSS_E5_WEIGHT,
-    CROSS_ONE,
-    CROSS_ZERO,
     FAMILIAR_SHARE,
+    MEANING_E5_WEIGHT,
+    MEANING_ZERO,
     NAMED_RELEVANCE,
+    OWN_ONE,
     STRANGER_SHARE,
     VECTOR_ONE,
     VECTOR_ZERO,
+    asks_about_the_user,
+    compared_lines,
     confident,
-    cross_script_relevance,
     lexical_relevance,
-    other_script_lines,
+    meaning_relevance,
     query_names,
     query_weights,
     relevance,
@@ -129,7 +131,7 @@ def test_confident_when_one_of_the_first_items_reaches_the_floor():
     assert not confident(late, 0.5)  # ranked past the first items: not what recall quotes
 
 
-def test_the_lines_in_the_other_script_without_their_labels():
+def test_the_lines_in_either_script_without_their_labels():
     chunk = (
         "user: I'm allergic to peanuts.\n"
         "assistant (planner): 好的，我记下了。\n"
@@ -137,36 +139,65 @@ def test_the_lines_in_the_other_script_without_their_labels():
         "\n"
         "the 酒店 was fine"
     )
-    assert other_script_lines("我对什么过敏？", chunk) == [
-        "I'm allergic to peanuts.",
-        "Hotel Gracery, 18,000 yen",
-        "the 酒店 was fine",  # mostly Latin: one CJK word among four
+    latin = ["I'm allergic to peanuts.", "Hotel Gracery, 18,000 yen", "the 酒店 was fine"]
+    # "the 酒店 was fine" is mostly Latin: one CJK word among four.
+    assert compared_lines("我对什么过敏？", chunk, across=True) == latin
+    assert compared_lines("What am I allergic to?", chunk, across=False) == latin
+    assert compared_lines("What am I allergic to?", chunk, across=True) == ["好的，我记下了。"]
+    assert compared_lines("我对什么过敏？", chunk, across=False) == ["好的，我记下了。"]
+    only_latin = "user: I'm allergic to peanuts."
+    assert compared_lines("What am I allergic to?", only_latin, across=True) == []
+
+
+def test_a_question_about_the_user_not_how_something_is_done():
+    about = [
+        "What is my job?",
+        "Which languages do I speak?",
+        "Does our building have an elevator?",
+        "What am I afraid of?",
+        "我害怕什么？",
+        "我们住的楼有电梯吗？",
     ]
-    assert other_script_lines("What am I allergic to?", chunk) == ["好的，我记下了。"]
-    assert other_script_lines("What am I allergic to?", "user: I'm allergic to peanuts.") == []
+    assert all(asks_about_the_user(q) for q in about), about
+    world = [
+        "What is the boiling point of mercury in kelvin?",
+        "How do I reverse a linked list in Python?",
+        "how can I fix a merge conflict in git?",
+        "Is the US embassy open on Sundays?",  # "US" is not "us"
+        "水银的沸点是多少开尔文？",
+        "我该怎么补自行车胎？",
+        "我要如何计算贷款的复利？",
+    ]
+    assert not any(asks_about_the_user(q) for q in world), world
 
 
-def test_cross_script_relevance_scales_the_two_similarities_together():
+def test_meaning_relevance_scales_the_two_similarities_together():
     def at(combined: float, line: float) -> float:
         # The e5 similarity that, with USE's `line`, makes `combined`.
-        return (combined - (1 - CROSS_E5_WEIGHT) * line) / CROSS_E5_WEIGHT
+        return (combined - (1 - MEANING_E5_WEIGHT) * line) / MEANING_E5_WEIGHT
 
-    assert cross_script_relevance(at(CROSS_ZERO, 0.3), 0.3) == 0.0
-    assert cross_script_relevance(at(CROSS_ZERO - 0.1, 0.2), 0.2) == 0.0
-    middle = (CROSS_ZERO + CROSS_ONE) / 2
-    assert abs(cross_script_relevance(at(middle, 0.4), 0.4) - 0.5) < 1e-9
-    assert cross_script_relevance(at(CROSS_ONE + 0.1, 0.6), 0.6) == 1.0
-    # The no-history set's question that came nearest (e5 .80, USE .25 together) stays below a
-    # floor of .25; a fact across languages (e5 .80, USE .45) passes it.
-    assert cross_script_relevance(0.80, 0.25) < 0.25
-    assert cross_script_relevance(0.80, 0.45) > 0.25
+    for across, one in ((True, ACROSS_ONE), (False, OWN_ONE)):
+        assert meaning_relevance(at(MEANING_ZERO, 0.3), 0.3, across=across) == 0.0
+        assert meaning_relevance(at(MEANING_ZERO - 0.1, 0.2), 0.2, across=across) == 0.0
+        middle = (MEANING_ZERO + one) / 2
+        assert abs(meaning_relevance(at(middle, 0.4), 0.4, across=across) - 0.5) < 1e-9
+        assert meaning_relevance(at(one + 0.1, 0.6), 0.6, across=across) == 1.0
+    # The no-history set's question that came nearest across scripts (e5 .80, USE .25
+    # together) stays below a floor of .25; a fact across languages (e5 .80, USE .45) passes it.
+    assert meaning_relevance(0.80, 0.25, across=True) < 0.25
+    assert meaning_relevance(0.80, 0.45, across=True) > 0.25
+    # In one script: "What is my company's quarterly revenue target?" against the travel chat
+    # (e5 .77, USE .30) stays below it, "What is my job?" against "I work as a pharmacist at a
+    # hospital in Leeds." (e5 .83, USE .29) passes it.
+    assert meaning_relevance(0.772, 0.301, across=False) < 0.25
+    assert meaning_relevance(0.834, 0.289, across=False) > 0.25
 
 
-def test_a_cross_script_item_counts_by_its_own_relevance():
+def test_an_item_judged_by_meaning_counts_by_its_own_relevance():
     facts = ["I'm allergic to peanuts, so please never suggest satay.", *TRAVEL]
     weights = weights_over("我对什么食物过敏？", facts)
     assert lexical_relevance(weights, facts[0]) == 0.0  # no character of it in English
-    assert relevance(weights, facts[0], None, cross_script=0.6) == 0.6
+    assert relevance(weights, facts[0], None, by_meaning=0.6) == 0.6
     assert relevance(weights, facts[0], None) == relevance(weights, facts[0], None, 0.0)
 
 

@@ -1,9 +1,10 @@
-"""Confident or silent across languages, over HTTP with e5 (and USE for the floor): a fact told
-in English is quoted for a question asked in Chinese, and the reverse, with the relevance floor
-on; a question nothing stored answers, asked in the other script, still gets no confident match.
-Before the floor judged items across scripts, every such question got "no confident match"
-(a Chinese question and an English fact share no word, and e5 puts them no closer than small
-talk): docs/BENCHMARKS.md, "Confident or silent"."""
+"""Confident or silent by meaning, over HTTP with e5 (and USE for the floor): a fact told in
+English is quoted for a question asked in Chinese, and the reverse, and a question about the
+user asked in other words than the fact's ("What is my job?" for "I work as a pharmacist"), with
+the relevance floor on; a question nothing stored answers, asked in the other script or about
+the user in the same one, still gets no confident match. Before the floor judged items by
+meaning, every such question got "no confident match" (the question and the fact share no
+word, and e5 puts them no closer than small talk): docs/BENCHMARKS.md, "Confident or silent"."""
 
 import json
 import uuid
@@ -36,6 +37,11 @@ FACTS = [
     )
     if fact["fact_en"].startswith(("My cat", "I wear size", "My blood", "Our wedding"))
 ]
+# Facts asked for in their own language in other words: no word of the question in the fact.
+PARAPHRASED = {
+    "en": ("I work as a pharmacist at a hospital in Leeds.", "What is my job?"),
+    "zh": ("我西班牙语说得很流利，也会一点日语。", "我会说哪些语言？"),
+}
 SMALL_TALK = {
     "en": ("It's raining again here.", "Sorry to hear that; a good day for indoor plans then."),
     "zh": ("这边又下雨了。", "那今天适合在家里安排点事情。"),
@@ -45,6 +51,11 @@ ACK = {"en": "Noted, I'll keep that in mind.", "zh": "好的，我记下了。"}
 NO_ANSWER = {
     "en": "水银的沸点是多少开尔文？",
     "zh": "What is the boiling point of mercury in kelvin?",
+}
+# About the user, in the facts' own language, and nothing stored answers it.
+NO_ANSWER_ABOUT_THE_USER = {
+    "en": "What is my company's quarterly revenue target?",
+    "zh": "我们公司这个季度的营收目标是多少？",
 }
 
 
@@ -76,10 +87,10 @@ async def admin(e5_floor_server: RunningServer, admin_key: str) -> AsyncIterator
 async def facts_session(http: httpx.AsyncClient, sid: str, lang: str) -> None:
     """The facts in `lang`, each with an acknowledgement and small talk, offloaded and embedded."""
     turns: list[dict[str, str]] = []
-    for fact in FACTS:
+    for fact in [*(f[f"fact_{lang}"] for f in FACTS), PARAPHRASED[lang][0]]:
         user, assistant = SMALL_TALK[lang]
         for role, text in (
-            ("user", fact[f"fact_{lang}"]),
+            ("user", fact),
             ("assistant", ACK[lang]),
             ("user", user),
             ("assistant", assistant),
@@ -121,7 +132,7 @@ async def recall(http: httpx.AsyncClient, sid: str, query: str) -> dict[str, Any
 
 
 @pytest.mark.parametrize("fact_lang", ["en", "zh"])
-async def test_a_fact_in_the_other_language_is_quoted_above_the_floor(
+async def test_a_fact_in_other_words_is_quoted_above_the_floor(
     admin: httpx.AsyncClient, fact_lang: str
 ) -> None:
     sid = f"cross-script-{fact_lang}-{uuid.uuid4().hex[:8]}"  # one database for both servers
@@ -135,7 +146,16 @@ async def test_a_fact_in_the_other_language_is_quoted_above_the_floor(
         holding = [m for m in data["matches"] if fact[f"fact_{fact_lang}"] in m["text"]]
         assert holding, (question, data["matches"])
         assert holding[0]["relevance"] >= FLOOR, (question, holding[0])
-    data = await recall(admin, sid, NO_ANSWER[fact_lang])
-    assert data["matches"] == [], data["matches"]
-    assert data["no_match"] == "nothing_relevant"
-    assert data["nearest"]["relevance"] < FLOOR
+    fact, question = PARAPHRASED[fact_lang]
+    data = await recall(admin, sid, question)
+    assert "no_match" not in data, (question, {k: v for k, v in data.items() if k != "matches"})
+    holding = [m for m in data["matches"] if fact in m["text"]]
+    assert holding and holding[0]["relevance"] >= FLOOR, (question, data["matches"])
+    for question in (NO_ANSWER[fact_lang], NO_ANSWER_ABOUT_THE_USER[fact_lang]):
+        data = await recall(admin, sid, question)
+        assert data["matches"] == [], (question, data["matches"])
+        assert data["no_match"] == "nothing_relevant", (
+            question,
+            {k: v for k, v in data.items() if k != "matches"},
+        )
+        assert data["nearest"]["relevance"] < FLOOR
