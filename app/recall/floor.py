@@ -35,21 +35,21 @@ well but cannot tell "the answer" from "the least unrelated chunk". Absolute sig
   Chinese question, an English item, or the reverse) the lexical share is 0, and e5 places a
   question and the fact that answers it in the other language no closer than an unrelated
   question and small talk (the no-history set's questions reach the cross-language facts'
-  similarities). In one script, a question about the user ("What is my job?", 我害怕什么？)
-  and the fact that answers it in other words ("I work as a pharmacist") share no word, and e5
-  puts them where a question about the world reaches small talk. What does separate them is
-  two encoders together: `MEANING_E5_WEIGHT` of the item's e5 similarity to the question as
-  embedded, without the query adapter (the adapter, fitted on English dialogue, moves a
-  Chinese question toward English small talk as much as toward its answer), plus the rest of
-  the largest similarity the multilingual Universal Sentence Encoder gives the question and
-  one of the item's lines (`compared_lines`). Scaled between `MEANING_ZERO` and `ACROSS_ONE`
-  (lines in the other script) or `OWN_ONE` (in the question's own: e5 and USE place texts of
-  one script closer). Across scripts every item is judged so; in one script only for a
-  question about the user (`asks_about_the_user`): the answer to such a question can only be
-  something the user said, and a question about the world ("How do I reverse a linked
-  list?") is the model's to answer, not recall's. The
-  service computes both similarities only for the memory tool's recall while the floor is on,
-  for the first `CONFIDENT_WITHIN` items that hold such lines.
+  similarities). In one script, a question about the user ("What is my job?", 我害怕什么？) and the
+  fact that answers it in other words ("I work as a pharmacist") share no word, and e5 puts them
+  where a question about the world reaches small talk. What does separate them is two encoders
+  together: `MEANING_E5_WEIGHT` of the item's e5 similarity to the question as embedded, without
+  the query adapter (the adapter, fitted on English dialogue, moves a Chinese question toward
+  English small talk as much as toward its answer), plus the rest of the largest similarity the
+  multilingual Universal Sentence Encoder gives the question and one of the item's lines
+  (`compared_lines`: in the other script, or the user's in its own). Scaled between
+  `MEANING_ZERO` and `ACROSS_ONE` (lines in the other script) or `OWN_ONE` (in the question's
+  own: e5 and USE place texts of one script closer). Across scripts every item is judged so; in
+  one script only for a question about the user (`asks_about_the_user`): the answer to such a
+  question can only be something the user said, and a question about the world ("How do I
+  reverse a linked list?") is the model's to answer, not recall's. The service computes both
+  similarities only for the memory tool's recall while the floor is on, for the first
+  `CONFIDENT_WITHIN` items that hold such lines.
 
 An item's relevance is the largest of these (an ID or a number the session holds once weighs
 the most, so an exact hit scores high lexically); recall is confident when one of its first
@@ -118,7 +118,7 @@ HOW_TO_RE = re.compile(
 )
 # A turn's label in a chunk's text ("user: ", "assistant (planner): ", "tool[call_1]: "): not
 # what the turn says.
-TURN_LABEL_RE = re.compile(r"^[a-z]+(?:\[[^\]\n]*\])?(?: \([^)\n]*\))?: ")
+TURN_LABEL_RE = re.compile(r"^(?P<role>[a-z]+)(?:\[[^\]\n]*\])?(?: \([^)\n]*\))?: ")
 # The best of this many ranked items decides: an item ranked lower is not what recall quotes first.
 CONFIDENT_WITHIN = 10
 
@@ -244,12 +244,23 @@ def vector_relevance(similarity: float | None) -> float:
 
 def compared_lines(query: str, text: str, *, across: bool) -> list[str]:
     """The lines of `text` written in the other script than `query` (`across`: Chinese against
-    Latin, `mostly_cjk`) or in its own, each without its turn label; blank lines left out."""
+    Latin, `mostly_cjk`), or the lines of its user turns written in the query's own script (a
+    question about the user is answered by what the user said: not by a tool's output, whose
+    lines are many, nor by small talk the assistant made of it), each without its turn label;
+    blank lines left out."""
     chinese = mostly_cjk(query)
     if across and not chinese and not holds_cjk(text):
         return []  # every line in the query's script: the common case, without a line's count
-    lines = (TURN_LABEL_RE.sub("", line, count=1).strip() for line in text.splitlines())
-    return [line for line in lines if line and (mostly_cjk(line) != chinese) == across]
+    found: list[str] = []
+    role = ""
+    for line in text.splitlines():
+        label = TURN_LABEL_RE.match(line)
+        if label is not None:
+            role, line = label["role"], line[label.end() :]
+        line = line.strip()
+        if line and (mostly_cjk(line) != chinese) == across and (across or role == "user"):
+            found.append(line)
+    return found
 
 
 def asks_about_the_user(query: str) -> bool:

@@ -1,13 +1,13 @@
 """Recall's hits judged against the relevance floor (`app.recall.floor`): each hit's relevance
 and the floor that applies.
 
-The floor's signals are computed here and passed to its pure functions: the query's term
-weights over the session's chunks, each hit's vector similarity and, for the memory tool's
-recall, the two similarities of `floor.meaning_relevance` for the first hits that hold lines in
-the other script than the question's, and, when the question asks about the user, for those
-that hold lines in its own: the hit's e5 similarity to the unadapted query vector (its vector
-from those this process keeps for the in-process scan, else read) and the multilingual
-Universal Sentence Encoder's similarity of the question and each of those lines
+The floor's signals are computed here and passed to its pure functions: the query's term weights
+over the session's chunks, each hit's vector similarity and, for the memory tool's recall, the
+two similarities of `floor.meaning_relevance` for the first hits that hold lines in the other
+script than the question's, and, when the question asks about the user, for those whose user
+turns hold lines in its own: the hit's e5 similarity to the unadapted query vector (its vector
+from those this process keeps for the in-process scan, else read) and the multilingual Universal
+Sentence Encoder's similarity of the question and each of those lines
 (`AppContext.meaning_encoder`, loaded on the first such judgement). Nothing is computed while
 the floor is off, and by meaning only for the memory tool's recall (a build keeps its block
 whatever the floor says): ~2 ms a line with USE on one core (the lines' vectors are kept), so a
@@ -103,9 +103,10 @@ async def _by_meaning(
     own_script: bool,
 ) -> dict[str, float]:
     """`floor.meaning_relevance` of each of the first `CONFIDENT_WITHIN` chunk hits that holds
-    lines in the other script than `query`, or, with `own_script`, in its own, by hit id: the
-    best of its lines. Empty when no encoder is loaded, the query has no vector, or either
-    encoder or the vectors' read fails (logged: the floor then judges those hits without it)."""
+    lines in the other script than `query`, or, with `own_script`, user lines in its own, by
+    hit id: the best of its lines. Empty when no encoder is loaded, the query has no vector, or
+    either encoder or the vectors' read fails (logged: the floor then judges those hits
+    without it)."""
     embedder = context.embedder
     if embedder is None or query_vector is None:
         return {}
@@ -155,7 +156,7 @@ async def _by_meaning(
 
 def _compared(query: str, text: str, own_script: bool) -> list[tuple[str, bool]]:
     """The lines of `text` to compare with `query` by meaning, each with whether it is in the
-    other script: those in the other script, and, with `own_script`, those in its own."""
+    other script: those in the other script, and, with `own_script`, the user's in its own."""
     pairs = [(line, True) for line in compared_lines(query, text, across=True)]
     if own_script:
         pairs += [(line, False) for line in compared_lines(query, text, across=False)]

@@ -131,20 +131,35 @@ def test_confident_when_one_of_the_first_items_reaches_the_floor():
     assert not confident(late, 0.5)  # ranked past the first items: not what recall quotes
 
 
-def test_the_lines_in_either_script_without_their_labels():
+def test_the_lines_to_compare_by_meaning_without_their_labels():
     chunk = (
         "user: I'm allergic to peanuts.\n"
+        "and to shellfish\n"
         "assistant (planner): 好的，我记下了。\n"
         "tool[call_1]: Hotel Gracery, 18,000 yen\n"
         "\n"
-        "the 酒店 was fine"
+        "the 酒店 was fine\n"
+        "user (ana): 我也对虾过敏。"
     )
-    latin = ["I'm allergic to peanuts.", "Hotel Gracery, 18,000 yen", "the 酒店 was fine"]
-    # "the 酒店 was fine" is mostly Latin: one CJK word among four.
-    assert compared_lines("我对什么过敏？", chunk, across=True) == latin
-    assert compared_lines("What am I allergic to?", chunk, across=False) == latin
-    assert compared_lines("What am I allergic to?", chunk, across=True) == ["好的，我记下了。"]
-    assert compared_lines("我对什么过敏？", chunk, across=False) == ["好的，我记下了。"]
+    # Across scripts, every line in the other script ("the 酒店 was fine" is mostly Latin: one
+    # CJK word among four).
+    assert compared_lines("我对什么过敏？", chunk, across=True) == [
+        "I'm allergic to peanuts.",
+        "and to shellfish",  # the rest of the user's turn
+        "Hotel Gracery, 18,000 yen",
+        "the 酒店 was fine",
+    ]
+    assert compared_lines("What am I allergic to?", chunk, across=True) == [
+        "好的，我记下了。",
+        "我也对虾过敏。",
+    ]
+    # In the question's own script, the user's lines only: a tool's output and the assistant's
+    # words are not what the user told.
+    assert compared_lines("What am I allergic to?", chunk, across=False) == [
+        "I'm allergic to peanuts.",
+        "and to shellfish",
+    ]
+    assert compared_lines("我对什么过敏？", chunk, across=False) == ["我也对虾过敏。"]
     only_latin = "user: I'm allergic to peanuts."
     assert compared_lines("What am I allergic to?", only_latin, across=True) == []
 
