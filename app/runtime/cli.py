@@ -195,13 +195,17 @@ def _dev_worker_process(settings: Settings, sock: socket.socket | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.nice(settings.worker.nice)
     _configure_logging(settings, dev=True)
-    asyncio.run(_work_until_terminated(settings))
+    asyncio.run(_work_until_signalled(settings, (signal.SIGTERM,)))
 
 
-async def _work_until_terminated(settings: Settings) -> None:
+async def _work_until_signalled(settings: Settings, stop_on: tuple[signal.Signals, ...]) -> None:
+    """Run the worker until one of `stop_on` arrives, then stop it gracefully (running jobs end
+    first). The handlers are installed whatever the signals' inherited disposition: a shell
+    starts a background job with SIGINT ignored, and such a worker must still stop on it."""
     main = asyncio.current_task()
     assert main is not None
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
+    for signum in stop_on:
+        asyncio.get_running_loop().add_signal_handler(signum, main.cancel)
     with contextlib.suppress(asyncio.CancelledError):
         await _serve(settings, with_worker=True, with_api=False)
 
@@ -438,7 +442,8 @@ def _run(args: argparse.Namespace) -> int:
             cmd_serve(settings, args.workers)
         elif args.command == "worker":
             os.nice(settings.worker.nice)
-            asyncio.run(_serve(settings, with_worker=True, with_api=False))
+            # SIGTERM (docker stop, systemd, Kubernetes) stops it as Ctrl-C does: gracefully.
+            asyncio.run(_work_until_signalled(settings, (signal.SIGINT, signal.SIGTERM)))
         elif args.command == "keys":
             cmd_keys_create(settings, args.tenant, args.scope)
         elif args.command == "reembed":

@@ -3,10 +3,14 @@
 offloads resume without restarting contextd; `/readyz` tells a dead worker and stuck jobs."""
 
 import asyncio
+import signal
+import subprocess
+import sys
 import uuid
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import text
 
 from app.core.config import Settings
@@ -15,9 +19,11 @@ from app.runtime.embedded import EmbeddedStack
 from app.runtime.worker import create_job_app, retry_stalled_jobs
 from app.store.models import SessionKey
 from tests.offload.test_sweep_counters import turn
+from tests.offload.test_worker import worker_env
 from tests.support.factories import session_of_key, tenant_of, transaction
 from tests.support.server import run_server
 from tests.support.waiting import wait_for
+from tests.system.deployment import job_worker_ids
 
 OWN_DATABASE = True  # it runs a worker: see tests/conftest.py
 
@@ -96,6 +102,36 @@ async def test_a_stalled_job_whose_twin_is_queued_is_failed_not_retried(
             {"q": f"offload:{pk}"},
         )
         assert [tuple(r) for r in rows] == [("failed", "test"), ("todo", "sweeper")]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+async def test_contextd_worker_stops_gracefully_on_sigint_or_sigterm_even_started_in_the_background(
+    settings: Settings, engine: Any, signum: signal.Signals
+) -> None:
+    """A shell starts a background job with SIGINT ignored (`contextd worker &` in a script),
+    and SIGTERM is how docker, systemd and Kubernetes stop a process: either signal stops the
+    worker as Ctrl-C does, exiting 0 with its procrastinate workers unregistered (a killed
+    worker's rows would stay)."""
+    before = await job_worker_ids(engine)
+    command = [sys.executable, "-m", "app.runtime.cli", "worker"]
+    process = subprocess.Popen(
+        ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *command],
+        env=worker_env(settings) | {"CONTEXTD_WORKER__SESSION_SLOTS": "1"},
+    )
+    try:
+        registered = await wait_for(
+            lambda: job_worker_ids(engine),
+            lambda now: len(now - before) == 2,  # its shared slots and its session slot
+            what="the worker to register",
+        )
+        process.send_signal(signum)
+        code = await asyncio.to_thread(process.wait, 60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert code == 0
+    assert not (registered - before) & await job_worker_ids(engine)
 
 
 async def test_a_postgres_restart_mid_appends_loses_nothing_and_offloads_resume(
