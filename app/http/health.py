@@ -24,7 +24,9 @@ async def healthz() -> dict[str, str]:
     description=(
         "503 when Postgres is unreachable; Redis down only degrades (cache bypassed). `worker` "
         "counts live workers (a heartbeat within CONTEXTD_WORKER__STALLED_AFTER_SECONDS), jobs "
-        "waiting, running and stuck (running on a worker whose heartbeat stopped); with no live "
+        "due and waiting (`oldest_pending_seconds`: since the oldest was due), running, stuck "
+        "(running on a worker whose heartbeat stopped) and scheduled for later (a retry's "
+        "backoff, the backup job of an erase done inline); with no live "
         "worker or stuck jobs its `ok` is false and `status` is `degraded` (still 200: the API "
         "serves, but offloads, notes and erasure wait)."
     ),
@@ -35,7 +37,7 @@ async def readyz(context: ContextDep) -> JSONResponse:
     try:
         async with context.engine.connect() as conn:
             stalled = context.settings.worker.stalled_after_seconds
-            pending, oldest, doing, stuck, live = await queue_state(conn, stalled)
+            pending, oldest, doing, stuck, live, scheduled = await queue_state(conn, stalled)
         parts["database"] = {"ok": True}
         parts["worker"] = {
             "ok": live > 0 and stuck == 0,
@@ -44,6 +46,7 @@ async def readyz(context: ContextDep) -> JSONResponse:
             "oldest_pending_seconds": float(oldest),
             "running_jobs": int(doing),
             "stuck_jobs": int(stuck),
+            "scheduled_jobs": int(scheduled),
         }
     except Exception as exc:  # any failure to reach Postgres means not ready
         parts["database"] = {"ok": False, "error": type(exc).__name__}

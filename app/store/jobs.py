@@ -46,32 +46,41 @@ async def pending_under(db: AsyncSession, session: str, embeddings: str) -> int:
     return int(result.scalar_one())
 
 
-# The job queue as readiness sees it: jobs waiting, running, and running on a worker whose
-# heartbeat stopped (its process died; the stalled-job watcher of a live worker retries them).
+# The job queue as readiness sees it: jobs due and waiting (and how long since they were due),
+# running, running on a worker whose heartbeat stopped (its process died; the stalled-job
+# watcher of a live worker retries them), and queued for later (a retry's backoff, the backup
+# job of an erase done inline): those are not waiting for a worker yet.
 _QUEUE = text(
     """
     WITH live AS (
         SELECT id FROM procrastinate_workers
         WHERE last_heartbeat > now() - make_interval(secs => :stalled)
+    ), queued AS (
+        SELECT j.status, j.worker_id,
+            j.status = 'todo' AND coalesce(j.scheduled_at <= now(), true) AS due,
+            greatest(e.at, j.scheduled_at) AS due_since
+        FROM procrastinate_jobs j
+        LEFT JOIN procrastinate_events e ON e.job_id = j.id AND e.type = 'deferred'
+        WHERE j.status IN ('todo', 'doing')
     )
     SELECT
-        count(*) FILTER (WHERE j.status = 'todo'),
-        coalesce(extract(epoch FROM now() - min(e.at) FILTER (WHERE j.status = 'todo')), 0),
-        count(*) FILTER (WHERE j.status = 'doing'),
+        count(*) FILTER (WHERE due),
+        coalesce(extract(epoch FROM now() - min(due_since) FILTER (WHERE due)), 0),
+        count(*) FILTER (WHERE status = 'doing'),
         count(*) FILTER (
-            WHERE j.status = 'doing'
-            AND (j.worker_id IS NULL OR j.worker_id NOT IN (SELECT id FROM live))
+            WHERE status = 'doing'
+            AND (worker_id IS NULL OR worker_id NOT IN (SELECT id FROM live))
         ),
-        (SELECT count(*) FROM live)
-    FROM procrastinate_jobs j
-    LEFT JOIN procrastinate_events e ON e.job_id = j.id AND e.type = 'deferred'
-    WHERE j.status IN ('todo', 'doing')
+        (SELECT count(*) FROM live),
+        count(*) FILTER (WHERE status = 'todo' AND NOT due)
+    FROM queued
     """
 )
 
 
 async def queue_state(conn: AsyncConnection, stalled_after_seconds: float) -> tuple[Any, ...]:
-    """One row: jobs waiting, seconds the oldest has waited, jobs running, jobs stuck (running
-    on a worker whose heartbeat is older than `stalled_after_seconds`), live workers."""
+    """One row: jobs due and waiting, seconds the oldest has waited since due, jobs running, jobs
+    stuck (running on a worker whose heartbeat is older than `stalled_after_seconds`), live
+    workers, jobs queued for later."""
     queue = await conn.execute(_QUEUE, {"stalled": stalled_after_seconds})
     return tuple(queue.one())

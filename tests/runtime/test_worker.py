@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from app.core.config import Settings
-from app.jobs.queue import enqueue_offload
+from app.jobs.queue import TaskName, enqueue, enqueue_offload
 from app.runtime.embedded import EmbeddedStack
 from app.runtime.worker import create_job_app, retry_stalled_jobs
 from app.store.models import SessionKey
@@ -72,6 +72,22 @@ async def test_readyz_reports_no_live_worker_and_stuck_jobs(
                     what="the worker to retry the stuck job",
                 )
     assert ready["status"] == "ready" and ready["worker"]["live_workers"] >= 1
+
+
+async def test_readyz_counts_a_job_queued_for_later_as_scheduled_not_waiting(
+    settings: Settings, engine: Any, api_key: str
+) -> None:
+    """A job deferred ten minutes (as an inline erase defers its backup job) is not lag: it is
+    counted apart from the jobs waiting for a worker."""
+    with run_server(settings) as api:  # no worker: nothing takes the jobs
+        async with httpx.AsyncClient(base_url=api.url) as http:
+            before = (await readiness(http))["worker"]
+            async with transaction(engine) as db:
+                args = {"receipt_id": str(uuid.uuid4()), "tenant_id": str(uuid.uuid4())}
+                assert await enqueue(db, TaskName.ERASE, args, delay_seconds=600)
+            after = (await readiness(http))["worker"]
+    assert after["scheduled_jobs"] == before["scheduled_jobs"] + 1
+    assert after["pending_jobs"] == before["pending_jobs"]
 
 
 async def test_a_stalled_job_whose_twin_is_queued_is_failed_not_retried(
