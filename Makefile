@@ -23,5 +23,7 @@ lint: $(BIN)/.installed  ## ruff, mypy, and the dependency rules (no import cycl
 prerequisites:  ## Chromium (installed with apt-get as root) and Node.js 20+, or what to run
 	@sh tests/support/prerequisites.sh
 
+# The suite in two processes, each with its own embedded PostgreSQL and Valkey (pytest-xdist):
+# docs/RESULTS.md, Test suite wall time.
 test: lint prerequisites  ## every test, against real Postgres+pgvector and Valkey started by the test session
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2
