@@ -21,7 +21,7 @@ from app.core.context import AppContext
 from app.core.errors import MissingField, NotFound
 from app.domain.callers import Caller, Scope
 from app.domain.ids import SESSION_ID_PATTERN
-from app.http.errors import validation_error
+from app.http.errors import first_error, validation_error
 from app.http.params import require_session_id
 from app.prompt.schemas import BuildPromptRequest
 from app.prompt.service import build_prompt
@@ -95,7 +95,7 @@ def _validated(model: type[Body], args: dict[str, Any]) -> Body:
     try:
         return model.model_validate(args)
     except ValidationError as exc:
-        raise validation_error(dict(exc.errors()[0])) from None
+        raise validation_error(first_error(exc.errors()), located=False) from None
 
 
 def tool_result(answer: dict[str, Any]) -> types.CallToolResult:

@@ -4,6 +4,7 @@ handlers that turn every exception into `{"error": {"code", "message", "field"}}
 
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,15 +108,40 @@ def with_rules(description: str, *rules: Rule) -> dict[str, Any]:
     }
 
 
-def _loc_to_field(loc: tuple[Any, ...]) -> str | None:
-    parts = [p for p in loc if p not in ("body", "query", "path", "header")]
+def _is_union_tag(part: object) -> bool:
+    """Whether a `loc` part names the member of a union pydantic tried (`system: str |
+    list[SystemMessage]` gives `system.str`, `system.list[SystemMessage][0].role`), not a field."""
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part)
+
+
+def _loc_to_field(loc: tuple[Any, ...], *, located: bool) -> str | None:
+    """The field a validation error's `loc` names. `located`: FastAPI's, whose first part says
+    where the value was (body, query, path, header); only that part is dropped, so a body field
+    named `query` keeps its name. A body that is not an object names the body itself."""
+    if located and loc == ("body",):
+        return "body"
     out = ""
-    for part in parts:
+    for part in loc[1:] if located else loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
+        elif not _is_union_tag(part):
             out += f".{part}" if out else str(part)
     return out or None
+
+
+def first_error(errors: Sequence[Any]) -> dict[str, Any]:
+    """The error to answer with: the first, or, when it is one member of a union refusing the
+    value, the member error that went deepest into it (a list of system messages with a wrong
+    role is answered about the role, not with "should be a valid string")."""
+    if not errors:
+        return {}
+    first = dict(errors[0])
+    loc = tuple(first.get("loc", ()))
+    tag = next((i for i, part in enumerate(loc) if _is_union_tag(part)), None)
+    if tag is None:
+        return first
+    members = [dict(e) for e in errors if tuple(e.get("loc", ()))[:tag] == loc[:tag]]
+    return max(members, key=lambda e: len(e.get("loc", ())))
 
 
 PATH_PARAMETER_ERRORS: dict[str, type[InvalidInput]] = {
@@ -162,11 +188,14 @@ def _validation_error_class(error: dict[str, Any]) -> type[InvalidInput]:
     return InvalidInput
 
 
-def validation_error(error: dict[str, Any]) -> InvalidInput:
+def validation_error(error: dict[str, Any], *, located: bool = True) -> InvalidInput:
     """A pydantic validation error as contextd answers it, on every surface (REST bodies and
-    parameters, MCP tool arguments)."""
+    parameters; MCP tool arguments, whose `loc` starts at the field: `located=False`)."""
     # A body-wide check (app.http.input) names the field inside the body itself.
-    field = (error.get("ctx") or {}).get("field") or _loc_to_field(tuple(error.get("loc", ())))
+    loc = tuple(error.get("loc", ()))
+    field = (error.get("ctx") or {}).get("field") or _loc_to_field(loc, located=located)
+    if field == "body" and str(error.get("type", "")).startswith(("model_", "dict_")):
+        return WrongType("the body should be a JSON object", field="body")
     return _validation_error_class(error)(_validation_message(error), field=field)
 
 
@@ -224,7 +253,7 @@ def install_error_handlers(app: FastAPI, retry_after_seconds: int) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
+        first = first_error(exc.errors())
         err = _unreadable_body(request, first, exc.body) or validation_error(first)
         return err.response()
 
@@ -234,7 +263,7 @@ def install_error_handlers(app: FastAPI, retry_after_seconds: int) -> None:
             return exc.error.response()
         error: ContextdError
         if exc.status_code == 400:  # FastAPI could not decode the body: not UTF-8 JSON
-            return MalformedJson("the body is not UTF-8 encoded JSON").response()
+            return MalformedJson("the body is not UTF-8 encoded JSON", field="body").response()
         if exc.status_code == 404:
             error = NotFound(str(exc.detail))
         elif exc.status_code == 405:

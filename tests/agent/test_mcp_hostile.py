@@ -110,3 +110,21 @@ async def test_a_wrong_key_reads_as_401_in_the_mcp_client(server: RunningServer)
     assert {error.message for error in errors} == {"401 unauthorized: invalid or revoked API key"}
     assert errors[0].data["status"] == 401
     assert errors[0].data["error"]["code"] == "unauthorized"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"type": "recall", "query": 5}, "query"),
+        ({"type": "recall", "query": "ticket", "top_k": "three"}, "top_k"),
+    ],
+    ids=["query", "top_k"],
+)
+async def test_a_mistyped_argument_names_its_field_as_rest_does(
+    server: RunningServer, api_key: str, arguments: dict[str, Any], field: str
+) -> None:
+    async with mcp_client(server.url, api_key) as mcp:
+        result = await mcp.call_tool("memory", {"session_id": "mcp-typed", **arguments})
+    assert result.is_error and result.structured_content is not None
+    assert result.structured_content["error"]["code"] == "wrong_type"
+    assert result.structured_content["error"]["field"] == field
