@@ -20,7 +20,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from app import __version__
@@ -53,6 +53,18 @@ def browser_origins(settings: Settings) -> TransportSecuritySettings | None:
             for origin in (f"{scheme}://{name}", f"{scheme}://{name}:*")
         ],
     )
+
+
+class NamedRoute(Route):
+    """A route that puts itself in the request's scope, as FastAPI's own routes do: the access
+    log and the request metrics then name its path (`app.core.observability`), not
+    "unmatched"."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child_scope = super().matches(scope)
+        if match is not Match.NONE:
+            child_scope["route"] = self
+        return match, child_scope
 
 
 def refusal(status: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -152,8 +164,8 @@ class McpEndpoint:
         )
         self._app = StreamableHTTPASGIApp(self.manager)
 
-    def route(self) -> Route:
-        return Route(PATH, endpoint=self, methods=["GET", "POST", "DELETE"])
+    def route(self) -> NamedRoute:
+        return NamedRoute(PATH, endpoint=self, methods=["GET", "POST", "DELETE"])
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

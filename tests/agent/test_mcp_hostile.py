@@ -9,6 +9,7 @@ import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.errors import InvalidSessionId
@@ -128,3 +129,24 @@ async def test_a_mistyped_argument_names_its_field_as_rest_does(
     assert result.is_error and result.structured_content is not None
     assert result.structured_content["error"]["code"] == "wrong_type"
     assert result.structured_content["error"]["field"] == field
+
+
+def request_count(metrics: str, route: str) -> float:
+    wanted = {"route": route, "method": "POST", "status": "200"}
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == "contextd_http_request_duration_seconds_count" and sample.labels == wanted
+    )
+
+
+async def test_mcp_requests_are_counted_under_their_path(
+    server: RunningServer, client: httpx.AsyncClient, api_key: str
+) -> None:
+    """Not as "unmatched", the label of a request no route took (a 404)."""
+    before = (await client.get("/metrics")).text
+    await mcp_post(client, api_key, "tools/list", {})
+    after = (await client.get("/metrics")).text
+    assert request_count(after, "/mcp") - request_count(before, "/mcp") == 1
+    assert request_count(after, "unmatched") == request_count(before, "unmatched")
