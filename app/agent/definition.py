@@ -57,6 +57,12 @@ PARAMETERS: dict[str, dict[str, Any]] = {
         "include names, IDs, numbers you know",
     },
     "top_k": {"type": "integer", "minimum": 1, "description": "recall: at most this many results"},
+    "budget_tokens": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "recall: tokens the quoted results may take at most (default: the "
+        "session's recall budget)",
+    },
     "as_of": {
         "type": "string",
         "format": "date-time",

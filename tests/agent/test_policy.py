@@ -5,7 +5,14 @@ import uuid
 import pytest
 
 from app.agent.definition import parameters_schema
-from app.agent.policy import Enablement, allowed_types, check_allowed, check_params, is_match
+from app.agent.policy import (
+    RULES,
+    Enablement,
+    allowed_types,
+    check_allowed,
+    check_params,
+    is_match,
+)
 from app.agent.schemas import MemoryRequest, MemoryType
 from app.core.errors import Forbidden, InvalidInput
 from app.domain.callers import Caller, Scope
@@ -40,6 +47,23 @@ def test_privileged_types_need_their_scope_or_the_tenant_switch() -> None:
     ]
     enum = parameters_schema(allowed_types(forget_only, off))["properties"]["type"]["enum"]
     assert enum == ["help", "recall", "status", "forget"]
+
+
+def test_the_definition_offers_every_parameter_help_lists() -> None:
+    """The function schema is closed (`additionalProperties: false`): a parameter `help` names
+    but the schema leaves out is one a model with strict function calling can never send."""
+    every = list(MemoryType)
+    schema = parameters_schema(every)
+    offered = set(schema["properties"]) - {"type"}
+    assert schema["additionalProperties"] is False
+    assert offered == {p for kind in every for p in RULES[kind].params}
+    assert offered == set(MemoryRequest.model_fields) - {"type"}
+    for kind in every:
+        for name in RULES[kind].params:
+            assert schema["properties"][name]["description"].split(":")[0].count(kind.value), (
+                kind,
+                name,
+            )
 
 
 @pytest.mark.parametrize(
