@@ -1,6 +1,7 @@
 """What recall returns: its hits (`RecallHit`) and outcome (`RecallOutcome`), a hit as the prompt
 and the memory tool render it (`recalled_item`), and the clock of its `timings_ms`. Pure: no I/O."""
 
+import statistics
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -131,17 +132,31 @@ class Clock:
         self._last = now
 
 
+def arm_medians(vector: Mapping[str, float]) -> dict[bool, float]:
+    """The median similarity of each vector arm's candidates, keyed by whether the arm is the
+    remembered items'. Each arm has its own scale: the chunks are searched with the query
+    adapter's vector, the remembered items with the query's own, whose cosines run about .2
+    higher (e5, a travel chat: .75-.82 for a remembered item, .52-.58 for the chunks, whatever
+    the question), so a remembered item measured from the chunks' median stood out for any
+    question, and the memory tool quoted it as a match for "When does my passport expire?"."""
+    sides: dict[bool, list[float]] = {False: [], True: []}
+    for hit_id, similarity in vector.items():
+        sides[hit_id.startswith(MEMORY_PREFIX)].append(similarity)
+    return {side: statistics.median(sims) for side, sims in sides.items() if sims}
+
+
 def hits_of(
     selection: Selection,
     fields: Mapping[str, Mapping[str, Any]],
     fused: Mapping[str, FusedCandidate],
     rangeless: Collection[str],
     vector: Mapping[str, float],
-    vector_median: float,
 ) -> tuple[list[RecallHit], list[tuple[RecallHit, str]]]:
     """The selected and the dropped candidates (with why) as hits: `fields` what each is shown
     with, `fused` its fused candidate by id, `rangeless` the remembered items, `vector` the
-    vector arms' similarities, whose median each hit's `vector_margin` is measured from."""
+    vector arms' similarities; each hit's `vector_margin` is measured from the median of its
+    own arm's (`arm_medians`)."""
+    medians = arm_medians(vector)
 
     def hit(item: ScoredCandidate) -> RecallHit:
         f = fields[item.id]
@@ -157,7 +172,9 @@ def hits_of(
             fused=fused[item.id],
             features=item.features,
             vector_margin=(
-                round(vector[item.id] - vector_median, 6) if item.id in vector else None
+                round(vector[item.id] - medians[item.id.startswith(MEMORY_PREFIX)], 6)
+                if item.id in vector
+                else None
             ),
             vector_similarity=round(vector[item.id], 6) if item.id in vector else None,
             part=f["part"],

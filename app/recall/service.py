@@ -14,7 +14,6 @@ remembered items (`memory_arms`), tool results (`tool_results`), fusion, rerank 
 
 import asyncio
 import logging
-import statistics
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -141,7 +140,7 @@ async def recall(
     rows, memory_vector = await _vector_arms(
         db, context, session, query, first, candidates, fallbacks, clock
     )
-    fused, vector_all, vector_median = _fused(
+    fused, vector_all = _fused(
         context.settings.recall, understood.rewritten, first, rows.nearest, memory_vector
     )
     clock.lap("fuse")
@@ -156,7 +155,7 @@ async def recall(
     selection = select(scored, fields, rangeless, first.kept, window_seqs)
     clock.lap("select")
     await stored
-    hits, dropped = hits_of(selection, fields, by_id, rangeless, vector_all, vector_median)
+    hits, dropped = hits_of(selection, fields, by_id, rangeless, vector_all)
     judge, floor = await _judge(context, session, query, understood, first, hits, by_meaning)
     return RecallOutcome(
         query=understood.rewritten,
@@ -331,9 +330,8 @@ def _fused(
     first: FirstArms,
     vector: dict[str, float],
     memory_vector: dict[str, float],
-) -> tuple[list[FusedCandidate], dict[str, float], float]:
-    """Chunks and remembered items fused, the vector arms' similarities together and their
-    median."""
+) -> tuple[list[FusedCandidate], dict[str, float]]:
+    """Chunks and remembered items fused, and the vector arms' similarities together."""
     memory_exact = memory_exact_arm(first.memories, [*rewritten.ids, *rewritten.quoted])
     # Chunks and remembered items are ranked by different BM25 indexes, whose scores are not
     # comparable: each corpus is normalised on its own. Cosine similarities come from one
@@ -342,8 +340,7 @@ def _fused(
     vector_all = {**vector, **memory_vector}
     by_similarity = dict(sorted(vector_all.items(), key=lambda p: -p[1]))
     fused = fuse(settings, [*first.exact, *memory_exact], lexical_all, by_similarity)
-    vector_median = statistics.median(vector_all.values()) if vector_all else 0.0
-    return fused, vector_all, vector_median
+    return fused, vector_all
 
 
 async def _candidates(

@@ -4,7 +4,8 @@ user asked in other words than the fact's ("What is my job?" for "I work as a ph
 the relevance floor on; a question nothing stored answers, asked in the other script or about
 the user in the same one, still gets no confident match. Before the floor judged items by
 meaning, every such question got "no confident match" (the question and the fact share no
-word, and e5 puts them no closer than small talk): docs/BENCHMARKS.md, "Confident or silent"."""
+word, and e5 puts them no closer than small talk): docs/BENCHMARKS.md, "Confident or silent".
+A remembered item beside the chunks is a match only for a question it answers."""
 
 import json
 import uuid
@@ -159,3 +160,31 @@ async def test_a_fact_in_other_words_is_quoted_above_the_floor(
             {k: v for k, v in data.items() if k != "matches"},
         )
         assert data["nearest"]["relevance"] < FLOOR
+
+
+async def test_a_remembered_item_beside_chunks_is_a_match_only_for_what_it_says(
+    admin: httpx.AsyncClient,
+) -> None:
+    """The remembered items' vector arm searches with the question's own vector, the chunks'
+    with the query adapter's, whose cosines run lower: measured from the median of both arms
+    together, a remembered item stood out for every question and was quoted as its match."""
+    sid = f"remembered-beside-chunks-{uuid.uuid4().hex[:8]}"
+    await facts_session(admin, sid, "en")
+    kept = "Invoices by email only, never paper"
+    resp = await admin.post(f"/v1/sessions/{sid}/memory", json={"type": "remember", "text": kept})
+    assert resp.status_code == 200, resp.text
+
+    async def memories() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = (await admin.get(f"/v1/sessions/{sid}/memories")).json()[
+            "memories"
+        ]
+        return found
+
+    await wait_for(
+        memories, lambda found: all(m["embedded"] for m in found), what="the item embedded"
+    )
+    for question in ("When does my passport expire?", NO_ANSWER_ABOUT_THE_USER["en"]):
+        data = await recall(admin, sid, question)
+        assert [m["text"] for m in data["matches"] if kept in m["text"]] == [], question
+    data = await recall(admin, sid, "How should the invoices be sent?")
+    assert [m["text"] for m in data["matches"] if "memory_id" in m] == [kept]
