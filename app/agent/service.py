@@ -35,6 +35,7 @@ from app.offload.service import offload_session
 from app.prompt.blocks import counted_item, neutralise_quoted
 from app.prompt.choosing import choose_recalled
 from app.prompt.gather import recalled_history
+from app.recall.floor import asked_terms
 from app.recall.hits import MEMORY_PREFIX, RecallHit, RecallOutcome, recalled_item
 from app.sessions.schemas import Usage, Watermark
 from app.store import keys as keys_store
@@ -141,9 +142,10 @@ async def _recall(
     whole = {t.seq for t in window if not t.content.startswith(LAYERED_PREFIX)}
 
     def matches_query(outcome: RecallOutcome, hit: RecallHit) -> bool:
-        # Relevance is judged on the caller's own words; the rewrite (context terms added to
-        # resolve 'that one') is only a fallback when the query has no terms of its own.
-        wanted = terms(request.query or "") or terms(outcome.query.rewritten)
+        # Relevance is judged on the caller's own words, less those that only ask (多少, 哪里,
+        # "how much": English drops its "what" and "where" as stopwords); the rewrite (context
+        # terms added to resolve 'that one') is only a fallback when nothing of its own is left.
+        wanted = asked_terms(request.query or "") or terms(outcome.query.rewritten)
         exact_hit = hit.fused.exact_rank is not None
         # Across scripts, or in other words than the user's, no word is shared and e5's margins
         # do not stand out: an item the floor judged relevant by meaning is a match
@@ -242,7 +244,7 @@ async def _no_match(
 ) -> tuple[NoMatch, list[int]]:
     """Why recall quotes nothing, and the window turns that match the query: they are in the
     current window (nothing needs recalling), nothing is stored yet, or nothing stored matches."""
-    wanted = terms(query) or terms(outcome.query.rewritten)
+    wanted = asked_terms(query) or terms(outcome.query.rewritten)
     shown = [t.seq for t in window if is_match(wanted, t.content, exact_hit=False)]
     if shown:
         return "in_window", shown

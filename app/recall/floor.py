@@ -94,6 +94,14 @@ QUESTION_WORDS_RE = re.compile(
     r"为什么|什么|怎么|怎样|多少|哪里|哪儿|哪个|哪些|哪|谁|吗|呢|\b(?:much|many|most)\b",
     re.IGNORECASE,
 )
+
+
+def asked_terms(query: str) -> list[str]:
+    """The terms of what `query` asks about: its terms, without the words that ask
+    (`QUESTION_WORDS_RE`), which any other question or answer may hold too."""
+    return terms(QUESTION_WORDS_RE.sub(" ", query))
+
+
 # What a query whose words the session holds (anywhere) is worth to each item: at a floor of 0.3
 # when 40 % of its weight is on words the session holds.
 FAMILIAR_SHARE = 0.75
@@ -179,7 +187,7 @@ def query_weights(
     the query has nothing longer.
     `dated`: the query names a day or month, which recall matches against each chunk's dates,
     not its text: the date's words (numbers, month names) do not count."""
-    found = terms(QUESTION_WORDS_RE.sub(" ", query))
+    found = asked_terms(query)
     wanted = match_terms(found)
     units: dict[str, float] = {}
     pieces: dict[str, tuple[str, ...]] = {}

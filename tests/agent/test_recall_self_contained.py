@@ -160,3 +160,47 @@ async def test_no_match_says_which_case_it_is(e5_client: httpx.AsyncClient) -> N
         assert window["data"]["matches"] == [] and window["data"]["no_match"] == "in_window"
         assert window["text"].startswith("No match in the offloaded history")
         assert "(turns 3)" in window["text"], window["text"]
+
+
+@pytest.mark.parametrize(
+    ("turns", "query"),
+    [
+        (
+            (
+                "帮我订明天去里昂的火车，预算最多120欧元。",
+                "好的，已订好，车票 LY-40917，96欧元。",
+                "那张车票号是多少？",
+                "LY-40917。",
+            ),
+            "预算是多少？",
+        ),
+        (
+            (
+                "Book the 9:40 train to Lyon, a budget of at most 120 EUR.",
+                "Booked: ticket LY-40917, 96 EUR.",
+                "Thanks so much! How much luggage can I take?",
+                "Two bags.",
+            ),
+            "How much is the budget?",
+        ),
+    ],
+    ids=["zh", "en"],
+)
+async def test_in_window_names_the_turns_about_the_question_not_those_asking_alike(
+    e5_client: httpx.AsyncClient, turns: tuple[str, ...], query: str
+) -> None:
+    """多少 ("how much") is in any question about an amount, as "much" is in English: the turns
+    a No match points to are those holding what the question asks about."""
+    sid = f"asked-alike-{'zh' if '预算' in query else 'en'}"
+    said = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": text}
+        for i, text in enumerate(turns)
+    ]
+    assert (await e5_client.post(f"/v1/sessions/{sid}/turns", json={"turns": said})).is_success
+    resp = await e5_client.post(
+        f"/v1/sessions/{sid}/memory", json={"type": "recall", "query": query}
+    )
+    assert resp.status_code == 200, resp.text
+    answer = resp.json()
+    assert answer["data"]["no_match"] == "in_window"
+    assert "(turns 1)" in answer["text"], answer["text"]
