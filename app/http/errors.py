@@ -120,6 +120,10 @@ def _loc_to_field(loc: tuple[Any, ...], *, located: bool) -> str | None:
     named `query` keeps its name. A body that is not an object names the body itself."""
     if located and loc == ("body",):
         return "body"
+    if located and loc[:1] == ("header",) and len(loc) == 2:
+        # FastAPI names a header as it matched it, lower-cased: named as it is written (the 409
+        # of a reused Idempotency-Key and the 415 naming Content-Type write it so too).
+        return "-".join(word.capitalize() for word in str(loc[1]).split("-"))
     out = ""
     for part in loc[1:] if located else loc:
         if isinstance(part, int):

@@ -123,3 +123,13 @@ async def test_a_body_that_is_not_utf8_is_named_body(client: httpx.AsyncClient) 
         "message": "the body is not UTF-8 encoded JSON",
         "field": "body",
     }
+
+
+async def test_a_header_is_named_as_it_is_written(client: httpx.AsyncClient) -> None:
+    resp = await client.post(
+        "/v1/sessions/hd/turns",
+        json={"turns": [{"role": "user", "content": "hi"}]},
+        headers={"Idempotency-Key": "k" * 300},
+    )
+    assert resp.status_code == 422
+    assert resp.json()["error"]["field"] == "Idempotency-Key"
