@@ -11,7 +11,8 @@
   within `limits.max_body_bytes` (413, refused from `Content-Length` before reading when it says
   so) — `RequestBodyGuard`, pure ASGI, raising `BodyError` where the application reads the body,
   so the error handlers answer it. A 408 closes the connection; after a 413 the server reads
-  and discards the rest of the body (clients send a whole body before they read an answer).
+  and discards the rest of the body (clients send a whole body before they read an answer),
+  also when the connection closes after the answer (`OneSendTransport.close`).
 - A request's Host header must name an allowed host, any port (`HostAllowList`,
   `allowed_hosts`): a web page whose name an attacker rebinds to 127.0.0.1 would otherwise read
   and erase a keyless `contextd dev` from the developer's browser (DNS rebinding). Else 421.
@@ -21,10 +22,11 @@
 import asyncio
 import gc
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import h11
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -38,12 +40,19 @@ class OneSendTransport:
     """A socket transport whose writes made in one turn of the event loop go out together, in
     one send at the start of the next turn (a response's head, body and end are written in one
     turn), or at `flush`. Everything but writing and closing is the socket transport's own;
-    closing sends what is pending first, aborting drops it."""
+    closing sends what is pending first (and lingers while `peer_sending`), aborting drops it."""
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        loop: asyncio.AbstractEventLoop,
+        peer_sending: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._transport = transport
         self._loop = loop
         self._pending: list[bytes] = []
+        self._peer_sending = peer_sending
+        self.lingering = False
 
     def write(self, data: bytes) -> None:
         if not data:
@@ -65,7 +74,25 @@ class OneSendTransport:
 
     def close(self) -> None:
         self._send()
+        if self.lingering or not self._peer_sending():
+            self._transport.close()
+            return
+        # The client still sends a body nobody will read (refused by a 413, given up by a 408)
+        # and the connection ends with this answer. Closing with its bytes unread makes the
+        # kernel send a reset, which destroys the answer before a client that sends its whole
+        # body first (urllib, any HTTP/1.0 client) reads it. So only the sending side closes:
+        # the answer and a FIN go out, the rest of the body is read and dropped until the
+        # client closes (or `close_now`, on the head timer).
+        self.lingering = True
+        self._transport.write_eof()
+        self._transport.resume_reading()  # uvicorn pauses reading past 64 KiB of unread body
+
+    def close_now(self) -> None:
+        self._send()
         self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self.lingering or self._transport.is_closing()
 
     def abort(self) -> None:
         self._pending.clear()
@@ -86,11 +113,16 @@ def guarded_h11_protocol(header_timeout: float) -> type[H11Protocol]:
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             # After uvicorn read the peer's address and built its flow control from the socket's.
-            self._one_send = OneSendTransport(transport, self.loop)
+            self._one_send = OneSendTransport(transport, self.loop, self._peer_sends_a_body)
             self.transport = self._one_send  # type: ignore[assignment]
             self._watch_head()
 
+        def _peer_sends_a_body(self) -> bool:
+            return self.conn.their_state is h11.SEND_BODY
+
         def data_received(self, data: bytes) -> None:
+            if self._one_send.lingering:
+                return  # the rest of a body after the last answer: dropped
             super().data_received(data)
             self._watch_head()
 
@@ -121,8 +153,7 @@ def guarded_h11_protocol(header_timeout: float) -> type[H11Protocol]:
 
         def _head_timed_out(self) -> None:
             self._head_timer = None
-            if not self.transport.is_closing():
-                self.transport.close()
+            self._one_send.close_now()
 
     return GuardedH11Protocol
 

@@ -107,6 +107,37 @@ def test_a_dripping_body_gets_a_408_and_the_connection_closes(
         assert closed_by_server(sock)
 
 
+def test_a_body_over_the_limit_sent_with_connection_close_still_gets_its_413(
+    settings: Settings, api_key: str
+) -> None:
+    """Python's urllib and HTTP/1.0 clients ask to close after the answer and send their whole
+    body before reading: the server must not close with the body unread (the kernel would reset
+    the connection and the client lose the 413), but read the rest and drop it."""
+    limits = settings.limits.model_copy(update={"max_body_bytes": 1024})
+    body = b'{"turns": [{"role": "user", "content": "' + b"x" * 10_000_000 + b'"}]}'
+    with run_server(fast(settings, limits=limits)) as server:
+        for closing in ("close", "keep-alive"):
+            with connect(server) as sock:
+                sock.sendall(
+                    request(
+                        "POST",
+                        "/v1/sessions/huge/turns",
+                        body,
+                        Authorization=f"Bearer {api_key}",
+                        Content_Type="application/json",
+                        Connection=closing,
+                    )
+                )
+                status, _, answer = read_response(sock)
+                assert (closing, status) == (closing, 413)
+                assert json.loads(answer)["error"]["code"] == "payload_too_large"
+                if closing == "close":
+                    assert closed_by_server(sock)
+                else:  # the rest of the body was dropped and the connection serves on
+                    sock.sendall(request("GET", "/healthz"))
+                    assert read_response(sock)[0] == 200
+
+
 async def test_a_client_that_leaves_inside_its_body_is_counted_499_not_an_error(
     settings: Settings, api_key: str
 ) -> None:
