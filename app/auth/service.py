@@ -9,14 +9,17 @@ import hmac
 import secrets
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.config import Limits
-from app.core.errors import Forbidden, InvalidInput, Unauthorized
+from app.core.errors import Forbidden, InvalidInput, NotFound, Unauthorized
 from app.core.ratelimit import RateLimiter, rate_limited
 from app.domain.callers import ALL_SCOPES, Caller, Scope
 from app.store import keys as keys_store
+from app.store.models import ApiKey, Tenant
 
 KEY_PREFIX = "ctxd_"
 DEV_TENANT = "default"
@@ -45,6 +48,40 @@ async def create_key(db: AsyncSession, tenant_name: str, scopes: Iterable[str]) 
         db, tenant.id, key[: len(KEY_PREFIX) + 6], hash_key(key), parse_scopes(scopes)
     )
     return key, str(row.id)
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    """What an operator sees of a key: never the key itself, only its first characters."""
+
+    key_id: str
+    tenant: str
+    prefix: str
+    scopes: list[str]
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+def _record(key: ApiKey, tenant: Tenant) -> KeyRecord:
+    return KeyRecord(
+        str(key.id), tenant.name, key.key_prefix, list(key.scopes), key.created_at, key.revoked_at
+    )
+
+
+async def list_keys(db: AsyncSession, tenant_name: str | None = None) -> list[KeyRecord]:
+    return [_record(key, tenant) for key, tenant in await keys_store.list_keys(db, tenant_name)]
+
+
+async def revoke_key(db: AsyncSession, key_id: str) -> KeyRecord:
+    """Revoke a key: from the next request on it is a 401 (every request reads the key)."""
+    try:
+        key_uuid = uuid.UUID(key_id)
+    except ValueError:
+        raise InvalidInput(f"{key_id!r} is not a key id", field="key_id") from None
+    found = await keys_store.revoke_key(db, key_uuid)
+    if found is None:
+        raise NotFound(f"no key with id {key_id}", field="key_id")
+    return _record(*found)
 
 
 async def authenticate(db: AsyncSession, authorization: str | None) -> Caller:

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from prometheus_client import (
     CollectorRegistry,
@@ -465,10 +465,13 @@ def quiet_for_dev(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.WARNING or record.name.startswith("contextd")
 
 
-def log_handler(log_format: str, *, dev: bool = False) -> logging.Handler:
-    """A stdout handler (what container runtimes collect): JSON, plain text, or with `auto` the
-    short readable lines under `contextd dev` (`dev`) and JSON under every other command."""
-    handler = logging.StreamHandler(sys.stdout)
+def log_handler(
+    log_format: str, *, dev: bool = False, stream: TextIO | None = None
+) -> logging.Handler:
+    """A handler writing to `stream`, stdout unless given (what container runtimes collect):
+    JSON, plain text, or with `auto` the short readable lines under `contextd dev` (`dev`) and
+    JSON under every other command."""
+    handler = logging.StreamHandler(sys.stdout if stream is None else stream)
     if log_format == "text":
         handler.setFormatter(logging.Formatter(TEXT_FORMAT))
     elif log_format == "auto" and dev:

@@ -1,4 +1,4 @@
-"""The `contextd` command: dev, serve, worker, migrate, keys, reembed, openapi.
+"""The `contextd` command: dev, serve, worker, migrate, keys, reembed, config, openapi, eval.
 
 Without `DATABASE_URL` every command works on the embedded stack of `contextd dev` in the data
 directory (`CONTEXTD_DATA_DIR`, default `./.contextd`): it joins the running `contextd dev` there
@@ -9,6 +9,7 @@ directory (`CONTEXTD_DATA_DIR`, default `./.contextd`): it joins the running `co
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import json
 import logging
@@ -28,6 +29,7 @@ from app.core.config import Settings, load_settings
 if TYPE_CHECKING:
     import uvicorn
 
+    from app.auth.service import KeyRecord
     from app.runtime.embedded import EmbeddedStack
 
 OPENAPI_PATH = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
@@ -81,13 +83,14 @@ def bind_port(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _configure_logging(settings: Settings, *, dev: bool = False) -> None:
+def _configure_logging(settings: Settings, *, dev: bool = False, one_shot: bool = False) -> None:
     """Root logger to stdout, one JSON object per line (or plain text, or under `contextd dev`
     short readable lines); uvicorn's loggers propagate here (`log_config=None` in `_serve`), so
-    every line has the same shape."""
+    every line has the same shape. A one-shot command logs to stderr: its stdout carries only
+    its result (`keys create | jq -r .key`)."""
     from app.core.observability import log_handler
 
-    handler = log_handler(settings.log_format, dev=dev)
+    handler = log_handler(settings.log_format, dev=dev, stream=sys.stderr if one_shot else None)
     logging.basicConfig(level=settings.log_level, handlers=[handler], force=True)
 
 
@@ -297,28 +300,44 @@ def cmd_dev(args: argparse.Namespace) -> None:
         print("contextd dev stopped")
 
 
-def cmd_keys_create(settings: Settings, tenant: str, scopes: list[str]) -> None:
-    from app.auth.service import create_key
+def cmd_keys(settings: Settings, args: argparse.Namespace) -> None:
+    """`keys create` prints the new key once; `keys list` one line per key (never the key);
+    `keys revoke` the revoked key's line. Each line is a JSON object, on stdout."""
+    from app.auth import service
     from app.core.context import AppContext
     from app.core.db import unit_of_work
+    from app.core.errors import ContextdError
     from app.domain.callers import DEFAULT_SCOPES
 
-    async def _create() -> tuple[str, str]:
+    async def _run() -> list[dict[str, object]]:
         context = AppContext.create(settings)
         try:
             async with unit_of_work(context.sessionmaker) as db:
-                return await create_key(db, tenant, scopes or [s.value for s in DEFAULT_SCOPES])
+                if args.keys_command == "create":
+                    scopes = args.scope or [s.value for s in DEFAULT_SCOPES]
+                    key, key_id = await service.create_key(db, args.tenant, scopes)
+                    return [{"key": key, "key_id": key_id, "tenant": args.tenant}]
+                if args.keys_command == "revoke":
+                    return [_key_line(await service.revoke_key(db, args.key_id))]
+                return [_key_line(record) for record in await service.list_keys(db, args.tenant)]
         finally:
             await context.aclose()
 
-    from app.core.errors import ContextdError
-
     try:
-        key, key_id = asyncio.run(_create())
+        lines = asyncio.run(_run())
     except ContextdError as exc:
         raise CliError(exc.message) from None
-    print(json.dumps({"key": key, "key_id": key_id, "tenant": tenant}))
-    print("store this key now: it is not shown again", file=sys.stderr)
+    for line in lines:
+        print(json.dumps(line))
+    if args.keys_command == "create":
+        print("store this key now: it is not shown again", file=sys.stderr)
+
+
+def _key_line(record: "KeyRecord") -> dict[str, object]:
+    line = dataclasses.asdict(record)
+    line["created_at"] = record.created_at.isoformat()
+    line["revoked_at"] = record.revoked_at.isoformat() if record.revoked_at else None
+    return line
 
 
 def cmd_reembed(settings: Settings, batch_size: int | None) -> None:
@@ -390,11 +409,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("worker", help="run a job worker (DATABASE_URL, REDIS_URL)")
     sub.add_parser("migrate", help="apply database migrations")
-    keys = sub.add_parser("keys", help="manage API keys")
+    keys = sub.add_parser("keys", help="create, list and revoke API keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     create = keys_sub.add_parser("create", help="create a key and print it once")
-    create.add_argument("--tenant", required=True)
-    create.add_argument("--scope", action="append", default=[], help="repeatable")
+    create.add_argument("--tenant", required=True, help="its tenant (created on first use)")
+    create.add_argument(
+        "--scope",
+        action="append",
+        default=[],
+        help="repeatable: sessions:read, sessions:write, memory:offload, memory:forget "
+        "(default: sessions:read and sessions:write)",
+    )
+    listing = keys_sub.add_parser("list", help="one line per key: id, tenant, scopes, revoked")
+    listing.add_argument("--tenant", help="only this tenant's keys")
+    revoke = keys_sub.add_parser("revoke", help="revoke a key: a 401 from its next request on")
+    revoke.add_argument("key_id", help="the key_id printed by keys create or keys list")
     reembed = sub.add_parser("reembed", help="re-embed chunks with the configured embedder")
     reembed.add_argument("--batch-size", type=int, help="default CONTEXTD_EMBEDDING__BATCH_SIZE")
     sub.add_parser("config", help="print the configuration reference (Markdown)")
@@ -434,7 +463,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     one_shot = args.command in ("migrate", "keys", "reembed")
     settings, stack = with_dev_stack(load_settings(), one_shot=one_shot)
-    _configure_logging(settings)
+    _configure_logging(settings, one_shot=one_shot)
     try:
         if args.command == "migrate":
             cmd_migrate(settings)
@@ -445,7 +474,7 @@ def _run(args: argparse.Namespace) -> int:
             # SIGTERM (docker stop, systemd, Kubernetes) stops it as Ctrl-C does: gracefully.
             asyncio.run(_work_until_signalled(settings, (signal.SIGINT, signal.SIGTERM)))
         elif args.command == "keys":
-            cmd_keys_create(settings, args.tenant, args.scope)
+            cmd_keys(settings, args)
         elif args.command == "reembed":
             cmd_reembed(settings, args.batch_size)
     finally:

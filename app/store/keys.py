@@ -3,7 +3,7 @@
 import uuid
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -45,6 +45,33 @@ async def find_active_key_by_id(
             select(ApiKey, Tenant)
             .join(Tenant, Tenant.id == ApiKey.tenant_id)
             .where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
+        )
+    ).first()
+    return (row[0], row[1]) if row else None
+
+
+async def list_keys(db: AsyncSession, tenant_name: str | None) -> list[tuple[ApiKey, Tenant]]:
+    """Every key (of `tenant_name` only, when given), by tenant, oldest first."""
+    query = select(ApiKey, Tenant).join(Tenant, Tenant.id == ApiKey.tenant_id)
+    if tenant_name is not None:
+        query = query.where(Tenant.name == tenant_name)
+    rows = await db.execute(query.order_by(Tenant.name, ApiKey.created_at, ApiKey.id))
+    return [(key, tenant) for key, tenant in rows.all()]
+
+
+async def revoke_key(db: AsyncSession, key_id: uuid.UUID) -> tuple[ApiKey, Tenant] | None:
+    """Mark the key revoked (a key already revoked keeps its first time); None: no such key."""
+    await db.execute(
+        update(ApiKey)
+        .where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
+        .values(revoked_at=func.now())
+    )
+    row = (
+        await db.execute(
+            select(ApiKey, Tenant)
+            .join(Tenant, Tenant.id == ApiKey.tenant_id)
+            .where(ApiKey.id == key_id)
+            .execution_options(populate_existing=True)
         )
     ).first()
     return (row[0], row[1]) if row else None

@@ -1,7 +1,9 @@
 """The CLI on the embedded stack, as a newcomer meets it: `contextd keys create` works before and
-while `contextd dev --auth` runs in the same directory, and every mistake is one clear line."""
+while `contextd dev --auth` runs in the same directory, `keys list` and `keys revoke` manage
+them, stdout carries only the result, and every mistake is one clear line."""
 
 import asyncio
+import json
 import socket
 from pathlib import Path
 
@@ -12,13 +14,19 @@ from tests.support.dev import DevServer, contextd, dev_server
 from tests.support.server import free_port
 
 
-def new_key(cwd: Path, *scopes: str) -> str:
+def new_key(cwd: Path, *scopes: str) -> tuple[str, str]:
+    """(key, key id). stdout is the one JSON line (logs go to stderr): `| jq -r .key` works."""
     done = contextd(cwd, "keys", "create", "--tenant", "acme", *[f"--scope={s}" for s in scopes])
     assert done.returncode == 0, done.stderr
-    line = next(x for x in done.stdout.splitlines() if x.startswith('{"key"'))
-    key = line.split('"key": "')[1].split('"')[0]
-    assert key.startswith("ctxd_")
-    return key
+    created = json.loads(done.stdout)
+    assert created["key"].startswith("ctxd_") and created["tenant"] == "acme"
+    return created["key"], created["key_id"]
+
+
+def key_lines(cwd: Path, *args: str) -> list[dict[str, object]]:
+    done = contextd(cwd, "keys", *args)
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 def status(dev: DevServer, key: str | None) -> int:
@@ -36,13 +44,32 @@ def test_keys_before_and_during_dev_and_clear_errors(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "contextd keys: unknown scope 'bogus'" in bad.stderr
 
-    before = new_key(tmp_path)  # no dev running: the command starts the directory's PostgreSQL
+    before, before_id = new_key(tmp_path)  # no dev running: it starts the directory's PostgreSQL
     port = free_port()
     with dev_server(tmp_path, port, "--auth") as dev:
         assert (tmp_path / ".contextd" / "dev.json").exists()
-        during = new_key(tmp_path, "sessions:read")  # joins the running dev's database
+        during, during_id = new_key(tmp_path, "sessions:read")  # joins the running dev's database
         assert status(dev, before) == 200 and status(dev, during) == 200
         assert status(dev, None) == 401
+
+        listed = key_lines(tmp_path, "list", "--tenant", "acme")
+        assert [(k["key_id"], k["scopes"], k["revoked_at"]) for k in listed] == [
+            (before_id, ["sessions:read", "sessions:write"], None),
+            (during_id, ["sessions:read"], None),
+        ]
+        assert all(before not in json.dumps(k) and during not in json.dumps(k) for k in listed)
+        assert listed[0]["prefix"] == before[:11]
+        (revoked,) = key_lines(tmp_path, "revoke", before_id)
+        assert revoked["key_id"] == before_id and revoked["revoked_at"] is not None
+        assert status(dev, before) == 401 and status(dev, during) == 200
+        assert key_lines(tmp_path, "revoke", before_id) == [revoked]  # once: the first time kept
+        assert [k["revoked_at"] for k in key_lines(tmp_path, "list")] == [
+            revoked["revoked_at"],
+            None,
+        ]
+        unknown = contextd(tmp_path, "keys", "revoke", "0" * 8 + "-0000-0000-0000-" + "0" * 12)
+        assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
+        assert "contextd keys: no key with id 00000000-" in unknown.stderr
 
         busy = contextd(tmp_path / "..", "dev", "--port", str(port))
         assert busy.returncode == 2 and "ready" not in busy.stdout
