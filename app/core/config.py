@@ -9,8 +9,15 @@ import json
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, BaseModel, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from app.domain.budget import BudgetConfig
 from app.embeddings.settings import EmbeddingSettings
@@ -461,13 +468,25 @@ class Settings(BaseSettings):
             return [str(name).strip().lower() for name in value if str(name).strip()]
         return value
 
+    @field_validator("database_url", "database_replica_url")
+    @classmethod
+    def _postgresql_url(cls, value: str | None) -> str | None:
+        if value:
+            to_sqlalchemy_url(value)  # refused at start, not at the first connection
+        return value
+
     @model_validator(mode="after")
     def _refuse_unsafe_auth(self) -> "Settings":
         if self.auth_disabled and self.host not in ("127.0.0.1", "localhost", "::1"):
-            raise ValueError("auth_disabled is only allowed when binding to a loopback address")
+            raise ValueError(
+                "CONTEXTD_AUTH_DISABLED is only allowed when binding to a loopback address "
+                f"(CONTEXTD_HOST is {self.host!r})"
+            )
         if self.auth_disabled and ANY_HOST in self.allowed_hosts:
             # Any Host would let a web page reach a keyless server by DNS rebinding.
-            raise ValueError("allowed_hosts '*' is not allowed with auth_disabled")
+            raise ValueError(
+                "CONTEXTD_ALLOWED_HOSTS='*' is not allowed with CONTEXTD_AUTH_DISABLED"
+            )
         return self
 
     @property
@@ -496,6 +515,33 @@ def load_settings(**overrides: object) -> Settings:
     return Settings(**overrides)  # type: ignore[arg-type]
 
 
+def settings_problem(error: ValidationError | SettingsError) -> str:
+    """What is wrong with the environment's settings, in one line naming each variable."""
+    if isinstance(error, SettingsError):
+        # pydantic-settings reads a list or object setting as JSON and names only its group.
+        group = str(error).split('field "', 1)[-1].split('"', 1)[0]
+        return (
+            f"CONTEXTD_{group.upper()}__...: a value is not valid JSON (a list is written as "
+            '["a", "b"]; CONTEXTD_ALLOWED_HOSTS and CONTEXTD_CACHE__CLUSTER_NODES are '
+            "comma-separated)"
+        )
+    problems = []
+    for problem in error.errors():
+        message = problem["msg"].removeprefix("Value error, ")
+        location = [str(part) for part in problem["loc"]]
+        if location and location[0].lower() in UNPREFIXED:
+            variable = location[0].upper()
+        elif location:
+            variable = "CONTEXTD_" + "__".join(part.upper() for part in location)
+        else:
+            problems.append(message)  # a rule between settings: its message names them
+            continue
+        given = problem.get("input")
+        shown = f"={given!r}" if isinstance(given, str) else ""
+        problems.append(f"{variable}{shown}: {message}")
+    return "; ".join(problems)
+
+
 def settings_table() -> str:
     """The configuration reference as a Markdown table (docs/CONFIGURATION.md; a test compares)."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
@@ -508,8 +554,10 @@ def settings_table() -> str:
                 continue
             env = name.upper() if name in UNPREFIXED else prefix + name.upper()
             default = field.default
-            if isinstance(default, list):  # as the variable is written
+            if isinstance(default, list):  # as the variable is written: comma-separated
                 default = ",".join(default)
+            elif isinstance(default, tuple):  # as the variable is written: JSON
+                default = json.dumps(list(default))
             default = "(unset)" if default is None else f"`{default}`"
             rows.append(f"| `{env}` | {default} | {field.description} |")
 

@@ -51,6 +51,19 @@ class DevState:
     redis_url: str
 
 
+def environment_settings() -> Settings:
+    """The settings of the environment; a mistake in them is one line naming the variable."""
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
+    from app.core.config import settings_problem
+
+    try:
+        return load_settings()
+    except (ValidationError, SettingsError) as exc:
+        raise CliError(settings_problem(exc)) from None
+
+
 def running_dev(data_dir: Path) -> DevState | None:
     """The `contextd dev` running on this data directory, if its process is still alive."""
     try:
@@ -214,8 +227,6 @@ async def _work_until_signalled(settings: Settings, stop_on: tuple[signal.Signal
 
 
 def cmd_serve(settings: Settings, workers: int) -> None:
-    if workers < 1:
-        raise SystemExit("--workers must be at least 1")
     sock = bind_port(settings.host, settings.port)
     if workers == 1:
         asyncio.run(_serve(settings, with_worker=False, sock=sock))
@@ -230,7 +241,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
     from app.runtime.embedded import EmbeddedStack
 
     started = time.monotonic()
-    base = load_settings()
+    base = environment_settings()
     port = args.port or base.port
     embedded = not base.database_url or not base.redis_url
     already = running_dev(base.data_dir) if embedded else None
@@ -394,6 +405,13 @@ def cmd_openapi(check: bool) -> int:
     return 0
 
 
+def _at_least_one(text: str) -> int:
+    number = int(text)
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return number
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="contextd", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -403,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the API (DATABASE_URL, REDIS_URL)")
     serve.add_argument(
         "--workers",
-        type=int,
+        type=_at_least_one,
         default=1,
         help="API processes sharing the port (default 1; see docs/DEPLOYMENT.md, Scaling out)",
     )
@@ -462,7 +480,7 @@ def _run(args: argparse.Namespace) -> int:
         cmd_dev(args)
         return 0
     one_shot = args.command in ("migrate", "keys", "reembed")
-    settings, stack = with_dev_stack(load_settings(), one_shot=one_shot)
+    settings, stack = with_dev_stack(environment_settings(), one_shot=one_shot)
     _configure_logging(settings, one_shot=one_shot)
     try:
         if args.command == "migrate":

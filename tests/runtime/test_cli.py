@@ -84,6 +84,35 @@ def test_keys_before_and_during_dev_and_clear_errors(tmp_path: Path) -> None:
     assert not (tmp_path / ".contextd" / "dev.json").exists()
 
 
+def test_a_mistake_in_the_settings_is_one_line_naming_the_variable(tmp_path: Path) -> None:
+    mistakes = [
+        (
+            {"CONTEXTD_SESSION_DEFAULTS__CONTEXT_LIMIT": "128k"},
+            "CONTEXTD_SESSION_DEFAULTS__CONTEXT_LIMIT='128k': Input should be a valid integer",
+        ),
+        (
+            {"CONTEXTD_SESSION_DEFAULTS__TOOL_RESULTS_EXCLUDE_TOOLS": "search,fetch"},
+            'CONTEXTD_SESSION_DEFAULTS__...: a value is not valid JSON (a list is written as ["a"',
+        ),
+        (
+            {"CONTEXTD_AUTH_DISABLED": "true", "CONTEXTD_HOST": "0.0.0.0"},
+            "CONTEXTD_AUTH_DISABLED is only allowed when binding to a loopback address "
+            "(CONTEXTD_HOST is '0.0.0.0')",
+        ),
+        ({"DATABASE_URL": "mysql://db/contextd"}, "DATABASE_URL='mysql://db/contextd': unsupp"),
+    ]
+    for env, line in mistakes:
+        done = contextd(tmp_path, "serve", **env)
+        assert done.returncode == 2, env
+        assert len(done.stderr.splitlines()) == 1, done.stderr  # no traceback
+        assert done.stderr.startswith(f"contextd serve: {line}"), done.stderr
+    workers = contextd(tmp_path, "serve", "--workers", "0")
+    assert workers.returncode == 2
+    assert workers.stderr.endswith(
+        "contextd serve: error: argument --workers: must be at least 1\n"
+    )
+
+
 async def test_api_connections_send_without_nagle_delay() -> None:
     """Each accepted connection of the API's socket has TCP_NODELAY, else a keep-alive client
     waits ~40 ms (its delayed ACK) for every response after the first."""

@@ -24,11 +24,14 @@ def user_env(**extra: str) -> dict[str, str]:
     return {**env, "PYTHONUNBUFFERED": "1", **extra}
 
 
-def contextd(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def contextd(
+    cwd: Path, *args: str, timeout: float = 120, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`contextd *args` run from `cwd` in a user's environment (plus `env`)."""
     return subprocess.run(
         [CONTEXTD, *args],
         cwd=cwd,
-        env=user_env(),
+        env=user_env(**env),
         capture_output=True,
         text=True,
         timeout=timeout,
