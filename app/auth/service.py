@@ -146,4 +146,4 @@ async def check_rate(limiter: RateLimiter, caller: Caller, limits: Limits) -> No
         return
     count = await limiter.hit(f"key:{caller.key_id or caller.tenant_id}")
     if count > limit:
-        raise rate_limited("this API key's requests", limit, "Authorization")
+        raise rate_limited("requests with this API key", limit, "Authorization")

@@ -46,9 +46,10 @@ class RateLimiter:
 
 
 def rate_limited(what: str, limit: int, field: str) -> RateLimited:
-    """The 429 of a limit of `limit` `what` per minute, with Retry-After."""
+    """The 429 of a limit of `limit` `what` (plural: "requests with this API key") a minute,
+    with Retry-After."""
     return RateLimited(
-        f"{what} is limited to {limit} per minute; try again later",
+        f"{what}: at most {limit} a minute; try again later",
         field=field,
         details={"limit": limit, "window_seconds": WINDOW_SECONDS},
         headers={"Retry-After": str(WINDOW_SECONDS)},

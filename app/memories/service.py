@@ -430,7 +430,7 @@ async def _check_rate(db: AsyncSession, context: AppContext, session: Session) -
             + 1,
         )
     if count > limit:
-        raise rate_limited("remember, per session,", limit, "type")
+        raise rate_limited("remember calls per session", limit, "type")
 
 
 def _memory_data(memory: Memory) -> dict[str, Any]:

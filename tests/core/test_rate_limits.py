@@ -39,6 +39,9 @@ async def test_each_key_has_its_own_per_minute_limit(
             assert limited.headers["retry-after"] == "60"
             assert limited.json()["error"]["code"] == "rate_limited"
             assert limited.json()["error"]["field"] == "Authorization"
+            assert limited.json()["error"]["message"] == (
+                "requests with this API key: at most 5 a minute; try again later"
+            )
             other = await http.get("/v1/sessions/r", headers={"Authorization": f"Bearer {second}"})
             assert other.status_code == 404
 
