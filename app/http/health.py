@@ -23,7 +23,9 @@ async def healthz() -> dict[str, str]:
     summary="Readiness: database and cache reachable, worker and queue state",
     description=(
         "503 when Postgres is unreachable; Redis down only degrades (cache bypassed). `worker` "
-        "counts live workers (a heartbeat within CONTEXTD_WORKER__STALLED_AFTER_SECONDS), jobs "
+        "counts live job runners (a heartbeat within CONTEXTD_WORKER__STALLED_AFTER_SECONDS: "
+        "two per `contextd worker` process, one taking every job and one a session's offload, "
+        "notes and erasure; one with CONTEXTD_WORKER__SESSION_SLOTS=0), jobs "
         "due and waiting (`oldest_pending_seconds`: since the oldest was due), running, stuck "
         "(running on a worker whose heartbeat stopped) and scheduled for later (a retry's "
         "backoff, the backup job of an erase done inline); with no live "
