@@ -482,6 +482,8 @@ def _run(args: argparse.Namespace) -> int:
     one_shot = args.command in ("migrate", "keys", "reembed")
     settings, stack = with_dev_stack(environment_settings(), one_shot=one_shot)
     _configure_logging(settings, one_shot=one_shot)
+    from sqlalchemy.exc import OperationalError
+
     try:
         if args.command == "migrate":
             cmd_migrate(settings)
@@ -495,6 +497,9 @@ def _run(args: argparse.Namespace) -> int:
             cmd_keys(settings, args)
         elif args.command == "reembed":
             cmd_reembed(settings, args.batch_size)
+    except OperationalError as exc:  # a one-shot command's database is down, or refuses us
+        reason = " ".join(str(exc.orig).split())
+        raise CliError(f"cannot use PostgreSQL at DATABASE_URL: {reason}") from None
     finally:
         if stack is not None:
             stack.stop()

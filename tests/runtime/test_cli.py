@@ -11,6 +11,7 @@ import httpx
 
 from app.runtime.cli import bind_port
 from tests.support.dev import DevServer, contextd, dev_server
+from tests.support.loopback import closed_port_url
 from tests.support.server import free_port
 
 
@@ -106,6 +107,16 @@ def test_a_mistake_in_the_settings_is_one_line_naming_the_variable(tmp_path: Pat
         assert done.returncode == 2, env
         assert len(done.stderr.splitlines()) == 1, done.stderr  # no traceback
         assert done.stderr.startswith(f"contextd serve: {line}"), done.stderr
+    down = closed_port_url().replace("http://", "postgresql://contextd@") + "/contextd"
+    for command in (["migrate"], ["keys", "list"]):
+        unreachable = contextd(tmp_path, *command, DATABASE_URL=down)
+        assert unreachable.returncode == 2, unreachable.stderr
+        assert "Traceback" not in unreachable.stderr  # before it: log lines, on stderr
+        last = unreachable.stderr.splitlines()[-1]
+        assert last.startswith(
+            f"contextd {command[0]}: cannot use PostgreSQL at DATABASE_URL: connection failed:"
+        )
+        assert "Connection refused" in last
     workers = contextd(tmp_path, "serve", "--workers", "0")
     assert workers.returncode == 2
     assert workers.stderr.endswith(
