@@ -23,6 +23,7 @@ from app.store.models import ApiKey, Tenant
 
 KEY_PREFIX = "ctxd_"
 DEV_TENANT = "default"
+TENANT_NAME_MAX_CHARS = 128  # tenants.name
 
 
 def hash_key(key: str) -> str:
@@ -39,9 +40,25 @@ def parse_scopes(names: Iterable[str]) -> list[str]:
     return sorted(set(out))
 
 
+def check_tenant_name(name: str) -> str:
+    """A tenant's name as an operator types it: not empty, not padded (" acme" would be a second
+    tenant beside "acme"), printable, at most `TENANT_NAME_MAX_CHARS`."""
+    if not name or name != name.strip() or not name.isprintable():
+        raise InvalidInput(
+            f"tenant name {name!r} must be printable, not empty, without spaces around it",
+            field="tenant",
+        )
+    if len(name) > TENANT_NAME_MAX_CHARS:
+        raise InvalidInput(
+            f"tenant name is {len(name)} characters; at most {TENANT_NAME_MAX_CHARS}",
+            field="tenant",
+        )
+    return name
+
+
 async def create_key(db: AsyncSession, tenant_name: str, scopes: Iterable[str]) -> tuple[str, str]:
     """Create a key for `tenant_name` (creating the tenant if new). Returns (key, key id)."""
-    tenant = await keys_store.get_or_create_tenant(db, tenant_name)
+    tenant = await keys_store.get_or_create_tenant(db, check_tenant_name(tenant_name))
     secret = secrets.token_urlsafe(32)
     key = f"{KEY_PREFIX}{secret}"
     row = await keys_store.add_key(
@@ -69,7 +86,12 @@ def _record(key: ApiKey, tenant: Tenant) -> KeyRecord:
 
 
 async def list_keys(db: AsyncSession, tenant_name: str | None = None) -> list[KeyRecord]:
-    return [_record(key, tenant) for key, tenant in await keys_store.list_keys(db, tenant_name)]
+    """Every key, or `tenant_name`'s (a name no key was ever created for is a NotFound: a typo
+    should not look like a tenant without keys)."""
+    found = await keys_store.list_keys(db, tenant_name)
+    if tenant_name is not None and not found:
+        raise NotFound(f"no tenant named {tenant_name!r}", field="tenant")
+    return [_record(key, tenant) for key, tenant in found]
 
 
 async def revoke_key(db: AsyncSession, key_id: str) -> KeyRecord:
