@@ -267,10 +267,11 @@ def host_name(host: str) -> str:
 
 class HostAllowList:
     """Pure ASGI: answers a request whose Host header is missing or names a host not in
-    `allowed` with a 421 (the API, MCP and the inspector alike). Health probes pass: an
-    orchestrator addresses the container by its IP, and they tell nothing of a tenant."""
+    `allowed` with a 421 (the API, MCP and the inspector alike). Health probes and metrics pass:
+    an orchestrator probes and Prometheus scrapes the container by its IP or service name, and
+    they tell nothing of a tenant."""
 
-    OPEN_PATHS = ("/healthz", "/readyz")
+    OPEN_PATHS = ("/healthz", "/readyz", "/metrics")
 
     def __init__(self, app: ASGIApp, allowed: list[str]) -> None:
         self.app = app

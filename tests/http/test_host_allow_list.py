@@ -84,7 +84,10 @@ async def test_serve_refuses_a_foreign_host_and_answers_loopback_names(
         assert allowed["mcp"].status_code == 200, host
         assert allowed["inspector"].status_code == 200, host
     async with httpx.AsyncClient(base_url=server.url, headers={"Host": "10.1.2.3"}) as probe:
-        assert (await probe.get("/healthz")).status_code == 200  # orchestrators probe by IP
+        # Orchestrators probe and Prometheus scrapes by IP (or a compose service name).
+        for path in ("/healthz", "/readyz", "/metrics"):
+            assert (await probe.get(path)).status_code == 200, path
+        assert "contextd_http_request_duration_seconds" in (await probe.get("/metrics")).text
 
 
 async def test_a_page_of_another_site_can_neither_read_nor_write(
