@@ -435,7 +435,9 @@ class Settings(BaseSettings):
         description="names a request's Host header may give, any port, comma-separated (another "
         "Host: 421); `*`: any, only behind a proxy that checks Host (refused with auth disabled)",
     )
-    log_level: str = Field("INFO", description="root log level")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
+        "INFO", description="root log level: DEBUG, INFO, WARNING, ERROR or CRITICAL (any case)"
+    )
     log_format: Literal["auto", "json", "text"] = Field(
         "auto",
         description="log lines: one JSON object (with request_id) or plain text; auto: short "
@@ -467,6 +469,11 @@ class Settings(BaseSettings):
         if isinstance(value, list | tuple):
             return [str(name).strip().lower() for name in value if str(name).strip()]
         return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_name(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value  # `debug` as well as `DEBUG`
 
     @field_validator("database_url", "database_replica_url")
     @classmethod

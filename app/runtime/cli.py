@@ -287,7 +287,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
         if settings.auth_disabled:
             print("  auth  DISABLED (dev on loopback): no Authorization header needed")
         else:
-            print("  auth  'Authorization: Bearer <key>' (create one: contextd keys create)")
+            print("  auth  'Authorization: Bearer <key>' (a key: contextd keys create --tenant T)")
         hosts = ", ".join(settings.allowed_hosts)
         print(f"  hosts {hosts} only, any port (CONTEXTD_ALLOWED_HOSTS; another Host header: 421)")
         sys.stdout.flush()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 
+from app.core.config import load_settings
 from app.runtime.cli import bind_port
 from tests.support.dev import DevServer, contextd, dev_server
 from tests.support.loopback import closed_port_url
@@ -101,7 +102,9 @@ def test_a_mistake_in_the_settings_is_one_line_naming_the_variable(tmp_path: Pat
             "(CONTEXTD_HOST is '0.0.0.0')",
         ),
         ({"DATABASE_URL": "mysql://db/contextd"}, "DATABASE_URL='mysql://db/contextd': unsupp"),
+        ({"CONTEXTD_LOG_LEVEL": "verbose"}, "CONTEXTD_LOG_LEVEL='VERBOSE': Input should be 'DEBUG"),
     ]
+    assert load_settings(log_level="debug").log_level == "DEBUG"  # any case, as logging's names
     for env, line in mistakes:
         done = contextd(tmp_path, "serve", **env)
         assert done.returncode == 2, env
