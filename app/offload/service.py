@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import groupby
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -145,8 +146,20 @@ async def _move(
     plan: OffloadPlan,
 ) -> tuple[list[uuid.UUID], Budget]:
     """The plan's turns into chunks and the session's counters updated; returns the chunk ids
-    and the budget once the turns left the window."""
-    chunk_ids = await write_chunks(db, settings, session, plan.turns)
+    and the budget once the turns left the window.
+
+    A tool result layered on arrival has its whole text in C3 already: it is marked as covered
+    by its first piece, not chunked again as its view (a second set of pieces of one turn)."""
+    pieces = await chunks_store.first_pieces(
+        db, session.tenant_id, session.id, [t.seq for t in plan.turns]
+    )
+    chunk_ids: list[uuid.UUID] = []
+    for _, run in groupby(plan.turns, key=lambda t: t.seq in pieces):
+        turns = list(run)
+        if turns[0].seq not in pieces:
+            chunk_ids.extend(await write_chunks(db, settings, session, turns))
+    layered = [(chunk_id, seq, seq) for seq, chunk_id in pieces.items()]
+    await turns_store.assign_turns(db, session.tenant_id, session.id, layered)
     now = datetime.now(UTC)
     after = budget.after_leaving(plan.tokens_freed)
     await write_session(

@@ -129,6 +129,25 @@ async def turn_pieces(
     return list((await db.execute(query)).scalars().all())
 
 
+async def first_pieces(
+    db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, seqs: Collection[int]
+) -> dict[int, uuid.UUID]:
+    """The first active piece of each of the turns `seqs` already stored in pieces (a tool
+    result layered on arrival), by seq."""
+    if not seqs:
+        return {}
+    query = select(Chunk.turn_first, Chunk.id).where(
+        Chunk.tenant_id == tenant_id,
+        Chunk.session_id == session_pk,
+        Chunk.status == "active",
+        Chunk.turn_first.in_(list(seqs)),
+        Chunk.turn_last == Chunk.turn_first,
+        Chunk.parts > 1,
+        Chunk.part == 1,
+    )
+    return {int(seq): chunk_id for seq, chunk_id in await db.execute(query)}
+
+
 async def chunk_spans(
     db: AsyncSession, tenant_id: uuid.UUID, session_pk: uuid.UUID, chunk_ids: Collection[uuid.UUID]
 ) -> dict[str, tuple[int, int]]:

@@ -288,3 +288,75 @@ async def test_embeddings_are_stored_in_the_row(engine: AsyncEngine) -> None:
             )
         )
     assert storage == "m"
+
+
+async def test_a_layered_result_leaves_a_small_window_with_its_arrival_pieces(
+    engine: AsyncEngine, settings: Settings, cache: Cache
+) -> None:
+    """A 2,500-token model reads a document of 60,000 characters (layered on arrival: a view of
+    ~2,000 tokens in the window, the whole text in pieces in C3). The offload moves it out so
+    the window drains, and marks it covered by its arrival pieces: one set of pieces per turn,
+    so the turn still joins whole byte for byte."""
+    caller = await new_caller(engine)
+    sid = "layered-small"
+    await configure(engine, caller, settings, cache, sid, context_limit=2500, reserve_tokens=300)
+    document = "\n".join(
+        f"第{i}条：航班HAT{100 + i % 50:03d}于2024-05-{10 + i % 20:02d}起飞，票价{300 + i * 7}元。"
+        if i % 2
+        else f"line {i}: flight HAT{100 + i % 50:03d} departs 2024-05-{10 + i % 20:02d}."
+        for i in range(1500)
+    )
+    assert len(document) > 60_000
+    fetch = {"id": "call_doc", "type": "function", "function": {"name": "fetch", "arguments": "{}"}}
+    cancel = {
+        "id": "call_cx",
+        "type": "function",
+        "function": {"name": "cancel", "arguments": "{}"},
+    }
+    await append(engine, caller, settings, cache, sid, [{"role": "user", "content": "Read it."}])
+    await append(
+        engine,
+        caller,
+        settings,
+        cache,
+        sid,
+        [
+            {"role": "assistant", "content": None, "tool_calls": [fetch]},
+            {"role": "tool", "tool_call_id": "call_doc", "content": document},
+        ],
+    )
+    pk = await session_pk(engine, caller.tenant_id, sid)
+    async with transaction(engine) as db:
+        arrival = await chunks_store.turn_pieces(db, caller.tenant_id, pk, 3)
+    assert len(arrival) > 50
+    resp = await append(
+        engine,
+        caller,
+        settings,
+        cache,
+        sid,
+        [
+            {"role": "user", "content": "Cancel NO6JO3."},
+            {"role": "assistant", "content": None, "tool_calls": [cancel]},
+            {"role": "tool", "tool_call_id": "call_cx", "content": "Error: basic economy"},
+            {"role": "assistant", "content": "NO6JO3 cannot be cancelled."},
+        ],
+    )
+    assert resp["watermark"]["ratio"] > 0.9  # the view alone nearly fills the window
+    async with transaction(engine) as db:
+        moved = await offload_session(
+            db, settings, cache, await tenant_of(db, pk), pk, trigger="test"
+        )
+    assert moved is not None and moved.turns_moved == 3  # the user turn, the call, the result
+    assert moved.ratio_after < 0.65 and not moved.floor_limited
+    async with transaction(engine) as db:
+        pieces = await chunks_store.turn_pieces(db, caller.tenant_id, pk, 3)
+        covering = (
+            await db.execute(
+                text("SELECT seq, chunk_id FROM turns WHERE session_id = :s ORDER BY seq"),
+                {"s": pk},
+            )
+        ).all()
+    assert [p.id for p in pieces] == [p.id for p in arrival]  # not chunked again as its view
+    assert covering[2].chunk_id == arrival[0].id
+    assert [row.chunk_id is None for row in covering] == [False] * 3 + [True] * 4

@@ -80,6 +80,20 @@ def test_turn_floor_capped_at_half_of_available() -> None:
     assert plan.floor_limited
 
 
+def test_token_floor_capped_too_so_a_layered_result_leaves_a_small_window() -> None:
+    # A 2,500-token model: a tool result layered on arrival keeps a ~2,000-token view, more than
+    # half the window. The token floor stops short of it, so the offload can move it (its whole
+    # text is in C3 already) instead of leaving the window over the emergency ratio for good.
+    cfg = budget(context_limit=2500, reserve_tokens=300)
+    turns = [turn(0, 16), call(1, 41, "doc"), result(2, 1986, "doc"), turn(3, 11)]
+    turns += [call(4, 39, "cancel"), result(5, 28, "cancel"), turn(6, 23, "assistant")]
+    assert cfg.recent_floor() == (12, 1100, 1100)
+    assert protected_start(turns, cfg.recent_floor()) == 3
+    plan = plan_for(turns, 500, cfg)
+    assert [t.seq for t in plan.turns] == [0, 1, 2] and not plan.floor_limited
+    assert plan.tokens_after == 500 + 11 + 39 + 28 + 23
+
+
 def test_tool_group_straddling_the_floor_stays_in_c1() -> None:
     cfg = budget(context_limit=10_000, reserve_tokens=0, min_recent_turns=3, min_recent_tokens=0)
     turns = [turn(i, 1000) for i in range(4)]
@@ -144,8 +158,10 @@ def test_offload_properties(
     assert plan.tokens_after == fixed + sum(t.token_count for t in kept)
     assert plan.floor_limited == (plan.tokens_after > goal)
     # Floors: the token floor (capped) and the turn floor (capped in tokens) are never entered.
-    turn_floor, token_floor, _ = cfg.recent_floor()
-    assert sum(t.token_count for t in kept) >= min(token_floor, sum(t.token_count for t in turns))
+    turn_floor, token_floor, cap = cfg.recent_floor()
+    kept_tokens = sum(t.token_count for t in kept)
+    if kept_tokens < min(token_floor, sum(t.token_count for t in turns)):
+        assert kept_tokens + turns[cut - 1].token_count > cap  # the next turn would pass the cap
     last = turns[-turn_floor:]
     assert len(kept) >= len(last) or sum(t.token_count for t in last) > cfg.available // 2
     if turns:
