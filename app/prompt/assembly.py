@@ -49,7 +49,8 @@ Precedence when the budget is short (`budget` = C - r):
    budget holds enough turns for it (`stretch_turns`), an agent's step (a build with no x_t)
    shows the transcript (tail and window, every result but the `keep` newest as a stub) from the
    oldest stretch boundary from which it fits beside the value table of what it leaves out,
-   both chosen before recall (`anchored_transcript`): the start moves by whole stretches, the
+   both chosen before recall (`anchored_transcript`): the start moves by whole stretches (or to
+   the window's first turn, never past it for a boundary: a window turn is in no chunk yet), the
    table only with it, and in OpenAI format the table comes right after C0, so consecutive
    builds of an agent loop share their head.
 

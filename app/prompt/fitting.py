@@ -105,6 +105,7 @@ def stretch_turns(turns: Sequence[TurnRecord], limit: int) -> int:
 
 def anchored_transcript(
     groups: Sequence[list[TurnRecord]],
+    window_start: int,
     history: History,
     limit: int,
     table_room: int,
@@ -113,7 +114,9 @@ def anchored_transcript(
 ) -> tuple[list[list[TurnRecord]], int, str, int] | None:
     """The transcript from the oldest stretch start at which it fits (every result but the
     `keep` newest as a stub) beside the value table of what it does not show: (groups, their
-    cost, table, its cost); None when not even the newest group fits.
+    cost, table, its cost); None when not even the newest group fits. The window's first group
+    (`groups[window_start]`) is a start too, tried before the boundaries inside the window: a
+    window turn is in no chunk yet, so left out for a boundary, no recall could bring it back.
 
     Stretches are counted in turn seqs, so their boundaries stay where they are as the session
     grows: the start moves only when what follows it no longer fits, and between two moves
@@ -130,7 +133,8 @@ def anchored_transcript(
     for i in range(len(cleared) - 1, -1, -1):
         after[i] = after[i + 1] + costs[i]
     for i, group in enumerate(groups):
-        if i and group[0].seq // stretch == groups[i - 1][0].seq // stretch:
+        boundary = not i or group[0].seq // stretch != groups[i - 1][0].seq // stretch
+        if not boundary and i != window_start:
             continue
         if after[i] > limit:
             continue
@@ -264,7 +268,9 @@ def fit_window(
         and not whole_history
         and fit_whole(groups, history, room.left, anthropic, most=0) is None
     ):
-        anchored = anchored_transcript(groups, history, room.left, table_room, anthropic, cost0)
+        anchored = anchored_transcript(
+            groups, split, history, room.left, table_room, anthropic, cost0
+        )
     if anchored is None:
         return (False, *_free_window(transcript, room, table_room, notes))
     shown_groups, room.c1_cost, room.table, room.table_cost = anchored

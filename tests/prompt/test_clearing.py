@@ -291,3 +291,40 @@ def test_a_tool_loop_whose_whole_history_fits_gets_the_full_history_prompt() -> 
     assert (entry.included, entry.reason) == (False, "history_whole")
     later = build(turns[1:], 8000, tail=4, notes_block=notes)  # turn 1 forgotten or not read
     assert any(m["content"] == notes for m in later.messages)
+
+
+def test_an_anchored_transcript_never_leaves_out_a_window_turn_for_a_stretch_boundary() -> None:
+    """A 2,200-token agent step after a huge result (a layered view of ~1,900 tokens, one of the
+    `keep` newest) that the offload moved: the transcript from the stretch boundary before it
+    does not fit, so it starts at the window's first turn (seq 30), not at the next boundary
+    inside the window (seq 32). Window turns are in no chunk yet: left out, no recall could
+    bring them back."""
+    turns = loop(12)
+    view = "\n".join(
+        f"line {i}: flight HAT{100 + i:03d} departs 2024-05-{i % 28 + 1:02d}." for i in range(105)
+    )
+    fetch = call("c_doc", "fetch_document", '{"url": "https://example.com/policy.txt"}')
+    cancel = call("c_cx", "cancel_reservation", '{"reservation_id": "NO6JO3"}')
+    update = call("c_up", "update_reservation", '{"reservation_id": "RES000X"}')
+    turns += [
+        turn(26, "assistant", "All twelve reservations are checked."),
+        turn(27, "user", "Fetch the baggage policy, please."),
+        turn(28, "assistant", "", tool_calls=[fetch]),
+        turn(29, "tool", view, tool_call_id="c_doc"),
+        turn(30, "user", "Cancel reservation NO6JO3."),
+        turn(31, "assistant", "", tool_calls=[cancel]),
+        turn(32, "tool", "Error: NO6JO3 cannot be cancelled: basic economy", tool_call_id="c_cx"),
+        turn(33, "assistant", "Sorry, NO6JO3 cannot be cancelled (basic economy)."),
+        turn(34, "user", "Then move RES000X to the earliest flight on 23 May."),
+        turn(35, "assistant", "", tool_calls=[update]),
+        turn(36, "tool", '{"status": "updated", "flight_number": "HAT230"}', tool_call_id="c_up"),
+    ]
+    assert 1500 < turns[28].token_count < 2000
+    assert stretch_turns(turns, 2200) == 4  # boundaries at seqs 28 and 32 here
+    prompt = build(turns, 2200, tail=29)
+    assert prompt.usage["total"] <= 2200
+    assert prompt.tail_turns == []  # from the boundary before the huge result: no room
+    assert prompt.excluded_turns == []
+    text = shown_text(prompt.messages)
+    assert "basic economy" in text and "Cancel reservation NO6JO3." in text
+    assert prompt.messages[1]["content"].startswith("Values from earlier")  # what is left out
