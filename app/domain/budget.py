@@ -144,7 +144,8 @@ class RecentFloor(NamedTuple):
 
     turns: int  # at least this many of the newest turns ...
     tokens: int  # ... and at least this many tokens of them
-    tail_cap: int  # but neither floor protects more than this many tokens (the newest turn: always)
+    tail_cap: int  # but the turn floor never protects more than this many tokens, nor the
+    # token floor a turn above it (the newest turn: always)
 
 
 class Observation(NamedTuple):

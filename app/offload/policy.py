@@ -39,12 +39,13 @@ def protected_start(turns: Sequence[TurnRecord], floor: RecentFloor) -> int:
     while by_turns < n - 1 and tail > floor.tail_cap:
         tail -= turns[by_turns].token_count
         by_turns += 1
-    # Nor does the token floor: a turn that would take it past the cap (a layered tool result of
-    # 2,000 tokens in a 2,200-token window) is left to the offload, or the window never drains.
+    # Nor does the token floor hold a turn larger than the cap on its own (a layered tool result
+    # of 2,000 tokens in a 2,200-token window): it is left to the offload, or the window never
+    # drains. The newest turn is always kept.
     by_tokens, tail = n, 0
     while by_tokens > 0 and tail < floor.tokens:
         older = turns[by_tokens - 1].token_count
-        if by_tokens < n and tail + older > floor.tail_cap:
+        if by_tokens < n and older > floor.tail_cap:
             break
         by_tokens -= 1
         tail += older
