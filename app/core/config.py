@@ -224,6 +224,21 @@ class RecallSettings(BaseModel):
     rerank_model: str | None = Field(None, description="model name (jina, cohere)")
     rerank_api_key: str | None = Field(None, description="bearer key of the rerank API")
     rerank_timeout_seconds: float = Field(2.0, gt=0, description="rerank call budget")
+    cross_encoder: Literal["off", "minilm"] = Field(
+        "off",
+        description="minilm: an English cross-encoder run in process (ms-marco-MiniLM-L-12-v2, "
+        "int8 ONNX from the `rerank` extra) re-orders the feature rerank's first "
+        "`cross_encoder_candidates`, its order fused with theirs, for a question and candidates "
+        "in English that hold no ID or quoted string: LoCoMo's check split B500 .754 -> .783, "
+        "B1000 .831 -> .840, at ~TBD ms of CPU a recall on 2 cores (docs/BENCHMARKS.md, A "
+        "stronger ranking model). `rerank_url`, when set, is used instead",
+    )
+    cross_encoder_candidates: int = Field(
+        10,
+        ge=2,
+        le=50,
+        description="the candidates the cross-encoder reads (its cost grows with them)",
+    )
     rewrite_llm_base_url: str | None = Field(
         None, description="OpenAI-compatible chat API for the query rewrite; unset: rules only"
     )

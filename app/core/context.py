@@ -6,9 +6,9 @@ worker one per process, so tests can run several instances side by side.
 
 import asyncio
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
 import numpy as np
@@ -29,9 +29,35 @@ from app.core.observability import Metrics
 from app.core.ratelimit import RateLimiter
 from app.embeddings.base import Embedder, EmbedderUnavailable
 from app.embeddings.factory import create_embedder, embedder_from_settings
+from app.embeddings.reranker import MiniLMReranker
 
 logger = logging.getLogger("contextd.embeddings")
 MEANING_LINES = 8192  # 16 MB of USE vectors at most
+T = TypeVar("T")
+
+
+class LoadedOnce(Generic[T]):
+    """A model this process loads in a thread on its first need, once: `get` waits for a load
+    under way and returns None when it cannot load (logged once; the caller goes on without)."""
+
+    def __init__(self, load: Callable[[], T | None], what: str) -> None:
+        self._load = load
+        self._what = what
+        self._lock: asyncio.Lock | None = None  # None: not tried yet
+        self.value: T | None = None
+
+    async def get(self) -> T | None:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+            async with self._lock:
+                try:
+                    self.value = await asyncio.to_thread(self._load)
+                except EmbedderUnavailable as exc:
+                    logger.warning("going on without %s: %s", self._what, exc)
+        else:
+            async with self._lock:  # another request is loading it
+                pass
+        return self.value
 
 
 @dataclass
@@ -53,12 +79,17 @@ class AppContext:
     query_embedder: CircuitBreaker  # skips the embedder in recall while it keeps failing
     embedder: Embedder | None = None  # set by `start_embedder`; None means lexical recall only
     # The multilingual USE, for the relevance floor's judgement by meaning
-    # (`app.recall.judging`): loaded by `meaning_encoder` on first need; None until then,
-    # or when it cannot load.
-    meaning: Embedder | None = None
-    meaning_load: asyncio.Lock | None = None  # held while it loads; None: not tried yet
-    # Its vectors of chunks' lines (a line's vector never changes; a session's recalls meet the
-    # same chunks again): ~2 ms a line to encode, 2 KB to keep.
+    # (`app.recall.judging`, ~2 s and ~230 MB resident to load), and the English cross-encoder
+    # (`recall.cross_encoder`, ~0.3 s, ~60 MB): each loaded on its first need, so a process
+    # never asked for one never loads it.
+    meaning: "LoadedOnce[Embedder]" = field(
+        default_factory=lambda: LoadedOnce(lambda: create_embedder("use"), "USE")
+    )
+    reranker: "LoadedOnce[MiniLMReranker]" = field(
+        default_factory=lambda: LoadedOnce(MiniLMReranker, "the cross-encoder")
+    )
+    # USE's vectors of chunks' lines (a line's vector never changes; a session's recalls meet
+    # the same chunks again): ~2 ms a line to encode, 2 KB to keep.
     meaning_lines: LRU[str, np.ndarray] = field(default_factory=lambda: LRU(MEANING_LINES))
     replica: Replica | None = None  # the read-only endpoints' replica (`DATABASE_REPLICA_URL`)
 
@@ -97,25 +128,8 @@ class AppContext:
         if warm_up is not None:
             await warm_up(warm)
 
-    async def meaning_encoder(self) -> Embedder | None:
-        """The multilingual USE, loaded on the first judgement by meaning (~2 s, ~230 MB
-        resident: its vocabulary's vectors): a process whose memory tool is never asked across
-        scripts or about the user never loads it. None when it cannot
-        load (logged once; the floor then judges as without it)."""
-        if self.meaning_load is None:
-            self.meaning_load = asyncio.Lock()
-            async with self.meaning_load:
-                try:
-                    self.meaning = await asyncio.to_thread(create_embedder, "use")
-                except EmbedderUnavailable as exc:
-                    logger.warning("relevance by meaning judged without USE: %s", exc)
-        else:
-            async with self.meaning_load:  # another request is loading it
-                pass
-        return self.meaning
-
     async def aclose(self) -> None:
-        for embedder in (self.embedder, self.meaning):
+        for embedder in (self.embedder, self.meaning.value):
             if embedder is not None:
                 await embedder.aclose()
         await self.http.aclose()

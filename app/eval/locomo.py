@@ -42,6 +42,7 @@ DEGRADED_FLAGS = frozenset(
         "vector_timeout",
         "recall_unavailable",
         "rerank_unavailable",
+        "cross_encoder_unavailable",
         "cache_bypass",
         "emergency_offload_failed",
         "rewrite_unavailable",

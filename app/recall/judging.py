@@ -8,7 +8,7 @@ script than the question's, and, when the question asks about the user, for thos
 turns hold lines in its own: the hit's e5 similarity to the unadapted query vector (its vector
 from those this process keeps for the in-process scan, else read) and the multilingual Universal
 Sentence Encoder's similarity of the question and each of those lines
-(`AppContext.meaning_encoder`, loaded on the first such judgement). Nothing is computed while
+(`AppContext.meaning`, loaded on the first such judgement). Nothing is computed while
 the floor is off, and by meaning only for the memory tool's recall (a build keeps its block
 whatever the floor says): ~2 ms a line with USE on one core (the lines' vectors are kept), so a
 session in one script pays only for questions about the user.
@@ -118,7 +118,7 @@ async def _by_meaning(
     lines = {hit_id: held for hit_id, held in lines.items() if held}
     if not lines:
         return {}
-    encoder = await context.meaning_encoder()
+    encoder = await context.meaning.get()
     if encoder is None:
         return {}
     texts = list(dict.fromkeys(line for held in lines.values() for line, _ in held))

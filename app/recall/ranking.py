@@ -2,6 +2,7 @@
 with, the rerank (an HTTP cross-encoder, or the features of `app.recall.rerank`), and the
 selection that drops what the window holds and what another candidate says already."""
 
+import asyncio
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -17,6 +18,8 @@ from app.recall.rerank import (
     RerankFeatures,
     ScoredCandidate,
     Selection,
+    cross_encoded,
+    cross_encoder_asked,
     feature_rerank,
     select_within_budget,
 )
@@ -131,7 +134,8 @@ async def rerank(
     fallbacks: list[str],
 ) -> list[ScoredCandidate]:
     """The HTTP cross-encoder when configured (its failure keeps the fused order and is flagged),
-    else the deterministic features."""
+    else the deterministic features, their first candidates re-ordered with the in-process
+    cross-encoder when it is on."""
     settings = context.settings.recall
     if settings.rerank_url and candidates:
         reranker = HttpReranker(
@@ -155,7 +159,31 @@ async def rerank(
             ]
         ranked = sorted(zip(candidates, scores, strict=True), key=lambda p: -p[1])
         return [ScoredCandidate(c, s, RerankFeatures(c.fused_score, 0, 0, 0, 0)) for c, s in ranked]
-    return feature_rerank(query, candidates, now_seq)
+    scored = feature_rerank(query, candidates, now_seq)
+    if settings.cross_encoder == "off":
+        return scored
+    return await _cross_encoded(context, query, scored, fallbacks)
+
+
+async def _cross_encoded(
+    context: AppContext,
+    query: RewrittenQuery,
+    scored: list[ScoredCandidate],
+    fallbacks: list[str],
+) -> list[ScoredCandidate]:
+    """`scored` with its first candidates re-ordered by the in-process cross-encoder too, when
+    it may read them (`cross_encoder_asked`); unchanged, and flagged, when it cannot load."""
+    leading = scored[: context.settings.recall.cross_encoder_candidates]
+    if not cross_encoder_asked(query, leading):
+        return scored
+    model = await context.reranker.get()
+    if model is None:
+        fallbacks.append("cross_encoder_unavailable")
+        return scored
+    scores = await asyncio.to_thread(
+        model.scores, embedding_query(query.raw, query), [s.candidate.text for s in leading]
+    )
+    return cross_encoded(scored, scores)
 
 
 def select(

@@ -39,11 +39,11 @@ Pure: no I/O, no settings.
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import Literal
 
-from app.domain.text import term_set
+from app.domain.text import mostly_cjk, term_set
 from app.domain.tokens import count_tokens
 from app.recall.bm25 import idf
 from app.recall.rewrite import RewrittenQuery, is_code_identifier
@@ -59,6 +59,9 @@ CJK_WEIGHT = 0.3
 RECENCY_WEIGHT = 0.015
 RECENCY_HALF_LIFE_TURNS = 50.0
 DEFAULT_TOP_K = 5
+# Reciprocal rank fusion of the feature order and the cross-encoder's (`cross_encoded`): set on
+# the LoCoMo tune split (docs/BENCHMARKS.md, "A stronger ranking model").
+CROSS_ENCODER_RRF_K = 5
 
 _CJK_RUN_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 
@@ -286,6 +289,34 @@ def feature_rerank(
         scored.append(((-score, cand.fused_rank, position), item))
     scored.sort(key=lambda pair: pair[0])
     return [item for _, item in scored]
+
+
+def cross_encoder_asked(query: RewrittenQuery, leading: Sequence[ScoredCandidate]) -> bool:
+    """Whether the English cross-encoder may re-order `leading`: not for a question holding an
+    ID or a quoted string (the exact feature already put what holds it first), nor when the
+    question or one of them is written in Chinese (the model reads English only)."""
+    if query.ids or query.quoted or mostly_cjk(query.raw):
+        return False
+    return bool(leading) and not any(mostly_cjk(s.candidate.text) for s in leading)
+
+
+def cross_encoded(
+    scored: Sequence[ScoredCandidate], cross_scores: Sequence[float]
+) -> list[ScoredCandidate]:
+    """The first `len(cross_scores)` of `scored` re-ordered by their feature rank and the
+    cross-encoder's rank together (reciprocal rank fusion, `CROSS_ENCODER_RRF_K`, equal weights;
+    a tie keeps the feature order), the rest after them as they were. Each re-ordered one's score
+    becomes its fused reciprocal rank, so the scores still fall down the list."""
+    leading = list(scored[: len(cross_scores)])
+    by_cross = sorted(range(len(leading)), key=lambda i: (-cross_scores[i], i))
+    cross_rank = {i: rank for rank, i in enumerate(by_cross)}
+    fused = [
+        1 / (CROSS_ENCODER_RRF_K + i) + 1 / (CROSS_ENCODER_RRF_K + cross_rank[i])
+        for i in range(len(leading))
+    ]
+    order = sorted(range(len(leading)), key=lambda i: (-fused[i], i))
+    reordered = [replace(leading[i], score=fused[i]) for i in order]
+    return [*reordered, *scored[len(leading) :]]
 
 
 def _in_window(turn_range: tuple[int, int], window_seqs: Collection[int]) -> bool:

@@ -147,8 +147,8 @@ async def recall(
     fused, fields, answered = await _candidates(db, session, fused, first.memories, rows, clock)
     by_id = {f.id: f for f in fused if f.id in fields}
     reranked = rerank_input(fused, fields, answered)
-    if context.settings.recall.rerank_url:
-        await release(db)  # the cross-encoder is a network wait
+    if context.settings.recall.rerank_url or context.settings.recall.cross_encoder != "off":
+        await release(db)  # a cross-encoder is a network wait, or CPU in a thread
     scored = await rerank(context, understood.rewritten, reranked, session.last_seq, fallbacks)
     clock.lap("rerank")
     rangeless = {cid for cid in fields if cid.startswith(MEMORY_PREFIX)}

@@ -1,9 +1,13 @@
-"""HttpReranker in each wire style against a real HTTP server on 127.0.0.1."""
+"""HttpReranker in each wire style against a real HTTP server on 127.0.0.1, and the in-process
+cross-encoder (`recall.cross_encoder`) on its real model."""
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from app.embeddings.base import EmbedderUnavailable
+from app.embeddings.reranker import MiniLMReranker, model_dir
 from app.recall.cross_encoder import HttpReranker, RerankStyle, RerankUnavailable
 from tests.support.loopback import closed_port_url, loopback_server
 
@@ -89,3 +93,27 @@ async def test_no_documents_makes_no_request() -> None:
 def test_jina_and_cohere_need_a_model() -> None:
     with pytest.raises(RerankUnavailable, match="needs a model"):
         HttpReranker("http://127.0.0.1:1", "cohere")
+
+
+def test_the_in_process_cross_encoder_scores_the_answer_first() -> None:
+    """ms-marco-MiniLM from the `rerank` extra, loaded from its package and digest-checked."""
+    model = MiniLMReranker()
+    candidates = [
+        "user: Tell me about rail passes please, part 12.\nassistant: A rail pass covers ...",
+        "user: By the way, I am allergic to peanuts, so no satay for me.",
+        "user: Which allergy tablets work fastest?\nassistant: Antihistamines such as ...",
+    ]
+    scores = model.scores("What am I allergic to?", candidates)
+    assert len(scores) == 3
+    assert max(range(3), key=lambda i: scores[i]) == 1
+    assert model.scores("What am I allergic to?", []) == []
+
+
+def test_a_model_file_other_than_the_measured_one_is_refused(tmp_path: Path) -> None:
+    shipped = model_dir()
+    for name in ("model.onnx", "tokenizer.json"):
+        (tmp_path / name).write_bytes((shipped / name).read_bytes())
+    with (tmp_path / "model.onnx").open("ab") as model:
+        model.write(b"\0")  # one byte more: another file under the same name
+    with pytest.raises(EmbedderUnavailable, match="not the cross-encoder"):
+        MiniLMReranker(tmp_path)

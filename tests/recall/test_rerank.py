@@ -3,6 +3,8 @@ from app.recall.rerank import (
     RerankCandidate,
     RerankFeatures,
     ScoredCandidate,
+    cross_encoded,
+    cross_encoder_asked,
     feature_rerank,
     recency,
     select_within_budget,
@@ -241,3 +243,35 @@ def test_select_skips_near_duplicates_of_kept_candidates_when_asked():
         "again": "near_duplicate",
         "same_zh": "near_duplicate",
     }
+
+
+def test_cross_encoded_fuses_the_two_orders_and_leaves_the_rest() -> None:
+    scored = _scored(*(_cand(f"c{i}", f"text {i}", i + 1, i * 10) for i in range(5)))
+    # The cross-encoder reads the first three: it puts the third first, the first last.
+    out = cross_encoded(scored, [-5.0, 1.0, 3.0])
+    # Reciprocal ranks (k 5): c0 1/5+1/7, c1 1/6+1/6, c2 1/7+1/5: c0 and c2 tie above c1, the
+    # feature order breaks the tie; the two the cross-encoder did not read follow as they were.
+    assert [s.id for s in out] == ["c0", "c2", "c1", "c3", "c4"]
+    assert out[0].score == out[1].score > out[2].score
+    assert out[3:] == scored[3:]
+    assert cross_encoded(scored, []) == scored
+
+
+def test_a_clear_cross_encoder_verdict_moves_a_candidate_up() -> None:
+    scored = _scored(*(_cand(f"c{i}", f"text {i}", i + 1, i * 10) for i in range(10)))
+    # The sixth by features is the cross-encoder's clear first: it comes up to third place.
+    out = cross_encoded(scored, [0.0, -1.0, -2.0, -3.0, -4.0, 9.0, -6.0, -7.0, -8.0, -9.0])
+    assert [s.id for s in out][:4] == ["c0", "c1", "c5", "c2"]
+
+
+def test_the_cross_encoder_reads_only_english_questions_without_keys() -> None:
+    leading = _scored(_cand("c1", "user: I am allergic to peanuts.", 1, 3))
+    assert cross_encoder_asked(rewrite_query("What am I allergic to?", []), leading)
+    # An ID or a quoted string: the exact feature already decided.
+    assert not cross_encoder_asked(rewrite_query("status of ab-12345?", []), leading)
+    assert not cross_encoder_asked(rewrite_query('Who said "see you in Lyon"?', []), leading)
+    # Chinese, in the question or in a candidate: the model reads English only.
+    assert not cross_encoder_asked(rewrite_query("我对什么过敏？", []), leading)
+    mixed = [*leading, *_scored(_cand("c2", "user: 我对花生过敏。", 2, 5))]
+    assert not cross_encoder_asked(rewrite_query("What am I allergic to?", []), mixed)
+    assert not cross_encoder_asked(rewrite_query("What am I allergic to?", []), [])
