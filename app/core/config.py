@@ -228,10 +228,11 @@ class RecallSettings(BaseModel):
         "off",
         description="minilm: an English cross-encoder run in process (ms-marco-MiniLM-L-12-v2, "
         "int8 ONNX from the `rerank` extra) re-orders the feature rerank's first "
-        "`cross_encoder_candidates`, its order fused with theirs, for a question and candidates "
-        "in English that hold no ID or quoted string: LoCoMo's check split B500 .754 -> .783, "
-        "B1000 .831 -> .840, at ~TBD ms of CPU a recall on 2 cores (docs/BENCHMARKS.md, A "
-        "stronger ranking model). `rerank_url`, when set, is used instead",
+        "`cross_encoder_candidates`, its order fused with theirs, for a one-line question of at "
+        "most 64 tokens and candidates in English, none holding an ID or a quoted string: "
+        "LoCoMo's check split B500 .754 -> .783, "
+        "B1000 .831 -> .840, at ~0.8 s of CPU a recall on this 2-core machine (docs/BENCHMARKS.md, "
+        "A stronger ranking model). `rerank_url`, when set, is used instead",
     )
     cross_encoder_candidates: int = Field(
         10,

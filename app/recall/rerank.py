@@ -62,6 +62,7 @@ DEFAULT_TOP_K = 5
 # Reciprocal rank fusion of the feature order and the cross-encoder's (`cross_encoded`): set on
 # the LoCoMo tune split (docs/BENCHMARKS.md, "A stronger ranking model").
 CROSS_ENCODER_RRF_K = 5
+CROSS_ENCODER_QUESTION_TOKENS = 64  # LoCoMo's longest question is 27 tokens
 
 _CJK_RUN_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 
@@ -292,10 +293,16 @@ def feature_rerank(
 
 
 def cross_encoder_asked(query: RewrittenQuery, leading: Sequence[ScoredCandidate]) -> bool:
-    """Whether the English cross-encoder may re-order `leading`: not for a question holding an
-    ID or a quoted string (the exact feature already put what holds it first), nor when the
-    question or one of them is written in Chinese (the model reads English only)."""
-    if query.ids or query.quoted or mostly_cjk(query.raw):
+    """Whether the English cross-encoder may re-order `leading`. Only for a question as it was
+    trained on (MS MARCO's search queries): one line of at most `CROSS_ENCODER_QUESTION_TOKENS`,
+    not a conversation pasted as the query (MADial's dialogues lose by it: en check R@5 .593 ->
+    .559); not for a question holding an ID or a quoted string (the exact feature already put
+    what holds it first); not when the question or one of `leading` is written in Chinese (the
+    model reads English only)."""
+    raw = query.raw.strip()
+    if "\n" in raw or count_tokens(raw) > CROSS_ENCODER_QUESTION_TOKENS:
+        return False
+    if query.ids or query.quoted or mostly_cjk(raw):
         return False
     return bool(leading) and not any(mostly_cjk(s.candidate.text) for s in leading)
 

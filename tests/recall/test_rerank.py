@@ -275,3 +275,7 @@ def test_the_cross_encoder_reads_only_english_questions_without_keys() -> None:
     mixed = [*leading, *_scored(_cand("c2", "user: 我对花生过敏。", 2, 5))]
     assert not cross_encoder_asked(rewrite_query("What am I allergic to?", []), mixed)
     assert not cross_encoder_asked(rewrite_query("What am I allergic to?", []), [])
+    # A conversation pasted as the query, or a long text, is not the question it was trained on.
+    dialogue = "Lisa: I brought a special handkerchief!\nAssistant: Oh? What does it look like?"
+    assert not cross_encoder_asked(rewrite_query(dialogue, []), leading)
+    assert not cross_encoder_asked(rewrite_query("Tell me what I said. " * 12, []), leading)
