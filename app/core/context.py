@@ -80,7 +80,7 @@ class AppContext:
     embedder: Embedder | None = None  # set by `start_embedder`; None means lexical recall only
     # The multilingual USE, for the relevance floor's judgement by meaning
     # (`app.recall.judging`, ~2 s and ~230 MB resident to load), and the English cross-encoder
-    # (`recall.cross_encoder`, ~0.3 s, ~60 MB): each loaded on its first need, so a process
+    # (`recall.cross_encoder`, ~0.3 s, ~110 MB): each loaded on its first need, so a process
     # never asked for one never loads it.
     meaning: "LoadedOnce[Embedder]" = field(
         default_factory=lambda: LoadedOnce(lambda: create_embedder("use"), "USE")
