@@ -12,6 +12,7 @@ import pytest
 
 from app.core.config import Settings
 from tests.support.server import RunningServer, run_server
+from tests.support.sessions_http import offloaded_session
 
 SMALL = {
     "context_limit": 4000,
@@ -80,15 +81,6 @@ async def clients(
         yield {"off": off, "minilm": on}
 
 
-async def offloaded_session(http: httpx.AsyncClient, sid: str, turns: list[dict[str, str]]) -> None:
-    assert (await http.put(f"/v1/sessions/{sid}", json=SMALL)).status_code == 200
-    resp = await http.post(f"/v1/sessions/{sid}/turns", json={"turns": turns})
-    assert resp.status_code == 201, resp.text
-    offload = {"type": "offload", "until_tokens": 0}
-    resp = await http.post(f"/v1/sessions/{sid}/memory", json=offload)
-    assert resp.status_code == 200, resp.text
-
-
 async def places(http: httpx.AsyncClient, sid: str, question: str) -> tuple[int, int]:
     """Where the chunk of the first turns (the fact's) stands in the memory tool's recall and
     in build-prompt's recalled items (0: first)."""
@@ -110,7 +102,7 @@ async def test_the_cross_encoder_brings_the_fact_up_in_both_paths(
     clients: dict[str, httpx.AsyncClient],
 ) -> None:
     for kind, http in clients.items():
-        await offloaded_session(http, f"allergy-{kind}", conversation())
+        await offloaded_session(http, f"allergy-{kind}", SMALL, conversation())
     off = await places(clients["off"], "allergy-off", QUESTION)
     on = await places(clients["minilm"], "allergy-minilm", QUESTION)
     # The features rank the fact's chunk last of six (the small talk says "allergic" more
@@ -126,7 +118,7 @@ async def test_a_chinese_question_is_left_to_the_features(
     orders = {}
     for kind, http in clients.items():
         sid = f"allergy-zh-{kind}"
-        await offloaded_session(http, sid, conversation())
+        await offloaded_session(http, sid, SMALL, conversation())
         body = {"query": "我对什么过敏？ allergic", "recall": {"mode": "always", "top_k": 6}}
         resp = await http.post(f"/v1/sessions/{sid}/build-prompt", json=body)
         assert resp.status_code == 200, resp.text

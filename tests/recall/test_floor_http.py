@@ -14,6 +14,7 @@ import pytest
 
 from app.core.config import Settings
 from tests.support.server import RunningServer, run_server
+from tests.support.sessions_http import offloaded_session
 
 SET = Path(__file__).resolve().parent / "no_history_set.json"
 SMALL = {
@@ -60,13 +61,8 @@ async def admin(floor_server: RunningServer, admin_key: str) -> AsyncIterator[ht
 async def travel_session(http: httpx.AsyncClient, sid: str) -> None:
     """The set's travel conversation, offloaded down to the window's floors."""
     turns = json.loads(SET.read_text(encoding="utf-8"))["conversation"]
-    assert (await http.put(f"/v1/sessions/{sid}", json=SMALL)).status_code == 200
-    resp = await http.post(f"/v1/sessions/{sid}/turns", json={"turns": turns})
-    assert resp.status_code == 201, resp.text
-    offload = {"type": "offload", "until_tokens": 0}
-    resp = await http.post(f"/v1/sessions/{sid}/memory", json=offload)
-    assert resp.status_code == 200, resp.text
-    assert resp.json()["data"]["turns_moved"] >= len(turns) - 8
+    moved = await offloaded_session(http, sid, SMALL, turns)
+    assert moved["turns_moved"] >= len(turns) - 8
 
 
 async def recall(http: httpx.AsyncClient, sid: str, query: str) -> dict[str, Any]:
